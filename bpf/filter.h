@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* Process and CPU filters shared by every tool. The values are .rodata set by
+ * userspace before load, so the verifier prunes the branches a run does not use. */
+#ifndef TRACEKIT_FILTER_H
+#define TRACEKIT_FILTER_H
+
+/* Thread-group id to keep, 0 for all. In the pid namespace given below when
+ * pidns_ino is set (the tool runs in a container), else in the initial one. */
+const volatile __u32 filter_tgid = 0;
+const volatile __u64 filter_pidns_dev = 0;
+const volatile __u64 filter_pidns_ino = 0;
+/* CPU to keep, -1 for all. */
+const volatile __s32 filter_cpu = -1;
+
+static __always_inline bool filtered_out(void)
+{
+	if (filter_cpu >= 0 && bpf_get_smp_processor_id() != (__u32)filter_cpu)
+		return true;
+	if (!filter_tgid)
+		return false;
+	if (filter_pidns_ino) {
+		struct bpf_pidns_info ns = {};
+
+		if (bpf_get_ns_current_pid_tgid(filter_pidns_dev, filter_pidns_ino, &ns, sizeof(ns)))
+			return true;
+		return ns.tgid != filter_tgid;
+	}
+	return (bpf_get_current_pid_tgid() >> 32) != filter_tgid;
+}
+
+#endif

@@ -1,0 +1,463 @@
+//! Attaching one program to many probe sites, each site carrying its probe index as
+//! the BPF cookie. Sites that refuse to attach are skipped and reported, never fatal;
+//! everything attached is detached when the [`Attached`] set is dropped.
+
+use std::collections::HashSet;
+use std::ffi::CString;
+use std::os::raw::{c_char, c_ulong};
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::thread;
+
+use libbpf_rs::{AsRawLibbpf, Link, ProgramMut as Program};
+use libbpf_sys as sys;
+
+use crate::kfuncs::KernelFunc;
+use crate::run::Stop;
+
+/// A probe site that could not be attached.
+#[derive(Debug, Clone)]
+pub struct Skipped {
+    pub label: String,
+    pub reason: String,
+}
+
+/// Everything a plan attached. Dropping it detaches, in parallel when there are
+/// many links (each perf-event probe costs an RCU grace period to remove).
+pub struct Attached {
+    links: Vec<Link>,
+    attached: Vec<bool>,
+    pub skipped: Vec<Skipped>,
+    /// Number of kprobe_multi links and the kernel functions they cover.
+    pub kprobe_multi_links: usize,
+    pub uprobe_multi_links: usize,
+}
+
+impl Attached {
+    pub(crate) fn new(probes: usize) -> Self {
+        Attached {
+            links: Vec::new(),
+            attached: vec![false; probes],
+            skipped: Vec::new(),
+            kprobe_multi_links: 0,
+            uprobe_multi_links: 0,
+        }
+    }
+
+    /// How many probes have at least one attached site.
+    pub fn probes_attached(&self) -> usize {
+        self.attached.iter().filter(|a| **a).count()
+    }
+
+    pub fn is_attached(&self, probe: usize) -> bool {
+        self.attached.get(probe).copied().unwrap_or(false)
+    }
+
+    pub fn links(&self) -> usize {
+        self.links.len()
+    }
+
+    fn add(&mut self, link: Link, cookies: impl IntoIterator<Item = u64>) {
+        self.links.push(link);
+        for c in cookies {
+            self.attached[c as usize] = true;
+        }
+    }
+
+    fn skip(&mut self, label: &str, errno: i32) {
+        self.skipped.push(Skipped {
+            label: label.to_string(),
+            reason: errno_reason(errno),
+        });
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        let links = std::mem::take(&mut self.links);
+        if links.len() < 64 {
+            return;
+        }
+        let per = links.len().div_ceil(DETACH_THREADS);
+        let mut links = links.into_iter();
+        thread::scope(|s| loop {
+            let chunk: Vec<Link> = links.by_ref().take(per).collect();
+            if chunk.is_empty() {
+                break;
+            }
+            s.spawn(move || drop(chunk));
+        });
+    }
+}
+
+const ATTACH_THREADS: usize = 8;
+const DETACH_THREADS: usize = 16;
+
+/// A program shared by attach threads.
+#[derive(Clone, Copy)]
+struct Prog(NonNull<sys::bpf_program>);
+// SAFETY: libbpf's attach functions only read the loaded program (its fd and name)
+// and allocate a new link; concurrent attaches of one program are independent.
+unsafe impl Send for Prog {}
+unsafe impl Sync for Prog {}
+
+impl Prog {
+    fn of(p: &Program) -> Self {
+        Prog(p.as_libbpf_object())
+    }
+
+    /// Going through a method makes closures capture the whole (Sync) wrapper.
+    fn ptr(self) -> *mut sys::bpf_program {
+        self.0.as_ptr()
+    }
+}
+
+fn take_link(ptr: *mut sys::bpf_link) -> Result<Link, i32> {
+    match NonNull::new(ptr) {
+        // SAFETY: a non-null return from a libbpf attach call is a link we now own.
+        Some(p) => Ok(unsafe { Link::from_ptr(p) }),
+        None => Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL)),
+    }
+}
+
+/// Describes an attach errno for the user.
+pub fn errno_reason(errno: i32) -> String {
+    let why = match errno {
+        libc::EINVAL => "EINVAL: not traceable (notrace, inlined, or not a function entry)",
+        libc::ESRCH | libc::ENOENT => "not found in the running kernel",
+        libc::EBUSY => "EBUSY: already probed exclusively",
+        libc::EOPNOTSUPP | 524 => "not supported by this kernel",
+        libc::EMFILE | libc::ENFILE => "out of file descriptors",
+        libc::EPERM | libc::EACCES => "permission denied",
+        _ => return std::io::Error::from_raw_os_error(errno).to_string(),
+    };
+    why.to_string()
+}
+
+/// One address (or name) in a kprobe_multi request.
+#[derive(Clone, Copy)]
+struct MultiSite<'a> {
+    cookie: u64,
+    addr: Option<u64>,
+    name: &'a str,
+}
+
+fn kprobe_multi_link(prog: Prog, sites: &[MultiSite<'_>]) -> Result<Link, i32> {
+    let cookies: Vec<u64> = sites.iter().map(|s| s.cookie).collect();
+    let addrs: Vec<c_ulong> = sites.iter().filter_map(|s| s.addr).map(|a| a as c_ulong).collect();
+    let names: Vec<CString> = if addrs.is_empty() {
+        sites
+            .iter()
+            .map(|s| CString::new(s.name).map_err(|_| libc::EINVAL))
+            .collect::<Result<_, _>>()?
+    } else {
+        Vec::new()
+    };
+    let mut name_ptrs: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
+    let opts = sys::bpf_kprobe_multi_opts {
+        sz: size_of::<sys::bpf_kprobe_multi_opts>() as _,
+        syms: if names.is_empty() { std::ptr::null_mut() } else { name_ptrs.as_mut_ptr() },
+        addrs: if addrs.is_empty() { std::ptr::null() } else { addrs.as_ptr() },
+        cookies: cookies.as_ptr(),
+        cnt: sites.len() as _,
+        ..Default::default()
+    };
+    // SAFETY: every array outlives the call and holds `cnt` elements.
+    take_link(unsafe { sys::bpf_program__attach_kprobe_multi_opts(prog.ptr(), std::ptr::null(), &opts) })
+}
+
+/// Attaches `funcs` (probe index, function) with kprobe_multi: one link normally;
+/// when the kernel refuses the set, bisects to find and skip the functions at fault
+/// (an address the kernel rejects is retried by name before it is given up).
+pub(crate) fn kprobe_multi(
+    prog: &Program,
+    funcs: &[(usize, &KernelFunc)],
+    stop: &Stop,
+    out: &mut Attached,
+) -> anyhow::Result<()> {
+    let by_addr = funcs.iter().all(|(_, f)| !f.addrs.is_empty());
+    let mut seen = HashSet::new();
+    let sites: Vec<MultiSite> = funcs
+        .iter()
+        .flat_map(|&(i, f)| {
+            let addrs: Vec<Option<u64>> = if by_addr {
+                f.addrs.iter().map(|&a| Some(a)).collect()
+            } else {
+                vec![None]
+            };
+            addrs.into_iter().map(move |addr| MultiSite {
+                cookie: i as u64,
+                addr,
+                name: &f.name,
+            })
+        })
+        .filter(|s| s.addr.is_none_or(|a| seen.insert(a)))
+        .collect();
+    let prog = Prog::of(prog);
+    match kprobe_multi_link(prog, &sites) {
+        Ok(link) => {
+            out.add(link, sites.iter().map(|s| s.cookie));
+            out.kprobe_multi_links += 1;
+            Ok(())
+        }
+        Err(e @ (libc::EPERM | libc::EOPNOTSUPP)) => {
+            anyhow::bail!("attaching kprobe_multi link: {}", errno_reason(e))
+        }
+        Err(_) => {
+            let mut retried = HashSet::new();
+            bisect(prog, &sites, stop, out, &mut retried);
+            Ok(())
+        }
+    }
+}
+
+fn bisect<'a>(
+    prog: Prog,
+    sites: &[MultiSite<'a>],
+    stop: &Stop,
+    out: &mut Attached,
+    retried: &mut HashSet<&'a str>,
+) {
+    if stop.is_set() || sites.is_empty() {
+        return;
+    }
+    match kprobe_multi_link(prog, sites) {
+        Ok(link) => {
+            out.add(link, sites.iter().map(|s| s.cookie));
+            out.kprobe_multi_links += 1;
+        }
+        Err(e) if sites.len() == 1 => {
+            let s = sites[0];
+            // The kernel picks the first traceable instance of a name.
+            let by_name = MultiSite { addr: None, ..s };
+            if s.addr.is_some() && retried.insert(s.name) {
+                if let Ok(link) = kprobe_multi_link(prog, &[by_name]) {
+                    out.add(link, [s.cookie]);
+                    out.kprobe_multi_links += 1;
+                    return;
+                }
+            }
+            if !out.is_attached(s.cookie as usize) {
+                out.skip(s.name, e);
+            }
+        }
+        Err(_) => {
+            let (a, b) = sites.split_at(sites.len() / 2);
+            bisect(prog, a, stop, out, retried);
+            bisect(prog, b, stop, out, retried);
+        }
+    }
+}
+
+/// Runs `attach` over `items` on several threads, stopping early on a stop request.
+/// Results come back in item order; items never tried (stopped) are `None`.
+fn parallel<T: Sync>(
+    items: &[T],
+    stop: &Stop,
+    attach: impl Fn(&T) -> Result<Link, i32> + Sync,
+) -> Vec<Option<Result<Link, i32>>> {
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<Result<Link, i32>>>> =
+        Mutex::new((0..items.len()).map(|_| None).collect());
+    let threads = ATTACH_THREADS.min(items.len()).max(1);
+    thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= items.len() || stop.is_set() {
+                    break;
+                }
+                let r = attach(&items[i]);
+                results.lock().expect("results lock")[i] = Some(r);
+            });
+        }
+    });
+    results.into_inner().expect("results lock")
+}
+
+fn collect<T>(
+    items: &[T],
+    results: Vec<Option<Result<Link, i32>>>,
+    cookie: impl Fn(&T) -> usize,
+    label: impl Fn(&T) -> &str,
+    out: &mut Attached,
+) {
+    for (item, r) in items.iter().zip(results) {
+        match r {
+            Some(Ok(link)) => out.add(link, [cookie(item) as u64]),
+            Some(Err(e)) => out.skip(label(item), e),
+            None => {}
+        }
+    }
+}
+
+/// One perf-event kprobe per function instance (by address when known).
+pub(crate) fn kprobes(prog: &Program, funcs: &[(usize, &KernelFunc)], stop: &Stop, out: &mut Attached) {
+    let sites: Vec<(usize, &str, Option<u64>)> = funcs
+        .iter()
+        .flat_map(|&(i, f)| {
+            let addrs: Vec<Option<u64>> = if f.addrs.is_empty() {
+                vec![None]
+            } else {
+                f.addrs.iter().copied().map(Some).collect()
+            };
+            addrs.into_iter().map(move |a| (i, f.name.as_str(), a))
+        })
+        .collect();
+    crate::system::raise_fd_limit(sites.len() * 2 + 64);
+    let prog = Prog::of(prog);
+    let results = parallel(&sites, stop, |&(i, name, addr)| {
+        let cname = CString::new(name).map_err(|_| libc::EINVAL)?;
+        let opts = sys::bpf_kprobe_opts {
+            sz: size_of::<sys::bpf_kprobe_opts>() as _,
+            bpf_cookie: i as u64,
+            offset: addr.unwrap_or(0) as _,
+            ..Default::default()
+        };
+        let func = if addr.is_some() { std::ptr::null() } else { cname.as_ptr() };
+        // SAFETY: strings and opts outlive the call; a NULL name means offset is an address.
+        take_link(unsafe { sys::bpf_program__attach_kprobe_opts(prog.ptr(), func, &opts) })
+    });
+    collect(&sites, results, |s| s.0, |s| s.1, out);
+}
+
+/// A user function site: probe index, name, file offset.
+pub(crate) type UserSite<'a> = (usize, &'a str, u64);
+
+/// All functions of one binary in one uprobe_multi link. On refusal, falls back
+/// to single uprobes so that only the offending functions are skipped.
+pub(crate) fn uprobe_multi(
+    prog: &Program,
+    single: Option<&Program>,
+    pid: Option<u32>,
+    binary: &Path,
+    sites: &[UserSite<'_>],
+    stop: &Stop,
+    out: &mut Attached,
+) {
+    let opts = libbpf_rs::UprobeMultiOpts {
+        offsets: sites.iter().map(|s| s.2 as usize).collect(),
+        cookies: sites.iter().map(|s| s.0 as u64).collect(),
+        ..Default::default()
+    };
+    match prog.attach_uprobe_multi_with_opts(pid.map_or(-1, |p| p as i32), binary, "", opts) {
+        Ok(link) => {
+            out.add(link, sites.iter().map(|s| s.0 as u64));
+            out.uprobe_multi_links += 1;
+        }
+        Err(e) => match single {
+            Some(p) => uprobes(p, pid, binary, sites, stop, out),
+            None => {
+                let errno = e.kind().into_errno();
+                for s in sites {
+                    out.skip(s.1, errno);
+                }
+            }
+        },
+    }
+}
+
+trait IntoErrno {
+    fn into_errno(self) -> i32;
+}
+
+impl IntoErrno for libbpf_rs::ErrorKind {
+    fn into_errno(self) -> i32 {
+        use libbpf_rs::ErrorKind as K;
+        match self {
+            K::NotFound => libc::ENOENT,
+            K::PermissionDenied => libc::EPERM,
+            K::Unsupported => libc::EOPNOTSUPP,
+            K::OutOfMemory => libc::ENOMEM,
+            K::TooBig => libc::E2BIG,
+            _ => libc::EINVAL,
+        }
+    }
+}
+
+/// One perf-event uprobe per function.
+pub(crate) fn uprobes(
+    prog: &Program,
+    pid: Option<u32>,
+    binary: &Path,
+    sites: &[UserSite<'_>],
+    stop: &Stop,
+    out: &mut Attached,
+) {
+    crate::system::raise_fd_limit(sites.len() * 2 + 64);
+    let Ok(path) = CString::new(binary.as_os_str().as_encoded_bytes()) else {
+        return;
+    };
+    let prog = Prog::of(prog);
+    let results = parallel(sites, stop, |&(i, _, offset)| {
+        let opts = sys::bpf_uprobe_opts {
+            sz: size_of::<sys::bpf_uprobe_opts>() as _,
+            bpf_cookie: i as u64,
+            ..Default::default()
+        };
+        // SAFETY: path and opts outlive the call.
+        take_link(unsafe {
+            sys::bpf_program__attach_uprobe_opts(
+                prog.ptr(),
+                pid.map_or(-1, |p| p as i32),
+                path.as_ptr(),
+                offset as _,
+                &opts,
+            )
+        })
+    });
+    collect(sites, results, |s| s.0, |s| s.1, out);
+}
+
+/// Tracepoint sites: probe index, category, event, label.
+pub(crate) fn tracepoints(
+    prog: &Program,
+    sites: &[(usize, &str, &str, &str)],
+    stop: &Stop,
+    out: &mut Attached,
+) {
+    crate::system::raise_fd_limit(sites.len() * 2 + 64);
+    let prog = Prog::of(prog);
+    let results = parallel(sites, stop, |&(i, cat, ev, _)| {
+        let (cat, ev) = (
+            CString::new(cat).map_err(|_| libc::EINVAL)?,
+            CString::new(ev).map_err(|_| libc::EINVAL)?,
+        );
+        let opts = sys::bpf_tracepoint_opts {
+            sz: size_of::<sys::bpf_tracepoint_opts>() as _,
+            bpf_cookie: i as u64,
+            ..Default::default()
+        };
+        // SAFETY: strings and opts outlive the call.
+        take_link(unsafe {
+            sys::bpf_program__attach_tracepoint_opts(prog.ptr(), cat.as_ptr(), ev.as_ptr(), &opts)
+        })
+    });
+    collect(sites, results, |s| s.0, |s| s.3, out);
+}
+
+/// USDT sites: probe index, binary, provider, name. libbpf resolves every call site
+/// of the probe in the binary (and its semaphore) and passes our index as cookie.
+pub(crate) fn usdts(
+    prog: &Program,
+    pid: Option<u32>,
+    sites: &[(usize, &Path, &str, &str)],
+    stop: &Stop,
+    out: &mut Attached,
+) {
+    for &(i, binary, provider, name) in sites {
+        if stop.is_set() {
+            return;
+        }
+        let opts = libbpf_rs::UsdtOpts {
+            cookie: i as u64,
+            ..Default::default()
+        };
+        match prog.attach_usdt_with_opts(pid.map_or(-1, |p| p as i32), binary, provider, name, opts) {
+            Ok(link) => out.add(link, [i as u64]),
+            Err(e) => out.skip(name, e.kind().into_errno()),
+        }
+    }
+}

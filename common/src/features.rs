@@ -1,0 +1,96 @@
+//! Kernel feature probes that must run before a program is loaded: a program's
+//! expected attach type (multi or single) is fixed at load time.
+
+use std::ffi::CString;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::ptr;
+
+use libbpf_sys as sys;
+
+/// Loads `r0 = 0; exit` as a kprobe-type program with `expected` attach type.
+fn load_trivial(expected: sys::bpf_attach_type) -> Option<OwnedFd> {
+    // Raw encodings: BPF_ALU64|BPF_MOV|BPF_K to r0 with imm 0, then BPF_JMP|BPF_EXIT.
+    let insns: [sys::bpf_insn; 2] = [
+        // SAFETY: bpf_insn is a plain 8-byte struct; these are its wire encodings.
+        unsafe { std::mem::transmute::<[u8; 8], sys::bpf_insn>([0xb7, 0, 0, 0, 0, 0, 0, 0]) },
+        unsafe { std::mem::transmute::<[u8; 8], sys::bpf_insn>([0x95, 0, 0, 0, 0, 0, 0, 0]) },
+    ];
+    let license = CString::new("GPL").expect("no NUL");
+    let mut opts = sys::bpf_prog_load_opts {
+        sz: size_of::<sys::bpf_prog_load_opts>() as _,
+        expected_attach_type: expected,
+        ..Default::default()
+    };
+    // SAFETY: insns and license outlive the call; opts is a valid, sized struct.
+    let fd = unsafe {
+        sys::bpf_prog_load(
+            sys::BPF_PROG_TYPE_KPROBE,
+            ptr::null(),
+            license.as_ptr(),
+            insns.as_ptr(),
+            insns.len() as _,
+            &mut opts,
+        )
+    };
+    // SAFETY: a non-negative return is a new fd that we own.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn link_create(prog: &OwnedFd, ty: sys::bpf_attach_type, opts: &sys::bpf_link_create_opts) -> Result<OwnedFd, i32> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: opts points at caller-owned data valid for the call.
+    let fd = unsafe { sys::bpf_link_create(prog.as_raw_fd(), 0, ty, opts) };
+    if fd >= 0 {
+        // SAFETY: a non-negative return is a new fd that we own.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    } else {
+        Err(-fd)
+    }
+}
+
+/// Whether kprobe_multi links work, tested by linking a program to `symbol` (a
+/// function known to be traceable on this kernel).
+pub fn kprobe_multi(symbol: &str) -> bool {
+    let Some(prog) = load_trivial(sys::BPF_TRACE_KPROBE_MULTI) else {
+        return false;
+    };
+    let Ok(name) = CString::new(symbol) else {
+        return false;
+    };
+    let mut syms = [name.as_ptr()];
+    let mut opts = sys::bpf_link_create_opts {
+        sz: size_of::<sys::bpf_link_create_opts>() as _,
+        ..Default::default()
+    };
+    opts.__bindgen_anon_1.kprobe_multi = sys::bpf_link_create_opts__bindgen_ty_1__bindgen_ty_2 {
+        cnt: 1,
+        syms: syms.as_mut_ptr(),
+        ..Default::default()
+    };
+    link_create(&prog, sys::BPF_TRACE_KPROBE_MULTI, &opts).is_ok()
+}
+
+/// Whether uprobe_multi links work with PID filtering (kernel 6.6, PID fix in 6.10),
+/// probed the way libbpf does: a bad path must give EBADF, a bad PID EINVAL.
+pub fn uprobe_multi() -> bool {
+    let Some(prog) = load_trivial(sys::BPF_TRACE_UPROBE_MULTI) else {
+        return false;
+    };
+    let path = CString::new("/").expect("no NUL");
+    let offset: std::os::raw::c_ulong = 0;
+    let attempt = |pid: u32| {
+        let mut opts = sys::bpf_link_create_opts {
+            sz: size_of::<sys::bpf_link_create_opts>() as _,
+            ..Default::default()
+        };
+        opts.__bindgen_anon_1.uprobe_multi = sys::bpf_link_create_opts__bindgen_ty_1__bindgen_ty_3 {
+            cnt: 1,
+            path: path.as_ptr(),
+            offsets: &offset,
+            pid,
+            ..Default::default()
+        };
+        link_create(&prog, sys::BPF_TRACE_UPROBE_MULTI, &opts).err()
+    };
+    attempt(0) == Some(libc::EBADF) && attempt(u32::MAX) == Some(libc::EINVAL)
+}

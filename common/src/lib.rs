@@ -1,0 +1,21 @@
+//! Shared machinery of the tracekit tools: probe specs, expansion of patterns into
+//! kernel/user/tracepoint/USDT probes, attaching them (kprobe_multi with fallbacks),
+//! reading counters, the interval/duration/signal loop, and output helpers.
+
+pub mod attach;
+pub mod cli;
+pub mod counters;
+pub mod features;
+pub mod kfuncs;
+pub mod output;
+pub mod pattern;
+pub mod plan;
+pub mod run;
+pub mod spec;
+pub mod system;
+pub mod tracefs;
+pub mod tracepoints;
+pub mod ufuncs;
+
+pub use plan::{AttachMode, Plan};
+pub use spec::ProbeSpec;

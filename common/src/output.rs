@@ -1,0 +1,42 @@
+//! Writing results: whole summaries at once, a closed stdout treated as a quiet end.
+
+use std::io::{self, Write};
+
+use anyhow::Result;
+
+/// Writes `text` to stdout and flushes, so a summary reaches a pipe in one piece.
+/// A closed stdout (`| head`) surfaces as an error that [`is_closed_stdout`] recognises.
+pub fn emit(text: &str) -> Result<()> {
+    let mut out = io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()?;
+    Ok(())
+}
+
+/// True when the error comes from writing to a closed pipe.
+pub fn is_closed_stdout(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<io::Error>()
+            .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// Local wall-clock time as `HH:MM:SS`, BCC's `-T` format.
+pub fn timestamp() -> String {
+    // SAFETY: time(NULL) and localtime_r with a valid out-pointer.
+    let tm = unsafe {
+        let t = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&t, &mut tm);
+        tm
+    };
+    format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec)
+}
+
+/// Seconds since the Unix epoch, for machine-readable output.
+pub fn unix_time() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or_default()
+}

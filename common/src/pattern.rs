@@ -1,0 +1,114 @@
+//! Name matching for probe patterns: BCC-style globs (`*`, `?`) or regular expressions.
+//!
+//! Both forms match the whole name, so `-r 'vfs_.*'` and `'vfs_*'` select the same
+//! functions and `-r '(read|write)'` does not also pick `readv`.
+
+use anyhow::{bail, Result};
+use regex::Regex;
+
+#[derive(Debug, Clone)]
+pub struct Matcher {
+    text: String,
+    re: Regex,
+    literal: bool,
+}
+
+impl Matcher {
+    /// A glob: `*` matches any run of characters, `?` one character, all else is literal.
+    pub fn glob(pattern: &str) -> Result<Self> {
+        if pattern.is_empty() {
+            bail!("empty pattern");
+        }
+        let mut re = String::with_capacity(pattern.len() + 8);
+        re.push('^');
+        let mut buf = [0u8; 4];
+        for c in pattern.chars() {
+            match c {
+                '*' => re.push_str(".*"),
+                '?' => re.push('.'),
+                c => re.push_str(&regex::escape(c.encode_utf8(&mut buf))),
+            }
+        }
+        re.push('$');
+        Ok(Matcher {
+            text: pattern.to_string(),
+            re: Regex::new(&re).expect("escaped glob is a valid regex"),
+            literal: !pattern.contains(['*', '?']),
+        })
+    }
+
+    /// A regular expression that must match the whole name.
+    pub fn regex(pattern: &str) -> Result<Self> {
+        if pattern.is_empty() {
+            bail!("empty pattern");
+        }
+        let re = Regex::new(&format!("^(?:{pattern})$")).map_err(|e| {
+            // regex's message spans several lines with a caret diagram; keep the cause.
+            let msg = e.to_string();
+            let cause = msg
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("invalid syntax")
+                .trim()
+                .trim_start_matches("error: ")
+                .to_string();
+            anyhow::anyhow!("invalid regular expression: {cause}")
+        })?;
+        Ok(Matcher {
+            text: pattern.to_string(),
+            re,
+            literal: false,
+        })
+    }
+
+    pub fn is_match(&self, name: &str) -> bool {
+        self.re.is_match(name)
+    }
+
+    /// The exact name when the pattern has no wildcard (a glob without `*`/`?`).
+    pub fn literal(&self) -> Option<&str> {
+        self.literal.then_some(self.text.as_str())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_matches_whole_name() {
+        let m = Matcher::glob("vfs_*").unwrap();
+        assert!(m.is_match("vfs_read"));
+        assert!(!m.is_match("do_vfs_read"));
+        let m = Matcher::glob("*tcp*send?").unwrap();
+        assert!(m.is_match("x_tcp_sendx"));
+        assert!(!m.is_match("tcp_send"));
+        let m = Matcher::glob("a.b").unwrap();
+        assert!(m.is_match("a.b"));
+        assert!(!m.is_match("axb"));
+        assert_eq!(m.literal(), Some("a.b"));
+        assert_eq!(Matcher::glob("a*").unwrap().literal(), None);
+    }
+
+    #[test]
+    fn regex_is_anchored() {
+        let m = Matcher::regex("(write|read)").unwrap();
+        assert!(m.is_match("read"));
+        assert!(!m.is_match("readv"));
+        assert!(!m.is_match("pread"));
+        assert!(Matcher::regex("^vfs.*$").unwrap().is_match("vfs_read"));
+    }
+
+    #[test]
+    fn bad_regex_is_one_line() {
+        let e = Matcher::regex("(").unwrap_err().to_string();
+        assert!(!e.contains('\n'), "{e}");
+        assert!(e.starts_with("invalid regular expression: "), "{e}");
+        assert!(Matcher::glob("").is_err());
+    }
+}

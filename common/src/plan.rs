@@ -1,0 +1,488 @@
+//! A plan: a run's probe specs expanded into concrete probes, the attach mode chosen
+//! for them, and the programs of a tool's BPF object that serve each kind.
+//!
+//! Probe `i` of a plan is attached with cookie `i`, so BPF programs index their
+//! per-probe state by `bpf_get_attach_cookie()`.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::{Object, OpenObject, ProgramMut};
+
+use crate::attach::{self, Attached};
+use crate::cli::warn;
+use crate::features;
+use crate::kfuncs::{KernelFunc, KernelFuncs};
+use crate::run::Stop;
+use crate::spec::{ProbeSpec, Source};
+use crate::system::{self, PidNs};
+use crate::tracepoints::{self, Tracepoint};
+use crate::ufuncs::{self, UsdtProbe, UserFunc};
+
+/// How kernel and user functions are attached.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AttachMode {
+    /// One multi link per kind when the kernel supports it, else one probe per function.
+    #[default]
+    Auto,
+    /// kprobe_multi / uprobe_multi, failing if the kernel lacks them.
+    Multi,
+    /// One perf-event probe per function.
+    Single,
+}
+
+impl std::str::FromStr for AttachMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(AttachMode::Auto),
+            "multi" => Ok(AttachMode::Multi),
+            "single" => Ok(AttachMode::Single),
+            _ => Err(format!("'{s}' is not an attach mode (auto, multi, single)")),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum Site {
+    Kernel(KernelFunc),
+    User { binary: PathBuf, func: UserFunc },
+    Tracepoint(Tracepoint),
+    Usdt { binary: PathBuf, probe: UsdtProbe },
+}
+
+#[derive(Debug, Clone)]
+pub struct Probe {
+    /// What summaries print: the function, `category:event`, or USDT probe name.
+    pub label: String,
+    pub site: Site,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    pub pid: Option<u32>,
+    pub mode: AttachMode,
+}
+
+/// The kinds of BPF program a plan needs, named by their ELF section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ProgKind {
+    KprobeMulti,
+    Kprobe,
+    UprobeMulti,
+    Uprobe,
+    Tracepoint,
+    Usdt,
+}
+
+impl ProgKind {
+    fn of(prog_section: &str) -> Option<Self> {
+        Some(match prog_section.split('/').next()? {
+            "kprobe.multi" => ProgKind::KprobeMulti,
+            "kprobe" => ProgKind::Kprobe,
+            "uprobe.multi" => ProgKind::UprobeMulti,
+            "uprobe" => ProgKind::Uprobe,
+            "tracepoint" | "tp" => ProgKind::Tracepoint,
+            "usdt" => ProgKind::Usdt,
+            _ => return None,
+        })
+    }
+}
+
+/// Values for the filters in bpf/filter.h.
+#[derive(Debug, Clone, Copy)]
+pub struct Filter {
+    pub tgid: u32,
+    pub pidns_dev: u64,
+    pub pidns_ino: u64,
+    pub cpu: i32,
+}
+
+pub struct Plan {
+    pub probes: Vec<Probe>,
+    /// Per spec: the spec text and how many probes it matched.
+    pub matches: Vec<(String, usize)>,
+    pub pid: Option<u32>,
+    pub kernel_multi: bool,
+    pub user_multi: bool,
+    kernel_table: Option<(&'static str, usize, usize)>,
+}
+
+impl Plan {
+    /// Expands `specs`; fails naming the spec that matched nothing.
+    pub fn build(specs: &[ProbeSpec], opts: &Options) -> Result<Plan> {
+        if let Some(pid) = opts.pid {
+            system::check_pid(pid)?;
+        }
+        let mut kfuncs: Option<KernelFuncs> = None;
+        let mut probes = Vec::new();
+        let mut seen = HashSet::new();
+        let mut matches = Vec::new();
+        for spec in specs {
+            let found = expand(spec, opts.pid, &mut kfuncs)?;
+            matches.push((spec.raw.clone(), found.len()));
+            for p in found {
+                if seen.insert(site_key(&p.site)) {
+                    probes.push(p);
+                }
+            }
+        }
+        let has = |f: fn(&Site) -> bool| probes.iter().any(|p| f(&p.site));
+        let kernel_multi = match probes.iter().find_map(|p| match &p.site {
+            Site::Kernel(f) => Some(f.name.as_str()),
+            _ => None,
+        }) {
+            None => false,
+            Some(_) if opts.mode == AttachMode::Single => false,
+            Some(first) => {
+                let ok = features::kprobe_multi(first);
+                if !ok && opts.mode == AttachMode::Multi {
+                    bail!("--attach-mode multi: this kernel cannot create kprobe_multi links (needs Linux 5.18+ with CONFIG_FPROBE)");
+                }
+                if !ok {
+                    warn("kprobe_multi is not available on this kernel: attaching one kprobe per function (slower to attach and detach)");
+                }
+                ok
+            }
+        };
+        let user_multi = has(|s| matches!(s, Site::User { .. }))
+            && opts.mode != AttachMode::Single
+            && {
+                let ok = features::uprobe_multi();
+                if !ok && opts.mode == AttachMode::Multi {
+                    bail!("--attach-mode multi: this kernel cannot create uprobe_multi links (needs Linux 6.10+)");
+                }
+                ok
+            };
+        Ok(Plan {
+            kernel_table: kfuncs.map(|k| (k.source, k.len(), k.removed)),
+            probes,
+            matches,
+            pid: opts.pid,
+            kernel_multi,
+            user_multi,
+        })
+    }
+
+    /// The BPF program kinds this plan attaches.
+    pub fn prog_kinds(&self) -> Vec<ProgKind> {
+        let mut kinds: Vec<ProgKind> = self
+            .probes
+            .iter()
+            .flat_map(|p| match p.site {
+                Site::Kernel(_) if self.kernel_multi => vec![ProgKind::KprobeMulti],
+                Site::Kernel(_) => vec![ProgKind::Kprobe],
+                // Single uprobes stay loaded as the fallback for a refused multi link.
+                Site::User { .. } if self.user_multi => vec![ProgKind::UprobeMulti, ProgKind::Uprobe],
+                Site::User { .. } => vec![ProgKind::Uprobe],
+                Site::Tracepoint(_) => vec![ProgKind::Tracepoint],
+                Site::Usdt { .. } => vec![ProgKind::Usdt],
+            })
+            .collect();
+        kinds.sort();
+        kinds.dedup();
+        kinds
+    }
+
+    /// Loads only the programs this plan needs: a kprobe.multi program would fail
+    /// to load on a kernel without that attach type, and unused ones cost verifier time.
+    pub fn configure(&self, obj: &mut OpenObject) -> Result<()> {
+        let need = self.prog_kinds();
+        let mut have = HashSet::new();
+        for mut prog in obj.progs_mut() {
+            let Some(kind) = prog.section().to_str().and_then(ProgKind::of) else {
+                continue;
+            };
+            let on = need.contains(&kind);
+            prog.set_autoload(on);
+            if on {
+                have.insert(kind);
+            }
+        }
+        if let Some(missing) = need.iter().find(|k| !have.contains(k)) {
+            bail!("internal error: the BPF object has no program for {missing:?} probes");
+        }
+        Ok(())
+    }
+
+    /// Filter values for bpf/filter.h: the target PID (in our pid namespace when we
+    /// run in a container) and CPU.
+    pub fn filter(&self, cpu: Option<u32>) -> Filter {
+        let ns: Option<PidNs> = self.pid.and_then(|_| system::own_pidns());
+        Filter {
+            tgid: self.pid.unwrap_or(0),
+            pidns_dev: ns.map_or(0, |n| n.dev),
+            pidns_ino: ns.map_or(0, |n| n.ino),
+            cpu: cpu.map_or(-1, |c| c as i32),
+        }
+    }
+
+    /// Attaches every probe to the loaded object's programs. Stops early (keeping
+    /// what is attached, for the caller to drop) when `stop` is raised.
+    pub fn attach(&self, obj: &Object, stop: &Stop) -> Result<Attached> {
+        let progs: BTreeMap<ProgKind, ProgramMut> = obj
+            .progs_mut()
+            .filter_map(|p| {
+                let kind = p.section().to_str().and_then(ProgKind::of)?;
+                Some((kind, p))
+            })
+            .collect();
+        let prog = |k: ProgKind| {
+            progs
+                .get(&k)
+                .with_context(|| format!("internal error: no loaded program for {k:?} probes"))
+        };
+        let mut out = Attached::new(self.probes.len());
+        let pid = self.pid;
+
+        let kernel: Vec<(usize, &KernelFunc)> = self
+            .probes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match &p.site {
+                Site::Kernel(f) => Some((i, f)),
+                _ => None,
+            })
+            .collect();
+        if !kernel.is_empty() {
+            if self.kernel_multi {
+                attach::kprobe_multi(prog(ProgKind::KprobeMulti)?, &kernel, stop, &mut out)?;
+            } else {
+                attach::kprobes(prog(ProgKind::Kprobe)?, &kernel, stop, &mut out);
+            }
+        }
+
+        let mut by_binary: BTreeMap<&PathBuf, Vec<attach::UserSite>> = BTreeMap::new();
+        for (i, p) in self.probes.iter().enumerate() {
+            if let Site::User { binary, func } = &p.site {
+                by_binary.entry(binary).or_default().push((i, &func.name, func.offset));
+            }
+        }
+        for (binary, sites) in by_binary {
+            if self.user_multi {
+                let single = progs.get(&ProgKind::Uprobe);
+                attach::uprobe_multi(prog(ProgKind::UprobeMulti)?, single, pid, binary, &sites, stop, &mut out);
+            } else {
+                attach::uprobes(prog(ProgKind::Uprobe)?, pid, binary, &sites, stop, &mut out);
+            }
+        }
+
+        let tps: Vec<(usize, &str, &str, &str)> = self
+            .probes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match &p.site {
+                Site::Tracepoint(t) => Some((i, t.category.as_str(), t.event.as_str(), p.label.as_str())),
+                _ => None,
+            })
+            .collect();
+        if !tps.is_empty() {
+            attach::tracepoints(prog(ProgKind::Tracepoint)?, &tps, stop, &mut out);
+        }
+
+        let usdts: Vec<(usize, &std::path::Path, &str, &str)> = self
+            .probes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match &p.site {
+                Site::Usdt { binary, probe } => {
+                    Some((i, binary.as_path(), probe.provider.as_str(), probe.name.as_str()))
+                }
+                _ => None,
+            })
+            .collect();
+        if !usdts.is_empty() {
+            attach::usdts(prog(ProgKind::Usdt)?, pid, &usdts, stop, &mut out);
+        }
+
+        if out.probes_attached() == 0 && !stop.is_set() {
+            match out.skipped.first() {
+                Some(s) => bail!("nothing could be attached: {}: {}", s.label, s.reason),
+                None => bail!("nothing to attach"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// What `-D` prints before attaching: matches, sources, modes, every probe.
+    pub fn describe(&self) -> String {
+        let mut s = String::new();
+        for (spec, n) in &self.matches {
+            let _ = writeln!(s, "pattern \"{spec}\": {n} match{}", if *n == 1 { "" } else { "es" });
+        }
+        if let Some((src, n, removed)) = self.kernel_table {
+            let _ = writeln!(
+                s,
+                "kernel functions: {n} traceable (from {src}), {removed} excluded by the deny list and kprobe blacklist"
+            );
+        }
+        let kernel = self.count(|s| matches!(s, Site::Kernel(_)));
+        if kernel > 0 {
+            let by_addr = self.probes.iter().all(|p| match &p.site {
+                Site::Kernel(f) => !f.addrs.is_empty(),
+                _ => true,
+            });
+            let _ = writeln!(
+                s,
+                "attach mode: kernel functions: {} ({kernel} functions, by {})",
+                if self.kernel_multi { "kprobe_multi" } else { "single kprobes" },
+                if by_addr { "address" } else { "name" }
+            );
+        }
+        let user = self.count(|s| matches!(s, Site::User { .. }));
+        if user > 0 {
+            let _ = writeln!(
+                s,
+                "attach mode: user functions: {} ({user} functions)",
+                if self.user_multi { "uprobe_multi" } else { "single uprobes" }
+            );
+        }
+        for (i, p) in self.probes.iter().enumerate() {
+            let where_ = match &p.site {
+                Site::Kernel(f) => match &f.module {
+                    Some(m) => format!("kernel [{m}], {} instance(s)", f.addrs.len().max(1)),
+                    None => format!("kernel, {} instance(s)", f.addrs.len().max(1)),
+                },
+                Site::User { binary, func } => format!("{} +0x{:x}", binary.display(), func.offset),
+                Site::Tracepoint(_) => "tracepoint".to_string(),
+                Site::Usdt { binary, probe } => format!("usdt {}:{} in {}", probe.provider, probe.name, binary.display()),
+            };
+            let _ = writeln!(s, "  probe {i}: {} ({where_})", p.label);
+        }
+        s
+    }
+
+    fn count(&self, f: impl Fn(&Site) -> bool) -> usize {
+        self.probes.iter().filter(|p| f(&p.site)).count()
+    }
+}
+
+impl Attached {
+    /// What `-D` prints after attaching: links and every skipped probe.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "attached: {} probes, {} links ({} kprobe_multi, {} uprobe_multi), {} skipped\n",
+            self.probes_attached(),
+            self.links(),
+            self.kprobe_multi_links,
+            self.uprobe_multi_links,
+            self.skipped.len()
+        );
+        for k in &self.skipped {
+            let _ = writeln!(s, "  skipped {}: {}", k.label, k.reason);
+        }
+        s
+    }
+
+    /// A one-line warning about skipped probes, if any.
+    pub fn skipped_warning(&self) -> Option<String> {
+        if self.skipped.is_empty() {
+            return None;
+        }
+        const SHOWN: usize = 5;
+        let mut list: Vec<String> = self
+            .skipped
+            .iter()
+            .take(SHOWN)
+            .map(|k| format!("{} ({})", k.label, k.reason))
+            .collect();
+        if self.skipped.len() > SHOWN {
+            list.push(format!("and {} more (-D lists them)", self.skipped.len() - SHOWN));
+        }
+        Some(format!(
+            "skipped {} probe{} that could not be attached: {}",
+            self.skipped.len(),
+            if self.skipped.len() == 1 { "" } else { "s" },
+            list.join(", ")
+        ))
+    }
+}
+
+fn site_key(site: &Site) -> String {
+    match site {
+        Site::Kernel(f) => format!("k:{}", f.name),
+        Site::User { binary, func } => format!("u:{}:{}", binary.display(), func.offset),
+        Site::Tracepoint(t) => format!("t:{}", t.name()),
+        Site::Usdt { binary, probe } => format!("s:{}:{}:{}", binary.display(), probe.provider, probe.name),
+    }
+}
+
+fn expand(spec: &ProbeSpec, pid: Option<u32>, kfuncs: &mut Option<KernelFuncs>) -> Result<Vec<Probe>> {
+    let m = &spec.matcher;
+    let probes: Vec<Probe> = match &spec.source {
+        Source::Kernel => {
+            if kfuncs.is_none() {
+                *kfuncs = Some(KernelFuncs::load()?);
+            }
+            let k = kfuncs.as_ref().expect("loaded above");
+            let found: Vec<Probe> = k
+                .matching(m)
+                .map(|f| Probe {
+                    label: f.name.clone(),
+                    site: Site::Kernel(f.clone()),
+                })
+                .collect();
+            if found.is_empty() {
+                if let Some(name) = m.literal() {
+                    if k.is_removed(name) {
+                        bail!("\"{name}\" is not traced: it is on the kprobe blacklist or the deny list of functions that hang or recurse when traced");
+                    }
+                    bail!("\"{name}\" is not a traceable kernel function (it may not exist, be inlined, or be marked notrace)");
+                }
+                bail!("no traceable kernel function matches \"{spec}\"");
+            }
+            found
+        }
+        Source::User { target } => {
+            let binary = ufuncs::resolve(target, pid).with_context(|| format!("probe \"{spec}\""))?;
+            let found: Vec<Probe> = ufuncs::functions(&binary, m)?
+                .into_iter()
+                .map(|func| Probe {
+                    label: func.name.clone(),
+                    site: Site::User {
+                        binary: binary.clone(),
+                        func,
+                    },
+                })
+                .collect();
+            if found.is_empty() {
+                bail!("no function in {} matches \"{spec}\"", binary.display());
+            }
+            found
+        }
+        Source::Tracepoint => {
+            let found: Vec<Probe> = tracepoints::matching(m)?
+                .into_iter()
+                .map(|t| Probe {
+                    label: t.name(),
+                    site: Site::Tracepoint(t),
+                })
+                .collect();
+            if found.is_empty() {
+                bail!("no tracepoint matches \"{spec}\" (tracepoints are listed under events/ in tracefs)");
+            }
+            found
+        }
+        Source::Usdt { target } => {
+            let binary = ufuncs::resolve(target, pid).with_context(|| format!("probe \"{spec}\""))?;
+            let found: Vec<Probe> = ufuncs::usdt_probes(&binary)?
+                .into_iter()
+                .filter(|p| m.is_match(&p.name))
+                .map(|probe| Probe {
+                    label: probe.name.clone(),
+                    site: Site::Usdt {
+                        binary: binary.clone(),
+                        probe,
+                    },
+                })
+                .collect();
+            if found.is_empty() {
+                bail!("no USDT probe in {} matches \"{spec}\"", binary.display());
+            }
+            found
+        }
+    };
+    Ok(probes)
+}

@@ -1,0 +1,217 @@
+//! The interval/duration loop and the ways a run ends: SIGINT, SIGTERM and SIGHUP
+//! (all print the final summary), the duration elapsing, or the traced process exiting.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    Signal,
+    Duration,
+    TargetExited,
+}
+
+/// Process-wide stop request, set from the signal handler or a watcher thread and
+/// polled by long operations (attaching thousands of probes) and the run loop.
+pub struct Stop {
+    flag: AtomicBool,
+    reason: Mutex<Option<StopReason>>,
+    cv: Condvar,
+}
+
+static STOP: OnceLock<Stop> = OnceLock::new();
+
+impl Stop {
+    /// Installs the SIGINT/SIGTERM/SIGHUP handler (once) and returns the stop state.
+    /// A second signal exits at once: the kernel detaches our links when their
+    /// file descriptors close, so nothing is left behind even then.
+    pub fn install() -> Result<&'static Stop> {
+        let mut first = false;
+        let stop = STOP.get_or_init(|| {
+            first = true;
+            Stop {
+                flag: AtomicBool::new(false),
+                reason: Mutex::new(None),
+                cv: Condvar::new(),
+            }
+        });
+        if first {
+            ctrlc::set_handler(move || {
+                let stop = STOP.get().expect("initialised before the handler");
+                if stop.is_set() && stop.reason() == Some(StopReason::Signal) {
+                    std::process::exit(130);
+                }
+                stop.trigger(StopReason::Signal);
+            })
+            .context("installing signal handlers")?;
+        }
+        Ok(stop)
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.flag.load(Ordering::Relaxed)
+    }
+
+    pub fn reason(&self) -> Option<StopReason> {
+        *self.reason.lock().expect("stop lock")
+    }
+
+    /// Requests a stop; the first reason given wins.
+    pub fn trigger(&self, why: StopReason) {
+        let mut r = self.reason.lock().expect("stop lock");
+        if r.is_none() {
+            *r = Some(why);
+        }
+        self.flag.store(true, Ordering::Relaxed);
+        self.cv.notify_all();
+    }
+
+    /// Sleeps until `deadline` (forever if `None`) or a stop; returns the stop reason.
+    pub fn wait_until(&self, deadline: Option<Instant>) -> Option<StopReason> {
+        let mut r = self.reason.lock().expect("stop lock");
+        loop {
+            if r.is_some() {
+                return *r;
+            }
+            match deadline {
+                None => r = self.cv.wait(r).expect("stop lock"),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return None;
+                    }
+                    r = self.cv.wait_timeout(r, d - now).expect("stop lock").0;
+                }
+            }
+        }
+    }
+
+    /// Stops the run when process `pid` exits (as bpftrace does for `-p`).
+    pub fn watch_pid(&'static self, pid: u32) -> Result<()> {
+        // SAFETY: plain syscall; a non-negative result is a new fd we own.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+        if fd < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ESRCH) {
+                bail!("no process with PID {pid}");
+            }
+            // Kernels before 5.3: poll /proc instead.
+            thread::spawn(move || {
+                while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                    thread::sleep(Duration::from_millis(100));
+                }
+                self.trigger(StopReason::TargetExited);
+            });
+            return Ok(());
+        }
+        // SAFETY: fd is a fresh pidfd owned from here on.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        thread::spawn(move || {
+            let mut pfd = libc::pollfd {
+                fd: pidfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // A pidfd becomes readable when the process exits.
+            // SAFETY: pfd is a valid pollfd for the duration of the call.
+            while unsafe { libc::poll(&mut pfd, 1, -1) } < 0 {}
+            self.trigger(StopReason::TargetExited);
+        });
+        Ok(())
+    }
+}
+
+/// When summaries are printed: every `interval`, and at the end of `duration`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Schedule {
+    pub interval: Option<Duration>,
+    pub duration: Option<Duration>,
+}
+
+/// Runs until stopped, calling `summary(is_final)` at each interval and once at the
+/// end. With only a duration there is one summary, at its end (BCC semantics).
+pub fn run_loop(
+    schedule: Schedule,
+    stop: &Stop,
+    mut summary: impl FnMut(bool) -> Result<()>,
+) -> Result<StopReason> {
+    let start = Instant::now();
+    let end = schedule.duration.map(|d| start + d);
+    let mut next = schedule.interval.map(|i| start + i);
+    loop {
+        let wake = match (next, end) {
+            (Some(n), Some(e)) => Some(n.min(e)),
+            (n, e) => n.or(e),
+        };
+        if let Some(reason) = stop.wait_until(wake) {
+            summary(true)?;
+            return Ok(reason);
+        }
+        let now = Instant::now();
+        if end.is_some_and(|e| now >= e) {
+            summary(true)?;
+            return Ok(StopReason::Duration);
+        }
+        summary(false)?;
+        if let (Some(n), Some(i)) = (next.as_mut(), schedule.interval) {
+            // Keep to the original cadence; skip ticks missed while printing.
+            while *n <= now {
+                *n += i;
+            }
+        }
+    }
+}
+
+/// Parses a positive number of seconds (`1`, `0.5`) for `-i` and `-d`.
+pub fn parse_secs(s: &str) -> std::result::Result<Duration, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if !(v > 0.0 && v.is_finite()) {
+        return Err(format!("'{s}' must be a positive number of seconds"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secs() {
+        assert_eq!(parse_secs("2").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_secs("0.25").unwrap(), Duration::from_millis(250));
+        assert!(parse_secs("0").is_err());
+        assert!(parse_secs("-1").is_err());
+        assert!(parse_secs("x").is_err());
+    }
+
+    #[test]
+    fn interval_and_duration_give_exact_summary_count() {
+        let stop = Stop {
+            flag: AtomicBool::new(false),
+            reason: Mutex::new(None),
+            cv: Condvar::new(),
+        };
+        let mut finals = Vec::new();
+        let why = run_loop(
+            Schedule {
+                interval: Some(Duration::from_millis(30)),
+                duration: Some(Duration::from_millis(100)),
+            },
+            &stop,
+            |f| {
+                finals.push(f);
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(why, StopReason::Duration);
+        assert_eq!(finals, vec![false, false, false, true]);
+    }
+}

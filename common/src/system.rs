@@ -1,0 +1,130 @@
+//! Preconditions checked before tracing: privileges, target process, kernel abilities.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use anyhow::{bail, Result};
+
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
+
+/// Fails unless the process may load BPF programs and open perf events.
+pub fn require_root() -> Result<()> {
+    let caps = fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(0);
+    let has = |cap: u32| caps & (1u64 << cap) != 0;
+    if has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)) {
+        return Ok(());
+    }
+    bail!("tracing needs root (CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN); run it with sudo")
+}
+
+/// Fails with a clear message when `pid` names no running process.
+pub fn check_pid(pid: u32) -> Result<()> {
+    if pid == 0 || !Path::new(&format!("/proc/{pid}")).exists() {
+        bail!("no process with PID {pid}");
+    }
+    Ok(())
+}
+
+/// A pid namespace, identified as `bpf_get_ns_current_pid_tgid` expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PidNs {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// Our pid namespace when it is not the initial one (we run in a container), in
+/// which case PIDs given by the user must be matched in that namespace.
+pub fn own_pidns() -> Option<PidNs> {
+    // PROC_PID_INIT_INO: the inode number of the initial pid namespace.
+    const INIT_INO: u64 = 0xEFFF_FFFC;
+    let md = fs::metadata("/proc/self/ns/pid").ok()?;
+    (md.ino() != INIT_INO).then(|| PidNs {
+        dev: md.dev(),
+        ino: md.ino(),
+    })
+}
+
+/// Fails when this kernel cannot trace kernel functions, saying why and what still works.
+pub fn require_kernel_functions(tracefs: &Path) -> Result<()> {
+    let has_kprobes = Path::new("/sys/bus/event_source/devices/kprobe").exists()
+        || tracefs.join("kprobe_events").exists();
+    let aff = tracefs.join("available_filter_functions");
+    let aff_denied = fs::File::open(&aff)
+        .err()
+        .is_some_and(|e| e.kind() == std::io::ErrorKind::PermissionDenied);
+    if has_kprobes && !aff_denied {
+        return Ok(());
+    }
+    let mut why = Vec::new();
+    if !has_kprobes {
+        why.push("it was built without kprobes (CONFIG_KPROBES is not set)".to_string());
+    }
+    if aff_denied {
+        why.push(match lockdown() {
+            Some(mode) => format!(
+                "kernel lockdown ({mode}) forbids reading the traceable function list"
+            ),
+            None => "reading the traceable function list is not permitted (EPERM)".to_string(),
+        });
+    } else if let Some(mode) = lockdown().filter(|m| m != "none") {
+        why.push(format!("kernel lockdown is '{mode}'"));
+    }
+    bail!(
+        "kernel functions cannot be traced here: {}; tracepoints (t:CATEGORY:EVENT), \
+         user functions (LIBRARY:FUNCTION) and USDT probes (u:LIBRARY:PROBE) still work",
+        why.join(" and ")
+    )
+}
+
+/// The active lockdown mode, reading securityfs (mounting it if needed).
+fn lockdown() -> Option<String> {
+    let file = Path::new("/sys/kernel/security/lockdown");
+    if !file.exists() {
+        let c = |s: &str| std::ffi::CString::new(s).expect("no NUL");
+        let (src, dir) = (c("securityfs"), c("/sys/kernel/security"));
+        // SAFETY: valid NUL-terminated strings; failure is tolerated.
+        unsafe {
+            libc::mount(src.as_ptr(), dir.as_ptr(), src.as_ptr(), 0, std::ptr::null());
+        }
+    }
+    let s = fs::read_to_string(file).ok()?;
+    let start = s.find('[')? + 1;
+    let end = s[start..].find(']')? + start;
+    Some(s[start..end].to_string())
+}
+
+/// Raises the open-file soft limit toward `want` (perf-event probes hold two
+/// descriptors each). Best effort: the hard limit may not be raisable.
+pub fn raise_fd_limit(want: usize) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: valid out-pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return;
+    }
+    let want = want as libc::rlim_t;
+    if lim.rlim_cur >= want {
+        return;
+    }
+    let raised = libc::rlimit {
+        rlim_cur: want.max(lim.rlim_cur),
+        rlim_max: want.max(lim.rlim_max),
+    };
+    // SAFETY: valid in-pointers; failure leaves the limits unchanged.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+        lim.rlim_cur = lim.rlim_max;
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+    }
+}

@@ -1,0 +1,103 @@
+//! Locating (and when needed mounting) tracefs and debugfs.
+
+use std::ffi::CString;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use anyhow::{anyhow, Result};
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+const DEBUGFS: &str = "/sys/kernel/debug";
+
+/// The tracefs mount point; mounts tracefs at /sys/kernel/tracing when it is not mounted.
+pub fn tracefs() -> Result<&'static Path> {
+    static PATH: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
+    PATH.get_or_init(|| find_or_mount("tracefs", TRACEFS).map_err(|e| e.to_string()))
+        .as_deref()
+        .map_err(|e| anyhow!("{e}"))
+}
+
+/// The debugfs mount point, mounted when missing; `None` when it cannot be had
+/// (only optional information, such as the kprobe blacklist, lives there).
+pub fn debugfs() -> Option<&'static Path> {
+    static PATH: OnceLock<Option<PathBuf>> = OnceLock::new();
+    PATH.get_or_init(|| find_or_mount("debugfs", DEBUGFS).ok())
+        .as_deref()
+}
+
+fn find_or_mount(fstype: &str, target: &str) -> Result<PathBuf> {
+    if let Some(p) = mount_point(fstype) {
+        return Ok(p);
+    }
+    // Older systems reach tracefs through debugfs's automount.
+    if fstype == "tracefs" && Path::new("/sys/kernel/debug/tracing/events").is_dir() {
+        return Ok(PathBuf::from("/sys/kernel/debug/tracing"));
+    }
+    mount(fstype, target).map_err(|e| {
+        anyhow!(
+            "{fstype} is not mounted and mounting it at {target} failed ({e}); \
+             run: mount -t {fstype} nodev {target}"
+        )
+    })?;
+    Ok(PathBuf::from(target))
+}
+
+fn mount_point(fstype: &str) -> Option<PathBuf> {
+    let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
+    mounts.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (_dev, dir, ty) = (f.next()?, f.next()?, f.next()?);
+        (ty == fstype).then(|| PathBuf::from(unescape_mount(dir)))
+    })
+}
+
+/// /proc/mounts escapes space, tab, newline and backslash as octal.
+fn unescape_mount(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn mount(fstype: &str, target: &str) -> io::Result<()> {
+    let c = |s: &str| CString::new(s).expect("no NUL");
+    let (src, tgt, ty) = (c("nodev"), c(target), c(fstype));
+    // SAFETY: all pointers are valid NUL-terminated strings for the call's duration.
+    let rc = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            tgt.as_ptr(),
+            ty.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unescapes_octal() {
+        assert_eq!(unescape_mount(r"/a\040b"), "/a b");
+        assert_eq!(unescape_mount("/plain"), "/plain");
+    }
+}
