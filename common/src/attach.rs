@@ -118,7 +118,9 @@ fn take_link(ptr: *mut sys::bpf_link) -> Result<Link, i32> {
     match NonNull::new(ptr) {
         // SAFETY: a non-null return from a libbpf attach call is a link we now own.
         Some(p) => Ok(unsafe { Link::from_ptr(p) }),
-        None => Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL)),
+        None => Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL)),
     }
 }
 
@@ -146,7 +148,11 @@ struct MultiSite<'a> {
 
 fn kprobe_multi_link(prog: Prog, sites: &[MultiSite<'_>]) -> Result<Link, i32> {
     let cookies: Vec<u64> = sites.iter().map(|s| s.cookie).collect();
-    let addrs: Vec<c_ulong> = sites.iter().filter_map(|s| s.addr).map(|a| a as c_ulong).collect();
+    let addrs: Vec<c_ulong> = sites
+        .iter()
+        .filter_map(|s| s.addr)
+        .map(|a| a as c_ulong)
+        .collect();
     let names: Vec<CString> = if addrs.is_empty() {
         sites
             .iter()
@@ -158,14 +164,24 @@ fn kprobe_multi_link(prog: Prog, sites: &[MultiSite<'_>]) -> Result<Link, i32> {
     let mut name_ptrs: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
     let opts = sys::bpf_kprobe_multi_opts {
         sz: size_of::<sys::bpf_kprobe_multi_opts>() as _,
-        syms: if names.is_empty() { std::ptr::null_mut() } else { name_ptrs.as_mut_ptr() },
-        addrs: if addrs.is_empty() { std::ptr::null() } else { addrs.as_ptr() },
+        syms: if names.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            name_ptrs.as_mut_ptr()
+        },
+        addrs: if addrs.is_empty() {
+            std::ptr::null()
+        } else {
+            addrs.as_ptr()
+        },
         cookies: cookies.as_ptr(),
         cnt: sites.len() as _,
         ..Default::default()
     };
     // SAFETY: every array outlives the call and holds `cnt` elements.
-    take_link(unsafe { sys::bpf_program__attach_kprobe_multi_opts(prog.ptr(), std::ptr::null(), &opts) })
+    take_link(unsafe {
+        sys::bpf_program__attach_kprobe_multi_opts(prog.ptr(), std::ptr::null(), &opts)
+    })
 }
 
 /// Attaches `funcs` (probe index, function) with kprobe_multi: one link normally;
@@ -294,7 +310,12 @@ fn collect<T>(
 }
 
 /// One perf-event kprobe per function instance (by address when known).
-pub(crate) fn kprobes(prog: &Program, funcs: &[(usize, &KernelFunc)], stop: &Stop, out: &mut Attached) {
+pub(crate) fn kprobes(
+    prog: &Program,
+    funcs: &[(usize, &KernelFunc)],
+    stop: &Stop,
+    out: &mut Attached,
+) {
     let sites: Vec<(usize, &str, Option<u64>)> = funcs
         .iter()
         .flat_map(|&(i, f)| {
@@ -316,7 +337,11 @@ pub(crate) fn kprobes(prog: &Program, funcs: &[(usize, &KernelFunc)], stop: &Sto
             offset: addr.unwrap_or(0) as _,
             ..Default::default()
         };
-        let func = if addr.is_some() { std::ptr::null() } else { cname.as_ptr() };
+        let func = if addr.is_some() {
+            std::ptr::null()
+        } else {
+            cname.as_ptr()
+        };
         // SAFETY: strings and opts outlive the call; a NULL name means offset is an address.
         take_link(unsafe { sys::bpf_program__attach_kprobe_opts(prog.ptr(), func, &opts) })
     });
@@ -425,6 +450,8 @@ pub(crate) fn tracepoints(
             CString::new(cat).map_err(|_| libc::EINVAL)?,
             CString::new(ev).map_err(|_| libc::EINVAL)?,
         );
+        // bpf_tracepoint_opts has padding on some targets and none on others.
+        #[allow(clippy::needless_update)]
         let opts = sys::bpf_tracepoint_opts {
             sz: size_of::<sys::bpf_tracepoint_opts>() as _,
             bpf_cookie: i as u64,
@@ -455,7 +482,8 @@ pub(crate) fn usdts(
             cookie: i as u64,
             ..Default::default()
         };
-        match prog.attach_usdt_with_opts(pid.map_or(-1, |p| p as i32), binary, provider, name, opts) {
+        match prog.attach_usdt_with_opts(pid.map_or(-1, |p| p as i32), binary, provider, name, opts)
+        {
             Ok(link) => out.add(link, [i as u64]),
             Err(e) => out.skip(name, e.kind().into_errno()),
         }

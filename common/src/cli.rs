@@ -13,7 +13,8 @@ pub fn main(tool: &'static str, body: impl FnOnce() -> Result<()>) -> ! {
     let _ = TOOL.set(tool);
     // libbpf's own messages are noise next to ours; TRACEKIT_DEBUG=1 shows them.
     let verbose = std::env::var_os("TRACEKIT_DEBUG").is_some_and(|v| v != "0");
-    let _ = libbpf_rs::set_print(verbose.then_some((libbpf_rs::PrintLevel::Debug, print_libbpf as _)));
+    let _ =
+        libbpf_rs::set_print(verbose.then_some((libbpf_rs::PrintLevel::Debug, print_libbpf as _)));
     let code = match body() {
         Ok(()) => 0,
         Err(e) if crate::output::is_closed_stdout(&e) => 0,

@@ -53,7 +53,11 @@ impl PerCpuCounters {
             let rc = unsafe {
                 sys::bpf_map_lookup_batch(
                     self.fd,
-                    if first { std::ptr::null_mut() } else { (&mut token as *mut u32).cast() },
+                    if first {
+                        std::ptr::null_mut()
+                    } else {
+                        (&mut token as *mut u32).cast()
+                    },
                     (&mut next as *mut u32).cast(),
                     self.keys[done..].as_mut_ptr().cast(),
                     self.values[done * self.cpus..].as_mut_ptr().cast(),

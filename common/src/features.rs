@@ -36,7 +36,11 @@ fn load_trivial(expected: sys::bpf_attach_type) -> Option<OwnedFd> {
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-fn link_create(prog: &OwnedFd, ty: sys::bpf_attach_type, opts: &sys::bpf_link_create_opts) -> Result<OwnedFd, i32> {
+fn link_create(
+    prog: &OwnedFd,
+    ty: sys::bpf_attach_type,
+    opts: &sys::bpf_link_create_opts,
+) -> Result<OwnedFd, i32> {
     use std::os::fd::AsRawFd;
     // SAFETY: opts points at caller-owned data valid for the call.
     let fd = unsafe { sys::bpf_link_create(prog.as_raw_fd(), 0, ty, opts) };
@@ -83,13 +87,14 @@ pub fn uprobe_multi() -> bool {
             sz: size_of::<sys::bpf_link_create_opts>() as _,
             ..Default::default()
         };
-        opts.__bindgen_anon_1.uprobe_multi = sys::bpf_link_create_opts__bindgen_ty_1__bindgen_ty_3 {
-            cnt: 1,
-            path: path.as_ptr(),
-            offsets: &offset,
-            pid,
-            ..Default::default()
-        };
+        opts.__bindgen_anon_1.uprobe_multi =
+            sys::bpf_link_create_opts__bindgen_ty_1__bindgen_ty_3 {
+                cnt: 1,
+                path: path.as_ptr(),
+                offsets: &offset,
+                pid,
+                ..Default::default()
+            };
         link_create(&prog, sys::BPF_TRACE_UPROBE_MULTI, &opts).err()
     };
     attempt(0) == Some(libc::EBADF) && attempt(u32::MAX) == Some(libc::EINVAL)

@@ -73,8 +73,8 @@ impl KernelFuncs {
             (parse_aff_addrs(&text), "available_filter_functions_addrs")
         } else {
             let aff = tracefs.join("available_filter_functions");
-            let text = fs::read_to_string(&aff)
-                .with_context(|| format!("reading {}", aff.display()))?;
+            let text =
+                fs::read_to_string(&aff).with_context(|| format!("reading {}", aff.display()))?;
             let kallsyms = fs::read_to_string("/proc/kallsyms").unwrap_or_default();
             (
                 reconcile(&text, &kallsyms),
@@ -254,13 +254,17 @@ mod tests {
         // Two kallsyms instances, one traceable: cannot tell which, resolve by name.
         assert!(k.get("t_start").unwrap().addrs.is_empty());
         assert_eq!(k.get("s_show").unwrap().addrs.len(), 2);
-        assert_eq!(k.get("ext4_sync_fs").unwrap().module.as_deref(), Some("ext4"));
+        assert_eq!(
+            k.get("ext4_sync_fs").unwrap().module.as_deref(),
+            Some("ext4")
+        );
         assert!(k.get("__ftrace_invalid_address___64").is_none());
     }
 
     #[test]
     fn deny_list_and_blacklist_remove() {
-        let text = "1 vfs_read\n2 rcu_read_lock_held\n3 default_idle\n4 kprobe_handler\n5 vfs_write\n";
+        let text =
+            "1 vfs_read\n2 rcu_read_lock_held\n3 default_idle\n4 kprobe_handler\n5 vfs_write\n";
         let bl = parse_blacklist("0x4-0x5\tkprobe_handler\n");
         let k = KernelFuncs::from_parts(parse_aff_addrs(text), "t", &bl);
         assert_eq!(names(&k, "*"), vec!["vfs_read", "vfs_write"]);

@@ -175,7 +175,9 @@ impl Plan {
                 Site::Kernel(_) if self.kernel_multi => vec![ProgKind::KprobeMulti],
                 Site::Kernel(_) => vec![ProgKind::Kprobe],
                 // Single uprobes stay loaded as the fallback for a refused multi link.
-                Site::User { .. } if self.user_multi => vec![ProgKind::UprobeMulti, ProgKind::Uprobe],
+                Site::User { .. } if self.user_multi => {
+                    vec![ProgKind::UprobeMulti, ProgKind::Uprobe]
+                }
                 Site::User { .. } => vec![ProgKind::Uprobe],
                 Site::Tracepoint(_) => vec![ProgKind::Tracepoint],
                 Site::Usdt { .. } => vec![ProgKind::Usdt],
@@ -257,13 +259,24 @@ impl Plan {
         let mut by_binary: BTreeMap<&PathBuf, Vec<attach::UserSite>> = BTreeMap::new();
         for (i, p) in self.probes.iter().enumerate() {
             if let Site::User { binary, func } = &p.site {
-                by_binary.entry(binary).or_default().push((i, &func.name, func.offset));
+                by_binary
+                    .entry(binary)
+                    .or_default()
+                    .push((i, &func.name, func.offset));
             }
         }
         for (binary, sites) in by_binary {
             if self.user_multi {
                 let single = progs.get(&ProgKind::Uprobe);
-                attach::uprobe_multi(prog(ProgKind::UprobeMulti)?, single, pid, binary, &sites, stop, &mut out);
+                attach::uprobe_multi(
+                    prog(ProgKind::UprobeMulti)?,
+                    single,
+                    pid,
+                    binary,
+                    &sites,
+                    stop,
+                    &mut out,
+                );
             } else {
                 attach::uprobes(prog(ProgKind::Uprobe)?, pid, binary, &sites, stop, &mut out);
             }
@@ -274,7 +287,9 @@ impl Plan {
             .iter()
             .enumerate()
             .filter_map(|(i, p)| match &p.site {
-                Site::Tracepoint(t) => Some((i, t.category.as_str(), t.event.as_str(), p.label.as_str())),
+                Site::Tracepoint(t) => {
+                    Some((i, t.category.as_str(), t.event.as_str(), p.label.as_str()))
+                }
                 _ => None,
             })
             .collect();
@@ -287,9 +302,12 @@ impl Plan {
             .iter()
             .enumerate()
             .filter_map(|(i, p)| match &p.site {
-                Site::Usdt { binary, probe } => {
-                    Some((i, binary.as_path(), probe.provider.as_str(), probe.name.as_str()))
-                }
+                Site::Usdt { binary, probe } => Some((
+                    i,
+                    binary.as_path(),
+                    probe.provider.as_str(),
+                    probe.name.as_str(),
+                )),
                 _ => None,
             })
             .collect();
@@ -310,7 +328,11 @@ impl Plan {
     pub fn describe(&self) -> String {
         let mut s = String::new();
         for (spec, n) in &self.matches {
-            let _ = writeln!(s, "pattern \"{spec}\": {n} match{}", if *n == 1 { "" } else { "es" });
+            let _ = writeln!(
+                s,
+                "pattern \"{spec}\": {n} match{}",
+                if *n == 1 { "" } else { "es" }
+            );
         }
         if let Some((src, n, removed)) = self.kernel_table {
             let _ = writeln!(
@@ -327,7 +349,11 @@ impl Plan {
             let _ = writeln!(
                 s,
                 "attach mode: kernel functions: {} ({kernel} functions, by {})",
-                if self.kernel_multi { "kprobe_multi" } else { "single kprobes" },
+                if self.kernel_multi {
+                    "kprobe_multi"
+                } else {
+                    "single kprobes"
+                },
                 if by_addr { "address" } else { "name" }
             );
         }
@@ -336,7 +362,11 @@ impl Plan {
             let _ = writeln!(
                 s,
                 "attach mode: user functions: {} ({user} functions)",
-                if self.user_multi { "uprobe_multi" } else { "single uprobes" }
+                if self.user_multi {
+                    "uprobe_multi"
+                } else {
+                    "single uprobes"
+                }
             );
         }
         for (i, p) in self.probes.iter().enumerate() {
@@ -347,7 +377,12 @@ impl Plan {
                 },
                 Site::User { binary, func } => format!("{} +0x{:x}", binary.display(), func.offset),
                 Site::Tracepoint(_) => "tracepoint".to_string(),
-                Site::Usdt { binary, probe } => format!("usdt {}:{} in {}", probe.provider, probe.name, binary.display()),
+                Site::Usdt { binary, probe } => format!(
+                    "usdt {}:{} in {}",
+                    probe.provider,
+                    probe.name,
+                    binary.display()
+                ),
             };
             let _ = writeln!(s, "  probe {i}: {} ({where_})", p.label);
         }
@@ -389,7 +424,10 @@ impl Attached {
             .map(|k| format!("{} ({})", k.label, k.reason))
             .collect();
         if self.skipped.len() > SHOWN {
-            list.push(format!("and {} more (-D lists them)", self.skipped.len() - SHOWN));
+            list.push(format!(
+                "and {} more (-D lists them)",
+                self.skipped.len() - SHOWN
+            ));
         }
         Some(format!(
             "skipped {} probe{} that could not be attached: {}",
@@ -405,11 +443,17 @@ fn site_key(site: &Site) -> String {
         Site::Kernel(f) => format!("k:{}", f.name),
         Site::User { binary, func } => format!("u:{}:{}", binary.display(), func.offset),
         Site::Tracepoint(t) => format!("t:{}", t.name()),
-        Site::Usdt { binary, probe } => format!("s:{}:{}:{}", binary.display(), probe.provider, probe.name),
+        Site::Usdt { binary, probe } => {
+            format!("s:{}:{}:{}", binary.display(), probe.provider, probe.name)
+        }
     }
 }
 
-fn expand(spec: &ProbeSpec, pid: Option<u32>, kfuncs: &mut Option<KernelFuncs>) -> Result<Vec<Probe>> {
+fn expand(
+    spec: &ProbeSpec,
+    pid: Option<u32>,
+    kfuncs: &mut Option<KernelFuncs>,
+) -> Result<Vec<Probe>> {
     let m = &spec.matcher;
     let probes: Vec<Probe> = match &spec.source {
         Source::Kernel => {
@@ -436,7 +480,8 @@ fn expand(spec: &ProbeSpec, pid: Option<u32>, kfuncs: &mut Option<KernelFuncs>) 
             found
         }
         Source::User { target } => {
-            let binary = ufuncs::resolve(target, pid).with_context(|| format!("probe \"{spec}\""))?;
+            let binary =
+                ufuncs::resolve(target, pid).with_context(|| format!("probe \"{spec}\""))?;
             let found: Vec<Probe> = ufuncs::functions(&binary, m)?
                 .into_iter()
                 .map(|func| Probe {
@@ -466,7 +511,8 @@ fn expand(spec: &ProbeSpec, pid: Option<u32>, kfuncs: &mut Option<KernelFuncs>) 
             found
         }
         Source::Usdt { target } => {
-            let binary = ufuncs::resolve(target, pid).with_context(|| format!("probe \"{spec}\""))?;
+            let binary =
+                ufuncs::resolve(target, pid).with_context(|| format!("probe \"{spec}\""))?;
             let found: Vec<Probe> = ufuncs::usdt_probes(&binary)?
                 .into_iter()
                 .filter(|p| m.is_match(&p.name))

@@ -19,10 +19,14 @@ use crate::pattern::Matcher;
 pub enum Source {
     Kernel,
     /// A user function; `target` is a library name, executable name or path.
-    User { target: String },
+    User {
+        target: String,
+    },
     Tracepoint,
     /// A USDT probe in `target`.
-    Usdt { target: String },
+    Usdt {
+        target: String,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -47,7 +51,9 @@ impl ProbeSpec {
 
     /// Parses every pattern, failing on the first bad one.
     pub fn parse_all<S: AsRef<str>>(raws: &[S], regex: bool) -> Result<Vec<Self>> {
-        raws.iter().map(|r| Self::parse(r.as_ref(), regex)).collect()
+        raws.iter()
+            .map(|r| Self::parse(r.as_ref(), regex))
+            .collect()
     }
 }
 
@@ -73,7 +79,9 @@ fn parse(raw: &str, regex: bool) -> Result<ProbeSpec> {
                 _ => "p::FUNCTION or p:LIBRARY:FUNCTION",
             }
         ),
-        ["", _] => bail!("missing library or executable before ':' (use p::FUNC for kernel functions)"),
+        ["", _] => {
+            bail!("missing library or executable before ':' (use p::FUNC for kernel functions)")
+        }
         [lib, func] => (User(lib), *func),
         ["p", "", func] => (Source::Kernel, *func),
         ["p", lib, func] => (User(lib), *func),
@@ -171,6 +179,9 @@ mod tests {
         assert!(err(":read").contains("missing library"));
         assert!(err("c:").contains("empty"));
         let e = ProbeSpec::parse("c:(", true).unwrap_err().to_string();
-        assert!(e.starts_with("bad probe \"c:(\": invalid regular expression"), "{e}");
+        assert!(
+            e.starts_with("bad probe \"c:(\": invalid regular expression"),
+            "{e}"
+        );
     }
 }

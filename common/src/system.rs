@@ -71,9 +71,9 @@ pub fn require_kernel_functions(tracefs: &Path) -> Result<()> {
     }
     if aff_denied {
         why.push(match lockdown() {
-            Some(mode) => format!(
-                "kernel lockdown ({mode}) forbids reading the traceable function list"
-            ),
+            Some(mode) => {
+                format!("kernel lockdown ({mode}) forbids reading the traceable function list")
+            }
             None => "reading the traceable function list is not permitted (EPERM)".to_string(),
         });
     } else if let Some(mode) = lockdown().filter(|m| m != "none") {
@@ -94,7 +94,13 @@ fn lockdown() -> Option<String> {
         let (src, dir) = (c("securityfs"), c("/sys/kernel/security"));
         // SAFETY: valid NUL-terminated strings; failure is tolerated.
         unsafe {
-            libc::mount(src.as_ptr(), dir.as_ptr(), src.as_ptr(), 0, std::ptr::null());
+            libc::mount(
+                src.as_ptr(),
+                dir.as_ptr(),
+                src.as_ptr(),
+                0,
+                std::ptr::null(),
+            );
         }
     }
     let s = fs::read_to_string(file).ok()?;

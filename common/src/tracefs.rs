@@ -75,15 +75,7 @@ fn mount(fstype: &str, target: &str) -> io::Result<()> {
     let c = |s: &str| CString::new(s).expect("no NUL");
     let (src, tgt, ty) = (c("nodev"), c(target), c(fstype));
     // SAFETY: all pointers are valid NUL-terminated strings for the call's duration.
-    let rc = unsafe {
-        libc::mount(
-            src.as_ptr(),
-            tgt.as_ptr(),
-            ty.as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
+    let rc = unsafe { libc::mount(src.as_ptr(), tgt.as_ptr(), ty.as_ptr(), 0, std::ptr::null()) };
     if rc == 0 {
         Ok(())
     } else {

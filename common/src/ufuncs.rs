@@ -24,7 +24,10 @@ pub fn resolve(target: &str, pid: Option<u32>) -> Result<PathBuf> {
         if path.exists() {
             return Ok(path);
         }
-        if let Some(p) = pid.filter(|_| path.is_absolute()).map(|p| in_root_of(p, &path)) {
+        if let Some(p) = pid
+            .filter(|_| path.is_absolute())
+            .map(|p| in_root_of(p, &path))
+        {
             if p.exists() {
                 return Ok(p);
             }
@@ -44,7 +47,8 @@ pub fn resolve(target: &str, pid: Option<u32>) -> Result<PathBuf> {
     }
     bail!(
         "cannot find \"{target}\": no lib{target}.so in ld.so.cache{}, no executable on PATH",
-        pid.map(|p| format!(", not mapped by PID {p}")).unwrap_or_default()
+        pid.map(|p| format!(", not mapped by PID {p}"))
+            .unwrap_or_default()
     )
 }
 
@@ -84,9 +88,7 @@ fn mapped_by(pid: u32, target: &str) -> Option<PathBuf> {
 fn on_path(name: &str) -> Option<PathBuf> {
     env::split_paths(&env::var_os("PATH")?)
         .map(|d| d.join(name))
-        .find(|p| {
-            fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+        .find(|p| fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
 }
 
 /// Looks `lib<name>.so*` up in /etc/ld.so.cache (glibc's "glibc-ld.so.cache1.1" format).
@@ -100,7 +102,7 @@ fn ld_so_cache_lookup(data: &[u8], name: &str) -> Option<PathBuf> {
     const NEW_MAGIC: &[u8] = b"glibc-ld.so.cache1.1";
     const HEADER: usize = 48; // magic+version, nlibs, len_strings, flags, pad, ext offset, unused
     const ENTRY: usize = 24; // flags, key, value, osversion, hwcap
-    // x86-64 libc6 entries; other ABIs (i386, x32) would not run in our process' arch.
+                             // x86-64 libc6 entries; other ABIs (i386, x32) would not run in our process' arch.
     const FLAG_ELF_LIBC6: i32 = 0x0003;
     const FLAG_X8664_LIB64: i32 = 0x0300;
 
@@ -125,7 +127,9 @@ fn ld_so_cache_lookup(data: &[u8], name: &str) -> Option<PathBuf> {
     (0..nlibs).find_map(|i| {
         let e = start + HEADER + i * ENTRY;
         let flags = u32_at(e)? as i32;
-        if flags & 0xff != FLAG_ELF_LIBC6 || (cfg!(target_arch = "x86_64") && flags & 0xff00 != FLAG_X8664_LIB64) {
+        if flags & 0xff != FLAG_ELF_LIBC6
+            || (cfg!(target_arch = "x86_64") && flags & 0xff00 != FLAG_X8664_LIB64)
+        {
             return None;
         }
         let key = cstr(u32_at(e + 4)? as usize)?;
@@ -235,7 +239,11 @@ mod tests {
     fn finds_libc() {
         let p = resolve("c", None).expect("libc via ld.so.cache");
         assert!(
-            p.file_name().unwrap().to_str().unwrap().starts_with("libc.so"),
+            p.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("libc.so"),
             "{}",
             p.display()
         );

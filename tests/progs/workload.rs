@@ -1,0 +1,104 @@
+//! Test workload: makes an exact, known number of calls when told to.
+//!
+//! `workload MODE N [FILE] [--hold]` prints `ready` once SIGUSR1 is blocked, waits
+//! for SIGUSR1, does the work, and exits (with `--hold`, only after a second SIGUSR1).
+//! Nothing else runs between the signal and the work, so counts are exact.
+//!
+//! Modes: `funcs` calls tk_alpha N, tk_beta 2N and tk_gamma 3N times; `getpid` and
+//! `getppid` call those libc functions N times; `usdt` fires USDT tracekit:tick N
+//! times; `read` reads one byte of FILE N times with pread(2) (N vfs_read calls).
+
+use std::ffi::CString;
+use std::hint::black_box;
+use std::io::Write;
+
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn tk_alpha(x: u64) -> u64 {
+    black_box(x.wrapping_add(1))
+}
+
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn tk_beta(x: u64) -> u64 {
+    black_box(x.wrapping_mul(3))
+}
+
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn tk_gamma(x: u64) -> u64 {
+    black_box(x ^ 0x55)
+}
+
+fn wait_usr1(set: &libc::sigset_t) {
+    let mut sig = 0;
+    // SAFETY: set is initialised; sig is a valid out-pointer.
+    while unsafe { libc::sigwait(set, &mut sig) } != 0 || sig != libc::SIGUSR1 {}
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let hold = args.iter().any(|a| a == "--hold");
+    let args: Vec<&String> = args.iter().filter(|a| *a != "--hold").collect();
+    let mode = args.get(1).map(|s| s.as_str()).unwrap_or("");
+    let n: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
+
+    // SAFETY: plain libc signal-mask calls on a zeroed, then initialised, set.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGUSR1);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+    // Open the file before signalling readiness so the work is only the reads.
+    let fd = match mode {
+        "read" => {
+            let path = CString::new(args.get(3).expect("read needs FILE").as_str()).unwrap();
+            // SAFETY: valid path string.
+            let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY) };
+            assert!(fd >= 0, "open failed");
+            fd
+        }
+        "funcs" | "getpid" | "getppid" | "usdt" => -1,
+        _ => {
+            eprintln!("usage: workload funcs|getpid|getppid|usdt|read N [FILE] [--hold]");
+            std::process::exit(2);
+        }
+    };
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    wait_usr1(&set);
+
+    let mut sink = 0u64;
+    match mode {
+        "funcs" => {
+            for i in 0..n {
+                sink ^= tk_alpha(i);
+            }
+            for i in 0..2 * n {
+                sink ^= tk_beta(i);
+            }
+            for i in 0..3 * n {
+                sink ^= tk_gamma(i);
+            }
+        }
+        // SAFETY: getpid/getppid have no preconditions.
+        "getpid" => (0..n).for_each(|_| sink ^= unsafe { libc::getpid() } as u64),
+        "getppid" => (0..n).for_each(|_| sink ^= unsafe { libc::getppid() } as u64),
+        "usdt" => (0..n).for_each(|i| probe::probe!(tracekit, tick, i)),
+        "read" => {
+            let mut b = [0u8; 1];
+            for _ in 0..n {
+                // SAFETY: fd is open, b is a valid 1-byte buffer.
+                let r = unsafe { libc::pread(fd, b.as_mut_ptr().cast(), 1, 0) };
+                assert_eq!(r, 1, "pread");
+            }
+        }
+        _ => unreachable!(),
+    }
+    black_box(sink);
+    if hold {
+        wait_usr1(&set);
+    }
+}

@@ -1,0 +1,267 @@
+//! Helpers for the integration tests: locating built binaries, running a tool with
+//! its output streamed, and driving the `workload` test program.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// target/<profile>/, found from this test executable (target/<profile>/deps/x).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>")
+        .to_path_buf()
+}
+
+/// A tool binary of this package (built by cargo for integration tests).
+pub fn tool(name: &str) -> PathBuf {
+    let p = target_dir().join(name);
+    assert!(p.exists(), "{} is not built", p.display());
+    p
+}
+
+/// A test program from tests/progs (built by `cargo test` as an example).
+pub fn prog(name: &str) -> PathBuf {
+    let p = target_dir().join("examples").join(name);
+    assert!(
+        p.exists(),
+        "{} is not built (cargo test builds examples)",
+        p.display()
+    );
+    p
+}
+
+/// A private directory removed on drop, for files no other test touches.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new() -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "tracekit-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    /// A private copy of `bin`: uprobes on it see only the processes of this test.
+    pub fn copy(&self, bin: &Path) -> PathBuf {
+        let dst = self.0.join(bin.file_name().unwrap());
+        std::fs::copy(bin, &dst).unwrap();
+        dst
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn kill(pid: u32, sig: i32) {
+    // SAFETY: plain kill(2).
+    unsafe { libc::kill(pid as i32, sig) };
+}
+
+/// The workload test program, started and waiting for SIGUSR1.
+pub struct Workload {
+    child: Child,
+    pub pid: u32,
+}
+
+impl Workload {
+    pub fn start(bin: &Path, args: &[&str]) -> Workload {
+        let mut child = Command::new(bin)
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "workload did not start");
+        let pid = child.id();
+        Workload { child, pid }
+    }
+
+    /// Tells it to do its work (or, with --hold after the work, to exit).
+    pub fn go(&self) {
+        kill(self.pid, libc::SIGUSR1);
+    }
+
+    pub fn wait(mut self) -> ExitStatus {
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A running tool whose stdout lines and stderr are collected as they come.
+pub struct Running {
+    child: Child,
+    lines: Receiver<String>,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+}
+
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Output {
+    pub fn code(&self) -> i32 {
+        self.status.code().unwrap_or(-1)
+    }
+}
+
+pub fn spawn(bin: &Path, args: &[&str]) -> Running {
+    let mut child = Command::new(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+    let (tx, lines) = channel();
+    let tx_err = tx.clone();
+    let stdout = Arc::new(Mutex::new(String::new()));
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let out = child.stdout.take().unwrap();
+    let buf = stdout.clone();
+    thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            buf.lock().unwrap().push_str(&format!("{line}\n"));
+            let _ = tx.send(line);
+        }
+    });
+    // stderr lines go to the same channel: JSON mode prints status lines there.
+    let err = child.stderr.take().unwrap();
+    let ebuf = stderr.clone();
+    let etx = tx_err;
+    thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            ebuf.lock().unwrap().push_str(&format!("{line}\n"));
+            let _ = etx.send(line);
+        }
+    });
+    Running {
+        child,
+        lines,
+        stdout,
+        stderr,
+    }
+}
+
+impl Running {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for a stdout or stderr line satisfying `pred`; panics with all output on timeout.
+    pub fn wait_line(&mut self, pred: impl Fn(&str) -> bool, timeout: Duration) -> String {
+        let end = Instant::now() + timeout;
+        loop {
+            match self
+                .lines
+                .recv_timeout(end.saturating_duration_since(Instant::now()))
+            {
+                Ok(l) if pred(&l) => return l,
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => {
+                    let _ = self.child.kill();
+                    thread::sleep(Duration::from_millis(100));
+                    panic!(
+                        "no expected line within {timeout:?}\nstdout:\n{}\nstderr:\n{}",
+                        self.stdout.lock().unwrap(),
+                        self.stderr.lock().unwrap()
+                    );
+                }
+            }
+        }
+    }
+
+    /// Waits until the tool is attached (its "Tracing ..." status line).
+    pub fn wait_ready(&mut self) {
+        self.wait_line(|l| l.starts_with("Tracing "), Duration::from_secs(60));
+    }
+
+    pub fn signal(&self, sig: i32) {
+        kill(self.pid(), sig);
+    }
+
+    /// Waits for exit (killing it after `timeout`, which fails the test).
+    pub fn finish(mut self, timeout: Duration) -> Output {
+        let end = Instant::now() + timeout;
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > end {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "tool did not exit within {timeout:?}\nstdout:\n{}\nstderr:\n{}",
+                    self.stdout.lock().unwrap(),
+                    self.stderr.lock().unwrap()
+                );
+            }
+            thread::sleep(Duration::from_millis(20));
+        };
+        // Let the reader threads drain the pipes.
+        while self.lines.recv_timeout(Duration::from_millis(500)).is_ok() {}
+        thread::sleep(Duration::from_millis(50));
+        let stdout = self.stdout.lock().unwrap().clone();
+        let stderr = self.stderr.lock().unwrap().clone();
+        Output {
+            status,
+            stdout,
+            stderr,
+        }
+    }
+}
+
+/// Runs a tool to completion.
+pub fn run(bin: &Path, args: &[&str], timeout: Duration) -> Output {
+    spawn(bin, args).finish(timeout)
+}
+
+/// The rows (name, count) of the last funccount table in `stdout`.
+pub fn last_table(stdout: &str) -> Vec<(String, u64)> {
+    let lines: Vec<&str> = stdout.lines().collect();
+    let start = lines
+        .iter()
+        .rposition(|l| l.starts_with("FUNC ") && l.trim_end().ends_with("COUNT"))
+        .unwrap_or_else(|| panic!("no summary table in:\n{stdout}"));
+    lines[start + 1..]
+        .iter()
+        .take_while(|l| !l.is_empty() && !l.starts_with("Detaching"))
+        .map(|l| {
+            let (name, count) = l.rsplit_once(' ').expect("row");
+            (
+                name.trim().to_string(),
+                count.trim().parse().expect("count"),
+            )
+        })
+        .collect()
+}
+
+pub fn rows(expected: &[(&str, u64)]) -> Vec<(String, u64)> {
+    expected.iter().map(|(n, c)| (n.to_string(), *c)).collect()
+}
