@@ -1,1 +1,85 @@
-fn main() {}
+//! Project tasks: `cargo xtask <task>`.
+//!
+//!   run TOOL [ARGS...]   build TOOL (release) and run it, installing build dependencies
+//!   test [--no-guest]    the whole test suite: unit and host tests, then guest kernels
+//!   deps                 install every Debian package the tasks need
+
+mod deps;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+fn main() {
+    if let Err(e) = real_main() {
+        eprintln!("xtask: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn real_main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = workspace_root();
+    std::env::set_current_dir(&root)?;
+    match args.first().map(String::as_str) {
+        Some("run") => run_tool(&args[1..]),
+        Some("test") => test(&args[1..]),
+        Some("deps") => deps::ensure(&[deps::BUILD, deps::TEST, deps::GUEST, deps::BENCH].concat()),
+        _ => {
+            eprintln!("usage: cargo xtask run TOOL [ARGS...] | test [--no-guest] | deps");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+fn status(mut cmd: Command) -> Result<()> {
+    let st = cmd.status().with_context(|| format!("running {cmd:?}"))?;
+    if !st.success() {
+        bail!("{cmd:?} failed ({st})");
+    }
+    Ok(())
+}
+
+/// `cargo xtask run funccount ARGS`: the README's first command.
+fn run_tool(args: &[String]) -> Result<()> {
+    let Some(tool) = args.first() else {
+        bail!("usage: cargo xtask run TOOL [ARGS...]");
+    };
+    deps::ensure(deps::BUILD)?;
+    let mut build = cargo();
+    build.args(["build", "--release", "--quiet", "--bin", tool]);
+    status(build)?;
+    let bin = Path::new("target/release").join(tool);
+    use std::os::unix::process::CommandExt;
+    let err = Command::new(&bin).args(&args[1..]).exec();
+    Err(err).with_context(|| format!("running {}", bin.display()))
+}
+
+/// `cargo xtask test`: the README's second command, and what CI runs.
+fn test(args: &[String]) -> Result<()> {
+    let guest = !args.iter().any(|a| a == "--no-guest");
+    let mut pkgs = [deps::BUILD, deps::TEST].concat();
+    if guest {
+        pkgs.extend(deps::GUEST);
+    }
+    deps::ensure(&pkgs)?;
+    let mut t = cargo();
+    t.args(["test", "--workspace", "--all-targets"]);
+    status(t)?;
+    if guest {
+        eprintln!("xtask: guest stage not built yet");
+    }
+    Ok(())
+}

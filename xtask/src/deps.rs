@@ -1,0 +1,83 @@
+//! Debian packages the build, the tests and the benchmarks need, installed when
+//! missing (as root on Debian/Ubuntu), or the exact command printed otherwise.
+
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+/// Compiling BPF C and the vendored libbpf.
+pub const BUILD: &[&str] = &[
+    "clang",
+    "gcc",
+    "make",
+    "pkg-config",
+    "libelf-dev",
+    "zlib1g-dev",
+    "linux-libc-dev",
+];
+
+/// Host tests (setpriv, unshare and taskset are in util-linux).
+pub const TEST: &[&str] = &["util-linux"];
+
+/// Booting guest kernels.
+pub const GUEST: &[&str] = &[
+    "qemu-system-x86",
+    "busybox-static",
+    "cpio",
+    "xz-utils",
+    "gzip",
+];
+
+/// Peers the benchmarks compare against.
+pub const BENCH: &[&str] = &["bpftrace", "bpfcc-tools"];
+
+fn installed(pkg: &str) -> bool {
+    Command::new("dpkg-query")
+        .args(["-W", "-f=${db:Status-Status}", pkg])
+        .output()
+        .is_ok_and(|o| o.status.success() && o.stdout == b"installed")
+}
+
+/// Installs whichever of `pkgs` are missing.
+pub fn ensure(pkgs: &[&str]) -> Result<()> {
+    if !std::path::Path::new("/usr/bin/dpkg-query").exists() {
+        // Not Debian-like: we cannot check; the build will say what is missing.
+        eprintln!(
+            "xtask: not a Debian/Ubuntu system; make sure these (Debian names) are installed: {}",
+            pkgs.join(" ")
+        );
+        return Ok(());
+    }
+    let missing: Vec<&str> = pkgs.iter().copied().filter(|p| !installed(p)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let cmd = format!(
+        "apt-get install -y --no-install-recommends {}",
+        missing.join(" ")
+    );
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!(
+            "missing Debian packages: {}; install them with: sudo {cmd}",
+            missing.join(" ")
+        );
+    }
+    eprintln!("xtask: installing {}", missing.join(" "));
+    run_apt(&["update", "-q"])?;
+    let mut args = vec!["install", "-y", "-q", "--no-install-recommends"];
+    args.extend(&missing);
+    run_apt(&args).with_context(|| format!("running: {cmd}"))
+}
+
+fn run_apt(args: &[&str]) -> Result<()> {
+    let st = Command::new("apt-get")
+        .args(args)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .status()
+        .context("running apt-get")?;
+    if !st.success() {
+        bail!("apt-get {} failed ({st})", args.join(" "));
+    }
+    Ok(())
+}
