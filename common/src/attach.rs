@@ -130,6 +130,7 @@ pub fn errno_reason(errno: i32) -> String {
         libc::EINVAL => "EINVAL: not traceable (notrace, inlined, or not a function entry)",
         libc::ESRCH | libc::ENOENT => "not found in the running kernel",
         libc::EBUSY => "EBUSY: already probed exclusively",
+        libc::EADDRNOTAVAIL => "ambiguous: several kernel functions have this name",
         libc::EOPNOTSUPP | 524 => "not supported by this kernel",
         libc::EMFILE | libc::ENFILE => "out of file descriptors",
         libc::EPERM | libc::EACCES => "permission denied",

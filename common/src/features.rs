@@ -8,7 +8,7 @@ use std::ptr;
 use libbpf_sys as sys;
 
 /// Loads `r0 = 0; exit` as a kprobe-type program with `expected` attach type.
-fn load_trivial(expected: sys::bpf_attach_type) -> Option<OwnedFd> {
+fn load_trivial(expected: sys::bpf_attach_type) -> Result<OwnedFd, i32> {
     // Raw encodings: BPF_ALU64|BPF_MOV|BPF_K to r0 with imm 0, then BPF_JMP|BPF_EXIT.
     let insns: [sys::bpf_insn; 2] = [
         // SAFETY: bpf_insn is a plain 8-byte struct; these are its wire encodings.
@@ -32,8 +32,11 @@ fn load_trivial(expected: sys::bpf_attach_type) -> Option<OwnedFd> {
             &mut opts,
         )
     };
+    if fd < 0 {
+        return Err(-fd);
+    }
     // SAFETY: a non-negative return is a new fd that we own.
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 fn link_create(
@@ -52,32 +55,49 @@ fn link_create(
     }
 }
 
-/// Whether kprobe_multi links work, tested by linking a program to `symbol` (a
-/// function known to be traceable on this kernel).
-pub fn kprobe_multi(symbol: &str) -> bool {
-    let Some(prog) = load_trivial(sys::BPF_TRACE_KPROBE_MULTI) else {
-        return false;
-    };
-    let Ok(name) = CString::new(symbol) else {
-        return false;
-    };
-    let mut syms = [name.as_ptr()];
-    let mut opts = sys::bpf_link_create_opts {
-        sz: size_of::<sys::bpf_link_create_opts>() as _,
-        ..Default::default()
-    };
-    opts.__bindgen_anon_1.kprobe_multi = sys::bpf_link_create_opts__bindgen_ty_1__bindgen_ty_2 {
-        cnt: 1,
-        syms: syms.as_mut_ptr(),
-        ..Default::default()
-    };
-    link_create(&prog, sys::BPF_TRACE_KPROBE_MULTI, &opts).is_ok()
+/// Whether kprobe_multi links work, tested by linking a program to a function every
+/// kernel has and can trace (as bpftrace and cilium/ebpf do). A name that happens
+/// not to exist (ESRCH) moves on to the next candidate, ending with `fallback`.
+pub fn kprobe_multi(fallback: &str) -> Result<(), String> {
+    let prog = load_trivial(sys::BPF_TRACE_KPROBE_MULTI).map_err(|e| {
+        format!(
+            "loading a kprobe_multi program: {}",
+            crate::attach::errno_reason(e)
+        )
+    })?;
+    for symbol in ["vprintk", "ksys_read", "do_sys_openat2", fallback] {
+        let Ok(name) = CString::new(symbol) else {
+            continue;
+        };
+        let mut syms = [name.as_ptr()];
+        let mut opts = sys::bpf_link_create_opts {
+            sz: size_of::<sys::bpf_link_create_opts>() as _,
+            ..Default::default()
+        };
+        opts.__bindgen_anon_1.kprobe_multi =
+            sys::bpf_link_create_opts__bindgen_ty_1__bindgen_ty_2 {
+                cnt: 1,
+                syms: syms.as_mut_ptr(),
+                ..Default::default()
+            };
+        match link_create(&prog, sys::BPF_TRACE_KPROBE_MULTI, &opts) {
+            Ok(_) => return Ok(()),
+            Err(libc::ESRCH | libc::ENOENT) => continue,
+            Err(e) => {
+                return Err(format!(
+                    "creating a kprobe_multi link on {symbol}: {}",
+                    crate::attach::errno_reason(e)
+                ))
+            }
+        }
+    }
+    Err("no probe symbol found".to_string())
 }
 
 /// Whether uprobe_multi links work with PID filtering (kernel 6.6, PID fix in 6.10),
 /// probed the way libbpf does: a bad path must give EBADF, a bad PID EINVAL.
 pub fn uprobe_multi() -> bool {
-    let Some(prog) = load_trivial(sys::BPF_TRACE_UPROBE_MULTI) else {
+    let Ok(prog) = load_trivial(sys::BPF_TRACE_UPROBE_MULTI) else {
         return false;
     };
     let path = CString::new("/").expect("no NUL");

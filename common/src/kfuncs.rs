@@ -69,13 +69,16 @@ impl KernelFuncs {
         let tracefs = tracefs::tracefs()?;
         crate::system::require_kernel_functions(tracefs)?;
         let addrs_file = tracefs.join("available_filter_functions_addrs");
+        let kallsyms = fs::read_to_string("/proc/kallsyms").unwrap_or_default();
         let (funcs, source) = if let Ok(text) = fs::read_to_string(&addrs_file) {
-            (parse_aff_addrs(&text), "available_filter_functions_addrs")
+            (
+                to_entry_addrs(parse_aff_addrs(&text), &kallsyms),
+                "available_filter_functions_addrs + /proc/kallsyms",
+            )
         } else {
             let aff = tracefs.join("available_filter_functions");
             let text =
                 fs::read_to_string(&aff).with_context(|| format!("reading {}", aff.display()))?;
-            let kallsyms = fs::read_to_string("/proc/kallsyms").unwrap_or_default();
             (
                 reconcile(&text, &kallsyms),
                 "available_filter_functions + /proc/kallsyms",
@@ -143,6 +146,44 @@ impl KernelFuncs {
     }
 }
 
+/// Text symbols of kallsyms as (address, name without `.llvm.HASH`).
+fn text_symbols(kallsyms: &str) -> impl Iterator<Item = (u64, &str)> {
+    kallsyms.lines().filter_map(|line| {
+        let mut f = line.split_whitespace();
+        let (addr, ty, name) = (f.next()?, f.next()?, f.next()?);
+        if !matches!(ty, "t" | "T" | "w" | "W") {
+            return None;
+        }
+        // Clang LTO renames statics to NAME.llvm.HASH in kallsyms only.
+        let name = name.split(".llvm.").next().unwrap_or(name);
+        Some((u64::from_str_radix(addr, 16).ok()?, name))
+    })
+}
+
+/// Rewrites ftrace call-site addresses (`_addrs` gives `sym+4` after an IBT `endbr`)
+/// to the functions' entry addresses from kallsyms: the kernel looks a kprobe_multi
+/// cookie up by the entry address (`get_entry_ip()` steps back over the `endbr`, or
+/// its sealed form), so a call-site address would lose the cookie. A function
+/// with an instance that cannot be mapped is left to the kernel by name.
+fn to_entry_addrs(mut funcs: Vec<KernelFunc>, kallsyms: &str) -> Vec<KernelFunc> {
+    let mut syms: Vec<(u64, &str)> = text_symbols(kallsyms).filter(|s| s.0 != 0).collect();
+    syms.sort_unstable();
+    for f in &mut funcs {
+        let entries: Option<Vec<u64>> = f
+            .addrs
+            .iter()
+            .map(|&site| {
+                let i = syms.partition_point(|s| s.0 <= site).checked_sub(1)?;
+                let (start, name) = syms[i];
+                // The call site sits within the first instructions of its function.
+                (name == f.name && site - start < 32).then_some(start)
+            })
+            .collect();
+        f.addrs = entries.unwrap_or_default();
+    }
+    funcs
+}
+
 /// `available_filter_functions_addrs`: `ADDR NAME [MODULE]` per traceable instance.
 fn parse_aff_addrs(text: &str) -> Vec<KernelFunc> {
     let mut by_name: HashMap<&str, KernelFunc> = HashMap::new();
@@ -180,20 +221,9 @@ fn reconcile(aff: &str, kallsyms: &str) -> Vec<KernelFunc> {
         funcs.entry(name).or_insert((module, 0)).1 += 1;
     }
     let mut addrs: HashMap<&str, Vec<u64>> = HashMap::new();
-    for line in kallsyms.lines() {
-        let mut f = line.split_whitespace();
-        let (Some(addr), Some(ty), Some(name)) = (f.next(), f.next(), f.next()) else {
-            continue;
-        };
-        if !matches!(ty, "t" | "T" | "w" | "W") {
-            continue;
-        }
-        // Clang LTO renames statics to NAME.llvm.HASH in kallsyms only.
-        let name = name.split(".llvm.").next().unwrap_or(name);
+    for (addr, name) in text_symbols(kallsyms) {
         if let Some((key, _)) = funcs.get_key_value(name) {
-            if let Ok(a) = u64::from_str_radix(addr, 16) {
-                addrs.entry(key).or_default().push(a);
-            }
+            addrs.entry(key).or_default().push(addr);
         }
     }
     funcs
@@ -238,6 +268,24 @@ mod tests {
         let e = k.get("ext4_sync_fs").unwrap();
         assert_eq!(e.module.as_deref(), Some("ext4"));
         assert_eq!(e.addrs, vec![0xffffffffc0001000]);
+    }
+
+    #[test]
+    fn call_sites_become_entry_addresses() {
+        // IBT kernels: the ftrace call site is 4 bytes past the symbol (endbr64).
+        let text =
+            "ffffffff81000014 vfs_read\nffffffff81000044 t_start\nffffffff81000074 t_start\n\
+                    ffffffff81000104 lonely\n";
+        let kallsyms = "ffffffff81000010 T vfs_read\nffffffff81000040 t t_start\n\
+                        ffffffff81000070 t t_start\nffffffff81000100 t other\n";
+        let funcs = to_entry_addrs(parse_aff_addrs(text), kallsyms);
+        let k = KernelFuncs::from_parts(funcs, "t", &HashSet::new());
+        assert_eq!(k.get("vfs_read").unwrap().addrs, vec![0xffffffff81000010]);
+        let mut t = k.get("t_start").unwrap().addrs.clone();
+        t.sort();
+        assert_eq!(t, vec![0xffffffff81000040, 0xffffffff81000070]);
+        // The enclosing symbol has another name: leave it to the kernel by name.
+        assert!(k.get("lonely").unwrap().addrs.is_empty());
     }
 
     #[test]

@@ -136,16 +136,18 @@ impl Plan {
         }) {
             None => false,
             Some(_) if opts.mode == AttachMode::Single => false,
-            Some(first) => {
-                let ok = features::kprobe_multi(first);
-                if !ok && opts.mode == AttachMode::Multi {
-                    bail!("--attach-mode multi: this kernel cannot create kprobe_multi links (needs Linux 5.18+ with CONFIG_FPROBE)");
+            Some(first) => match features::kprobe_multi(first) {
+                Ok(()) => true,
+                Err(why) if opts.mode == AttachMode::Multi => bail!(
+                    "--attach-mode multi: this kernel cannot create kprobe_multi links ({why}; needs Linux 5.18+ with CONFIG_FPROBE)"
+                ),
+                Err(why) => {
+                    warn(&format!(
+                        "kprobe_multi is not available on this kernel ({why}): attaching one kprobe per function (slower to attach and detach)"
+                    ));
+                    false
                 }
-                if !ok {
-                    warn("kprobe_multi is not available on this kernel: attaching one kprobe per function (slower to attach and detach)");
-                }
-                ok
-            }
+            },
         };
         let user_multi = has(|s| matches!(s, Site::User { .. }))
             && opts.mode != AttachMode::Single

@@ -265,3 +265,27 @@ pub fn last_table(stdout: &str) -> Vec<(String, u64)> {
 pub fn rows(expected: &[(&str, u64)]) -> Vec<(String, u64)> {
     expected.iter().map(|(n, c)| (n.to_string(), *c)).collect()
 }
+
+/// The type (`BPF_LINK_TYPE_*`) of every BPF link in the system. Only the type is
+/// asked for, which every kernel fills (fuller queries fail on older kernels).
+pub fn bpf_link_types() -> Vec<u32> {
+    use libbpf_sys as sys;
+    let mut types = Vec::new();
+    let mut id = 0u32;
+    // SAFETY: plain bpf(2) wrappers with valid out-pointers; fds are closed here.
+    unsafe {
+        while sys::bpf_link_get_next_id(id, &mut id) == 0 {
+            let fd = sys::bpf_link_get_fd_by_id(id);
+            if fd < 0 {
+                continue; // gone meanwhile
+            }
+            let mut info: sys::bpf_link_info = std::mem::zeroed();
+            let mut len = std::mem::size_of_val(&info.type_) as u32 + 8; // type, id, prog_id
+            if sys::bpf_link_get_info_by_fd(fd, &mut info, &mut len) == 0 {
+                types.push(info.type_);
+            }
+            libc::close(fd);
+        }
+    }
+    types
+}

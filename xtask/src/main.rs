@@ -2,12 +2,16 @@
 //!
 //!   run TOOL [ARGS...]   build TOOL (release) and run it, installing build dependencies
 //!   test [--no-guest]    the whole test suite: unit and host tests, then guest kernels
+//!   guest [FILTER...]    only the kernel-function tests, in each guest kernel
+//!   guest-exec CMD...    run a shell command in each guest kernel (debugging)
 //!   deps                 install every Debian package the tasks need
 
 mod deps;
+mod guest;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 
@@ -25,9 +29,21 @@ fn real_main() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("run") => run_tool(&args[1..]),
         Some("test") => test(&args[1..]),
+        Some("guest") => {
+            deps::ensure(&[deps::BUILD, deps::GUEST].concat())?;
+            guest_tests(&args[1..])
+        }
+        Some("guest-exec") => {
+            // Debugging aid: run a shell command in each guest kernel.
+            deps::ensure(&[deps::BUILD, deps::GUEST].concat())?;
+            let script = guest::write_script("exec.sh", &args[1..].join(" "))?;
+            guest::run_all(&script, GUEST_TIMEOUT)
+        }
         Some("deps") => deps::ensure(&[deps::BUILD, deps::TEST, deps::GUEST, deps::BENCH].concat()),
         _ => {
-            eprintln!("usage: cargo xtask run TOOL [ARGS...] | test [--no-guest] | deps");
+            eprintln!(
+                "usage: cargo xtask run TOOL [ARGS...] | test [--no-guest] | guest [TEST-FILTER...] | deps"
+            );
             std::process::exit(2);
         }
     }
@@ -79,7 +95,17 @@ fn test(args: &[String]) -> Result<()> {
     t.args(["test", "--workspace", "--all-targets"]);
     status(t)?;
     if guest {
-        eprintln!("xtask: guest stage not built yet");
+        guest_tests(&[])?;
     }
     Ok(())
+}
+
+/// Per-kernel bound on a guest run: a hung guest fails instead of stalling CI.
+const GUEST_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Runs tests/guest.rs inside every guest kernel.
+fn guest_tests(filter: &[String]) -> Result<()> {
+    let exe = guest::test_executable("guest", false)?;
+    let script = guest::write_test_script(&exe, filter)?;
+    guest::run_all(&script, GUEST_TIMEOUT)
 }

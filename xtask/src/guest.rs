@@ -1,0 +1,582 @@
+//! Boots real Debian kernels under qemu (TCG) and runs the kernel-function tests
+//! inside them. The host root is shared read-only over 9p, so the binaries built on
+//! the host run unchanged in the guest; the guest gets a tmpfs /tmp.
+//!
+//! Kernels are fetched with `apt-get download` and unpacked with `dpkg-deb -x` into
+//! target/guest/ (cached). The initramfs holds busybox, the 9p/virtio modules in
+//! dependency order and an init that mounts the host root, chroots and runs a
+//! script written to target/guest/. The console is streamed; the verdict line the
+//! script prints becomes the result, and a panic, kernel splat, hang or timeout is
+//! a failure with the console tail shown.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// A kernel to boot: a label and the apt package that names its current version.
+pub struct KernelSpec {
+    pub label: &'static str,
+    /// A meta package depending on the current versioned image package.
+    pub meta: &'static str,
+}
+
+/// The current 6.12 kernel and bookworm's default 6.1 kernel.
+pub const KERNELS: &[KernelSpec] = &[
+    KernelSpec {
+        label: "6.12",
+        meta: "linux-image-6.12-amd64",
+    },
+    KernelSpec {
+        label: "6.1",
+        meta: "linux-image-amd64",
+    },
+];
+
+/// Modules needed to mount the host root over virtio-9p; whichever are built into a
+/// kernel are simply not found and skipped.
+const ROOT_MODULES: &[&str] = &["virtio_pci", "9pnet_virtio", "9p"];
+
+const EXIT_MARK: &str = "TRACEKIT-GUEST-EXIT";
+const BEGIN_MARK: &str = "TRACEKIT-GUEST-BEGIN";
+
+/// Console lines that mean the kernel is broken, whatever the tests say.
+const SPLATS: &[&str] = &[
+    "Kernel panic",
+    "BUG: ",
+    "Oops",
+    "general protection fault",
+    "soft lockup",
+    "hard LOCKUP",
+    "detected stall",
+    "self-detected stall",
+    "WARNING: CPU:",
+    "WARNING: suspicious RCU usage",
+];
+
+pub struct Kernel {
+    pub label: String,
+    pub version: String,
+    root: PathBuf,
+}
+
+impl Kernel {
+    fn vmlinuz(&self) -> PathBuf {
+        self.root.join(format!("boot/vmlinuz-{}", self.version))
+    }
+
+    fn modules(&self) -> PathBuf {
+        self.root.join(format!("lib/modules/{}", self.version))
+    }
+
+    /// Whether the kernel's config sets `option=y`.
+    fn config_has(&self, option: &str) -> bool {
+        fs::read_to_string(self.root.join(format!("boot/config-{}", self.version)))
+            .is_ok_and(|c| c.lines().any(|l| l == format!("{option}=y")))
+    }
+}
+
+fn guest_dir() -> PathBuf {
+    PathBuf::from("target/guest")
+}
+
+fn output(cmd: &mut Command) -> Result<String> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The versioned image package a meta package currently depends on.
+fn resolve_package(meta: &str) -> Result<String> {
+    let find = || -> Option<String> {
+        let out = Command::new("apt-cache")
+            .args(["depends", meta])
+            .output()
+            .ok()?;
+        String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+            let dep = l.trim().strip_prefix("Depends: ")?;
+            dep.starts_with("linux-image-").then(|| dep.to_string())
+        })
+    };
+    if let Some(p) = find() {
+        return Ok(p);
+    }
+    // Fresh machines may have no package lists yet.
+    output(Command::new("apt-get").args(["update", "-q"]))?;
+    find().with_context(|| format!("apt knows no kernel package behind {meta}"))
+}
+
+/// Downloads and unpacks a kernel image package (cached under target/guest/).
+pub fn fetch(spec: &KernelSpec) -> Result<Kernel> {
+    let dir = guest_dir();
+    let pkg = match resolve_package(spec.meta) {
+        Ok(p) => p,
+        Err(e) => {
+            // Offline with a cached kernel of this series: use it.
+            let cached = cached_package(&dir, spec.label);
+            match cached {
+                Some(p) => {
+                    eprintln!("xtask: {e:#}; using cached {p}");
+                    p
+                }
+                None => return Err(e),
+            }
+        }
+    };
+    let root = dir.join(&pkg);
+    let version = pkg.trim_start_matches("linux-image-").to_string();
+    let kernel = Kernel {
+        label: spec.label.to_string(),
+        version,
+        root: root.clone(),
+    };
+    if kernel.vmlinuz().exists() && kernel.modules().exists() {
+        return Ok(kernel);
+    }
+    let debs = dir.join("debs");
+    fs::create_dir_all(&debs)?;
+    eprintln!("xtask: downloading {pkg}");
+    output(
+        Command::new("apt-get")
+            .args(["download", "-q", &pkg])
+            .current_dir(&debs),
+    )?;
+    let deb = fs::read_dir(&debs)?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{pkg}_")) && n.ends_with(".deb"))
+        })
+        .with_context(|| format!("apt-get download left no {pkg}_*.deb"))?;
+    let tmp = dir.join(format!("{pkg}.partial"));
+    let _ = fs::remove_dir_all(&tmp);
+    output(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&tmp))?;
+    let _ = fs::remove_dir_all(&root);
+    fs::rename(&tmp, &root)?;
+    let _ = fs::remove_file(&deb);
+    Ok(kernel)
+}
+
+fn cached_package(dir: &Path, label: &str) -> Option<String> {
+    let prefix = format!("linux-image-{label}");
+    fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.starts_with(&prefix) && !n.ends_with(".partial"))
+        .max()
+}
+
+/// Index of module name (`-` as `_`) to its file under lib/modules/<v>/kernel.
+fn module_index(kernel: &Kernel) -> Result<HashMap<String, PathBuf>> {
+    let mut index = HashMap::new();
+    let mut stack = vec![kernel.modules().join("kernel")];
+    while let Some(dir) = stack.pop() {
+        for e in fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))? {
+            let p = e?.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Some(name) = p.file_name().and_then(|n| n.to_str()) {
+                if let Some(stem) = name
+                    .strip_suffix(".ko")
+                    .or_else(|| name.strip_suffix(".ko.xz"))
+                {
+                    index.insert(stem.replace('-', "_"), p.clone());
+                }
+            }
+        }
+    }
+    Ok(index)
+}
+
+/// A module's bytes, decompressed if it ships as .ko.xz.
+fn module_bytes(path: &Path) -> Result<Vec<u8>> {
+    if path.extension().is_some_and(|e| e == "xz") {
+        let out = Command::new("xz")
+            .arg("-dc")
+            .arg(path)
+            .output()
+            .context("running xz (package xz-utils)")?;
+        if !out.status.success() {
+            bail!("xz -dc {} failed", path.display());
+        }
+        Ok(out.stdout)
+    } else {
+        Ok(fs::read(path)?)
+    }
+}
+
+/// The `depends=` entry of a module's .modinfo section.
+fn module_depends(ko: &[u8]) -> Result<Vec<String>> {
+    use object::{Object, ObjectSection};
+    let obj = object::File::parse(ko)?;
+    let Some(sec) = obj.section_by_name(".modinfo") else {
+        return Ok(Vec::new());
+    };
+    Ok(sec
+        .data()?
+        .split(|&b| b == 0)
+        .filter_map(|kv| kv.strip_prefix(b"depends="))
+        .flat_map(|v| {
+            String::from_utf8_lossy(v)
+                .split(',')
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .filter(|d| !d.is_empty())
+        .map(|d| d.replace('-', "_"))
+        .collect())
+}
+
+/// Loads `name` and its dependencies (dependencies first) into `order`.
+fn add_module(
+    name: &str,
+    index: &HashMap<String, PathBuf>,
+    order: &mut Vec<(String, Vec<u8>)>,
+) -> Result<()> {
+    if order.iter().any(|(n, _)| n == name) {
+        return Ok(());
+    }
+    let Some(path) = index.get(name) else {
+        return Ok(()); // built in
+    };
+    let bytes = module_bytes(path)?;
+    for dep in module_depends(&bytes)? {
+        add_module(&dep, index, order)?;
+    }
+    order.push((name.to_string(), bytes));
+    Ok(())
+}
+
+/// Builds the initramfs for `kernel` that runs `script` (a host path) in the guest.
+fn initramfs(kernel: &Kernel, script: &Path) -> Result<PathBuf> {
+    let stage = guest_dir().join(format!("initramfs-{}", kernel.label));
+    let _ = fs::remove_dir_all(&stage);
+    for d in ["bin", "lib/modules", "newroot", "proc", "sys", "dev"] {
+        fs::create_dir_all(stage.join(d))?;
+    }
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .iter()
+        .map(Path::new)
+        .find(|p| p.exists())
+        .context("no busybox (package busybox-static)")?;
+    fs::copy(busybox, stage.join("bin/busybox"))?;
+
+    let index = module_index(kernel)?;
+    let mut order = Vec::new();
+    for m in ROOT_MODULES {
+        add_module(m, &index, &mut order)?;
+    }
+    let mut insmods = String::new();
+    for (name, bytes) in &order {
+        fs::write(stage.join(format!("lib/modules/{name}.ko")), bytes)?;
+        insmods.push_str(&format!(
+            "insmod /lib/modules/{name}.ko || echo 'insmod {name} failed'\n"
+        ));
+    }
+    let script = fs::canonicalize(script)?;
+    let init = format!(
+        r#"#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+{insmods}
+if ! mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 hostroot /newroot; then
+    echo "{EXIT_MARK} 97 (cannot mount the host root over 9p)"
+    poweroff -f
+fi
+mount -t proc proc /newroot/proc
+mount -t sysfs sys /newroot/sys
+mount -t devtmpfs dev /newroot/dev
+mount -t tmpfs tmp /newroot/tmp
+mount -t tmpfs run /newroot/run
+mount -t tracefs nodev /newroot/sys/kernel/tracing
+mount -t debugfs nodev /newroot/sys/kernel/debug
+mount -t bpf bpf /newroot/sys/fs/bpf
+echo 1 > /proc/sys/kernel/panic_on_oops
+# What this kernel can do, from its config, for tests to assert the right path.
+export TRACEKIT_GUEST_KERNEL={label} TRACEKIT_EXPECT_KPROBE_MULTI={multi}
+echo "{BEGIN_MARK} $(uname -r)"
+chroot /newroot /bin/sh {script}
+echo "{EXIT_MARK} $?"
+poweroff -f
+"#,
+        script = script.display(),
+        label = kernel.label,
+        multi = u8::from(kernel.config_has("CONFIG_FPROBE")),
+    );
+    fs::write(stage.join("init"), init)?;
+    fs::set_permissions(stage.join("init"), fs::Permissions::from_mode(0o755))?;
+
+    let out = guest_dir().join(format!("initramfs-{}.cpio.gz", kernel.label));
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "cd '{}' && find . | cpio -o -H newc --quiet | gzip -1 > '{}'",
+            stage.display(),
+            fs::canonicalize(guest_dir())?
+                .join(out.file_name().expect("file name"))
+                .display()
+        ))
+        .status()
+        .context("running cpio (package cpio)")?;
+    if !st.success() {
+        bail!("building the initramfs failed");
+    }
+    Ok(out)
+}
+
+pub struct Verdict {
+    pub passed: bool,
+    pub summary: String,
+}
+
+/// Boots `kernel`, runs `script` inside, streams the console with `prefix`.
+pub fn boot(kernel: &Kernel, script: &Path, timeout: Duration) -> Result<Verdict> {
+    let initrd = initramfs(kernel, script)?;
+    let mut child = Command::new("qemu-system-x86_64")
+        .args(["-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", "2G"])
+        .args(["-nographic", "-no-reboot", "-kernel"])
+        .arg(kernel.vmlinuz())
+        .arg("-initrd")
+        .arg(&initrd)
+        .args([
+            "-append",
+            "console=ttyS0 panic=-1 loglevel=4 mitigations=off",
+            "-virtfs",
+            "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting qemu-system-x86_64 (package qemu-system-x86)")?;
+    let (tx, rx) = mpsc::channel::<String>();
+    let stdout = child.stdout.take().expect("piped");
+    let stderr = child.stderr.take().expect("piped");
+    let tx2 = tx.clone();
+    thread::spawn(move || {
+        for l in BufReader::new(stdout).split(b'\n').map_while(Result::ok) {
+            let _ = tx.send(clean(&l));
+        }
+    });
+    thread::spawn(move || {
+        for l in BufReader::new(stderr).split(b'\n').map_while(Result::ok) {
+            let _ = tx2.send(format!("qemu: {}", clean(&l)));
+        }
+    });
+
+    let prefix = format!("[guest {}]", kernel.label);
+    let log_path = guest_dir().join(format!("console-{}.log", kernel.label));
+    let mut log = fs::File::create(&log_path)?;
+    let start = Instant::now();
+    let mut tail: VecDeque<String> = VecDeque::new();
+    let mut began = false;
+    let mut exit: Option<i32> = None;
+    let mut splat: Option<String> = None;
+    let mut timed_out = false;
+    loop {
+        let left = timeout.saturating_sub(start.elapsed());
+        match rx.recv_timeout(left.max(Duration::from_millis(1))) {
+            Ok(line) => {
+                use std::io::Write;
+                let _ = writeln!(log, "{line}");
+                if line.contains(BEGIN_MARK) {
+                    began = true;
+                }
+                if let Some(rest) = line.trim().strip_prefix(EXIT_MARK) {
+                    exit = rest.split_whitespace().next().and_then(|c| c.parse().ok());
+                }
+                if splat.is_none() && SPLATS.iter().any(|s| line.contains(s)) {
+                    splat = Some(line.clone());
+                }
+                if began && !line.trim().is_empty() {
+                    println!("{prefix} {line}");
+                }
+                tail.push_back(line);
+                if tail.len() > 60 {
+                    tail.pop_front();
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                timed_out = true;
+                let _ = child.kill();
+                break;
+            }
+        }
+    }
+    let _ = child.wait();
+    let took = start.elapsed().as_secs();
+    let show_tail = |why: &str| {
+        eprintln!(
+            "{prefix} {why}; last console lines (all in {}):",
+            log_path.display()
+        );
+        for l in &tail {
+            eprintln!("{prefix} | {l}");
+        }
+    };
+    let verdict = if timed_out {
+        show_tail(&format!("timed out after {}s", timeout.as_secs()));
+        Verdict {
+            passed: false,
+            summary: format!("{}: TIMEOUT after {took}s", kernel.label),
+        }
+    } else if let Some(s) = splat {
+        show_tail(&format!("kernel splat: {s}"));
+        Verdict {
+            passed: false,
+            summary: format!("{}: kernel splat ({s}) after {took}s", kernel.label),
+        }
+    } else {
+        match exit {
+            Some(0) => Verdict {
+                passed: true,
+                summary: format!("{} ({}): passed in {took}s", kernel.label, kernel.version),
+            },
+            Some(c) => Verdict {
+                passed: false,
+                summary: format!(
+                    "{} ({}): FAILED (exit {c}) in {took}s",
+                    kernel.label, kernel.version
+                ),
+            },
+            None => {
+                show_tail("the guest stopped without a verdict");
+                Verdict {
+                    passed: false,
+                    summary: format!(
+                        "{}: no verdict (crash or early power-off) after {took}s",
+                        kernel.label
+                    ),
+                }
+            }
+        }
+    };
+    Ok(verdict)
+}
+
+/// Console bytes as text, without carriage returns and terminal escapes.
+fn clean(bytes: &[u8]) -> String {
+    let s = String::from_utf8_lossy(bytes);
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\r' => {}
+            '\u{1b}' => {
+                // CSI sequence: ESC [ params final-byte
+                if chars.peek() == Some(&'[') {
+                    chars.next();
+                    for d in chars.by_ref() {
+                        if d.is_ascii_alphabetic() {
+                            break;
+                        }
+                    }
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Runs `script` in every kernel; fails unless all pass.
+/// `TRACEKIT_GUEST_KERNELS=6.1` (comma-separated labels) limits a local run.
+pub fn run_all(script: &Path, timeout: Duration) -> Result<()> {
+    let only = std::env::var("TRACEKIT_GUEST_KERNELS").ok();
+    let mut verdicts = Vec::new();
+    for spec in KERNELS {
+        if only
+            .as_ref()
+            .is_some_and(|o| !o.split(',').any(|l| l == spec.label))
+        {
+            continue;
+        }
+        let kernel = fetch(spec)?;
+        eprintln!("xtask: booting {} ({})", kernel.label, kernel.version);
+        verdicts.push(boot(&kernel, script, timeout)?);
+    }
+    eprintln!("xtask: guest results:");
+    for v in &verdicts {
+        eprintln!("xtask:   {}", v.summary);
+    }
+    if verdicts.iter().any(|v| !v.passed) {
+        bail!("guest kernel tests failed");
+    }
+    Ok(())
+}
+
+/// The test executable cargo built for integration test `name`.
+pub fn test_executable(name: &str, release: bool) -> Result<PathBuf> {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.args(["test", "--no-run", "--message-format=json", "--test", name]);
+    if release {
+        cmd.arg("--release");
+    }
+    let out = cmd.stderr(Stdio::inherit()).output()?;
+    if !out.status.success() {
+        bail!("building test {name} failed");
+    }
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if v["reason"] == "compiler-artifact"
+            && v["target"]["name"] == name
+            && v["profile"]["test"] == true
+        {
+            if let Some(exe) = v["executable"].as_str() {
+                return Ok(PathBuf::from(exe));
+            }
+        }
+    }
+    bail!("cargo did not report an executable for test {name}")
+}
+
+/// Writes a script for the guest that runs `body` in the workspace root.
+pub fn write_script(name: &str, body: &str) -> Result<PathBuf> {
+    fs::create_dir_all(guest_dir())?;
+    let path = guest_dir().join(name);
+    fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\n# Written by cargo xtask; runs inside the guest.\n\
+             cd '{}' || exit 98\n\
+             export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n\
+             export RUST_BACKTRACE=1 TMPDIR=/tmp\n{body}\n",
+            std::env::current_dir()?.display()
+        ),
+    )?;
+    Ok(path)
+}
+
+/// Writes the script the guest runs: the guest test list (its exit status is the verdict).
+pub fn write_test_script(test_exe: &Path, filter: &[String]) -> Result<PathBuf> {
+    let filters = filter
+        .iter()
+        .map(|f| format!("'{}'", f.replace('\'', "'\\''")))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let exe = fs::canonicalize(test_exe)?;
+    write_script(
+        "run-tests.sh",
+        &format!("'{}' --ignored --test-threads=1 {filters}", exe.display()),
+    )
+}
