@@ -1,7 +1,8 @@
 //! Test workload: makes an exact, known number of calls when told to.
 //!
-//! `workload MODE N [FILE] [--hold]` prints `ready` once SIGUSR1 is blocked, waits
-//! for SIGUSR1, does the work, and exits (with `--hold`, only after a second SIGUSR1).
+//! `workload MODE N [FILE] [--hold] [--time]` prints `ready` once SIGUSR1 is blocked,
+//! waits for SIGUSR1, does the work, and exits (with `--hold`, only after a second
+//! SIGUSR1). `--time` prints `ns_per_call X` for the work (benchmarks).
 //! Nothing else runs between the signal and the work, so counts are exact.
 //!
 //! Modes: `funcs` calls tk_alpha N, tk_beta 2N and tk_gamma 3N times; `getpid` and
@@ -39,7 +40,8 @@ fn wait_usr1(set: &libc::sigset_t) {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let hold = args.iter().any(|a| a == "--hold");
-    let args: Vec<&String> = args.iter().filter(|a| *a != "--hold").collect();
+    let time = args.iter().any(|a| a == "--time");
+    let args: Vec<&String> = args.iter().filter(|a| !a.starts_with("--")).collect();
     let mode = args.get(1).map(|s| s.as_str()).unwrap_or("");
     let n: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
 
@@ -71,6 +73,11 @@ fn main() {
     wait_usr1(&set);
 
     let mut sink = 0u64;
+    let start = std::time::Instant::now();
+    let calls = match mode {
+        "funcs" => 6 * n,
+        _ => n,
+    };
     match mode {
         "funcs" => {
             for i in 0..n {
@@ -98,6 +105,11 @@ fn main() {
         _ => unreachable!(),
     }
     black_box(sink);
+    if time {
+        let ns = start.elapsed().as_nanos() as f64 / calls.max(1) as f64;
+        println!("ns_per_call {ns:.2}");
+        std::io::stdout().flush().unwrap();
+    }
     if hold {
         wait_usr1(&set);
     }

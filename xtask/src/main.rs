@@ -4,8 +4,10 @@
 //!   test [--no-guest]    the whole test suite: unit and host tests, then guest kernels
 //!   guest [FILTER...]    only the kernel-function tests, in each guest kernel
 //!   guest-exec CMD...    run a shell command in each guest kernel (debugging)
+//!   bench                funccount vs bpftrace on the host (ready time, RSS, per-event cost)
 //!   deps                 install every Debian package the tasks need
 
+mod bench;
 mod deps;
 mod guest;
 
@@ -38,6 +40,10 @@ fn real_main() -> Result<()> {
             deps::ensure(&[deps::BUILD, deps::GUEST].concat())?;
             let script = guest::write_script("exec.sh", &args[1..].join(" "))?;
             guest::run_all(&script, GUEST_TIMEOUT)
+        }
+        Some("bench") => {
+            deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
+            bench::host(&root)
         }
         Some("deps") => deps::ensure(&[deps::BUILD, deps::TEST, deps::GUEST, deps::BENCH].concat()),
         _ => {
