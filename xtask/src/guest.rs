@@ -344,6 +344,8 @@ poweroff -f
 pub struct Verdict {
     pub passed: bool,
     pub summary: String,
+    /// Console lines after the guest started its script.
+    pub lines: Vec<String>,
 }
 
 /// Boots `kernel`, runs `script` inside, streams the console with `prefix`.
@@ -387,6 +389,7 @@ pub fn boot(kernel: &Kernel, script: &Path, timeout: Duration) -> Result<Verdict
     let start = Instant::now();
     let mut tail: VecDeque<String> = VecDeque::new();
     let mut began = false;
+    let mut lines = Vec::new();
     let mut exit: Option<i32> = None;
     let mut splat: Option<String> = None;
     let mut timed_out = false;
@@ -407,6 +410,7 @@ pub fn boot(kernel: &Kernel, script: &Path, timeout: Duration) -> Result<Verdict
                 }
                 if began && !line.trim().is_empty() {
                     println!("{prefix} {line}");
+                    lines.push(line.clone());
                 }
                 tail.push_back(line);
                 if tail.len() > 60 {
@@ -432,44 +436,34 @@ pub fn boot(kernel: &Kernel, script: &Path, timeout: Duration) -> Result<Verdict
             eprintln!("{prefix} | {l}");
         }
     };
-    let verdict = if timed_out {
+    let (passed, summary) = if timed_out {
         show_tail(&format!("timed out after {}s", timeout.as_secs()));
-        Verdict {
-            passed: false,
-            summary: format!("{}: TIMEOUT after {took}s", kernel.label),
-        }
+        (false, format!("{}: TIMEOUT after {took}s", kernel.label))
     } else if let Some(s) = splat {
         show_tail(&format!("kernel splat: {s}"));
-        Verdict {
-            passed: false,
-            summary: format!("{}: kernel splat ({s}) after {took}s", kernel.label),
-        }
+        (
+            false,
+            format!("{}: kernel splat ({s}) after {took}s", kernel.label),
+        )
     } else {
+        let k = format!("{} ({})", kernel.label, kernel.version);
         match exit {
-            Some(0) => Verdict {
-                passed: true,
-                summary: format!("{} ({}): passed in {took}s", kernel.label, kernel.version),
-            },
-            Some(c) => Verdict {
-                passed: false,
-                summary: format!(
-                    "{} ({}): FAILED (exit {c}) in {took}s",
-                    kernel.label, kernel.version
-                ),
-            },
+            Some(0) => (true, format!("{k}: passed in {took}s")),
+            Some(c) => (false, format!("{k}: FAILED (exit {c}) in {took}s")),
             None => {
                 show_tail("the guest stopped without a verdict");
-                Verdict {
-                    passed: false,
-                    summary: format!(
-                        "{}: no verdict (crash or early power-off) after {took}s",
-                        kernel.label
-                    ),
-                }
+                (
+                    false,
+                    format!("{k}: no verdict (crash or early power-off) after {took}s"),
+                )
             }
         }
     };
-    Ok(verdict)
+    Ok(Verdict {
+        passed,
+        summary,
+        lines,
+    })
 }
 
 /// Console bytes as text, without carriage returns and terminal escapes.

@@ -5,9 +5,12 @@
 //!   guest [FILTER...]    only the kernel-function tests, in each guest kernel
 //!   guest-exec CMD...    run a shell command in each guest kernel (debugging)
 //!   bench                funccount vs bpftrace on the host (ready time, RSS, per-event cost)
+//!   bench-attach         attach/detach time for 10..all kernel functions in a guest,
+//!                        against bpftrace and BCC's funccount
 //!   deps                 install every Debian package the tasks need
 
 mod bench;
+mod bench_attach;
 mod deps;
 mod guest;
 
@@ -45,6 +48,9 @@ fn real_main() -> Result<()> {
             deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
             bench::host(&root)
         }
+        Some("bench-attach") => bench_attach::host(&root),
+        // Runs inside the benchmark guest.
+        Some("bench-attach-guest") => bench_attach::guest(&args[1..]),
         Some("deps") => deps::ensure(&[deps::BUILD, deps::TEST, deps::GUEST, deps::BENCH].concat()),
         _ => {
             eprintln!(
