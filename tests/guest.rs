@@ -304,3 +304,37 @@ fn kernel_function_errors() {
         &format!("\"{denied}\" is not traced: it is on the kprobe blacklist or the deny list of functions that hang or recurse when traced"),
     );
 }
+
+#[test]
+#[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
+fn stackcount_shows_the_caller_of_vfs_read() {
+    let dir = Scratch::new();
+    let file = data_file(&dir);
+    let w = Workload::start(&prog("workload"), &["read", "700", file.to_str().unwrap()]);
+    let pid = w.pid.to_string();
+    let mut t = spawn(&tool("stackcount"), &["-K", "-p", &pid, "vfs_read"]);
+    t.wait_ready();
+    w.go();
+    let out = t.finish(T);
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let stacks = parse_stacks(&out.stdout);
+    assert_eq!(stacks.len(), 1, "{}", out.stdout);
+    let (frames, count) = &stacks[0];
+    assert_eq!(*count, 700, "{}", out.stdout);
+    assert_eq!(frames[0], "vfs_read", "{frames:?}");
+    // pread(2) reaches vfs_read through ksys_pread64 (inlined into the syscall
+    // wrapper on some builds).
+    assert!(
+        ["ksys_pread64", "__x64_sys_pread64"].contains(&frames[1].as_str()),
+        "caller of vfs_read: {frames:?}"
+    );
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
+    let names: std::collections::HashSet<&str> = kallsyms
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .collect();
+    for f in frames {
+        assert!(names.contains(f.as_str()), "{f} is not a kernel symbol");
+    }
+    assert_nothing_left("stackcount");
+}

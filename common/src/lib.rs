@@ -12,6 +12,8 @@ pub mod pattern;
 pub mod plan;
 pub mod run;
 pub mod spec;
+pub mod stacks;
+pub mod symbolize;
 pub mod system;
 pub mod tracefs;
 pub mod tracepoints;

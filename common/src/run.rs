@@ -138,6 +138,17 @@ pub struct Schedule {
 pub fn run_loop(
     schedule: Schedule,
     stop: &Stop,
+    summary: impl FnMut(bool) -> Result<()>,
+) -> Result<StopReason> {
+    run_loop_with(schedule, |deadline| stop.wait_until(deadline), summary)
+}
+
+/// [`run_loop`] with the waiting done by `wait(deadline)`, which must return at the
+/// deadline (`None`) or on a stop request (its reason); tools use it to serve a
+/// ring buffer meanwhile (see [`Stop::poll_until`]).
+pub fn run_loop_with(
+    schedule: Schedule,
+    mut wait: impl FnMut(Option<Instant>) -> Option<StopReason>,
     mut summary: impl FnMut(bool) -> Result<()>,
 ) -> Result<StopReason> {
     let start = Instant::now();
@@ -148,7 +159,7 @@ pub fn run_loop(
             (Some(n), Some(e)) => Some(n.min(e)),
             (n, e) => n.or(e),
         };
-        if let Some(reason) = stop.wait_until(wake) {
+        if let Some(reason) = wait(wake) {
             summary(true)?;
             return Ok(reason);
         }
@@ -163,6 +174,31 @@ pub fn run_loop(
             while *n <= now {
                 *n += i;
             }
+        }
+    }
+}
+
+impl Stop {
+    /// Waits like [`Stop::wait_until`] while calling `poll(timeout)` (a ring buffer
+    /// poll, say) in slices short enough to notice a stop request promptly.
+    pub fn poll_until(
+        &self,
+        deadline: Option<Instant>,
+        mut poll: impl FnMut(Duration),
+    ) -> Option<StopReason> {
+        const SLICE: Duration = Duration::from_millis(100);
+        loop {
+            if let Some(r) = self.reason() {
+                return Some(r);
+            }
+            let left = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()),
+                None => SLICE,
+            };
+            if left.is_zero() {
+                return None;
+            }
+            poll(left.min(SLICE));
         }
     }
 }

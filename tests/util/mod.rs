@@ -289,3 +289,20 @@ pub fn bpf_link_types() -> Vec<u32> {
     }
     types
 }
+
+/// Stacks of a stackcount text summary: (frames leaf first, count).
+pub fn parse_stacks(stdout: &str) -> Vec<(Vec<String>, u64)> {
+    let mut out = Vec::new();
+    let mut frames = Vec::new();
+    for line in stdout.lines() {
+        if let Some(f) = line.strip_prefix("  ").filter(|f| !f.starts_with("  ")) {
+            frames.push(f.to_string());
+        } else if let Some(c) = line
+            .strip_prefix("    ")
+            .and_then(|c| c.parse::<u64>().ok())
+        {
+            out.push((std::mem::take(&mut frames), c));
+        }
+    }
+    out
+}

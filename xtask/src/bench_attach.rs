@@ -133,6 +133,14 @@ pub fn host(root: &Path) -> Result<()> {
         }
         println!("\n{phase}:\n{}", t.build().with(Style::markdown()));
     }
+    for r in results.iter().filter(|r| r["note"].is_string()) {
+        println!(
+            "note: {} on '{}': {}",
+            r["tool"].as_str().unwrap_or(""),
+            r["pattern"].as_str().unwrap_or(""),
+            r["note"].as_str().unwrap_or("")
+        );
+    }
     if let Some(n) = bcc_note {
         println!("{n}");
     }
@@ -160,6 +168,7 @@ pub fn guest(args: &[String]) -> Result<()> {
             if tool == "bcc" && !bcc {
                 continue;
             }
+            eprintln!("bench: {tool} on '{pattern}'...");
             let r = measure(tool, funccount, pattern);
             let line = match r {
                 Ok(m) => serde_json::json!({
@@ -172,7 +181,12 @@ pub fn guest(args: &[String]) -> Result<()> {
                 }
             };
             println!("{MARK}{line}");
-            wait_clean();
+            if let Err(left) = wait_clean() {
+                println!(
+                    "{MARK}{}",
+                    serde_json::json!({"pattern": pattern, "tool": tool, "note": left})
+                );
+            }
         }
     }
     Ok(())
@@ -325,15 +339,19 @@ fn measure(tool: &str, funccount: &str, pattern: &str) -> Result<Measured> {
     })
 }
 
-/// Waits until no ftrace-attached function is left, so runs do not overlap.
-fn wait_clean() {
-    let end = Instant::now() + Duration::from_secs(1800);
-    while Instant::now() < end {
-        let busy = fs::read_to_string("/sys/kernel/tracing/enabled_functions")
-            .map(|s| !s.trim().is_empty())
-            .unwrap_or(false);
-        if !busy {
-            return;
+/// Waits until no ftrace-attached function is left, so runs do not overlap; says
+/// how many are left if that takes over five minutes.
+fn wait_clean() -> std::result::Result<(), String> {
+    let end = Instant::now() + Duration::from_secs(300);
+    loop {
+        let left = fs::read_to_string("/sys/kernel/tracing/enabled_functions")
+            .map(|s| s.lines().count())
+            .unwrap_or(0);
+        if left == 0 {
+            return Ok(());
+        }
+        if Instant::now() > end {
+            return Err(format!("{left} functions still traced 300 s after the run"));
         }
         thread::sleep(Duration::from_millis(500));
     }

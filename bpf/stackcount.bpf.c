@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/* stackcount: count events by (process, kernel stack, user stack), in the kernel.
+ * Stacks that cannot be stored (stack map full, bucket collision) are counted as
+ * lost per cause instead of showing up as empty stacks. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/usdt.bpf.h>
+#include "filter.h"
+
+#define MAX_STACK_DEPTH 127
+#define EEXIST 17
+#define ENOMEM 12
+/* A stack that was not asked for. */
+#define NO_STACK (-1)
+
+/* Which stacks to collect; set before load. */
+const volatile bool kernel_stacks = true;
+const volatile bool user_stacks = true;
+
+struct stack_key {
+	__u32 tgid;
+	__s32 kernel_stack; /* stack id, NO_STACK, or -errno */
+	__s32 user_stack;
+	char comm[16];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536); /* resized before load */
+	__type(key, struct stack_key);
+	__type(value, __u64);
+} counts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 16384); /* resized before load */
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
+} stacks SEC(".maps");
+
+/* Events whose stack was lost: kernel stack, user stack, counts map full. */
+enum lost_cause { LOST_KERNEL, LOST_USER, LOST_COUNTS, LOST_MAX };
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LOST_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} lost SEC(".maps");
+
+/* Processes seen so far; the first event of each is announced on `new_procs`, so
+ * user space can snapshot its memory map while it is alive (and symbolize its
+ * stacks after it exits). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, __u8);
+} seen SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} new_procs SEC(".maps");
+
+static __always_inline void count_lost(__u32 cause)
+{
+	__u64 *n = bpf_map_lookup_elem(&lost, &cause);
+
+	if (n)
+		*n += 1;
+}
+
+/* Negative ids: -EEXIST is a bucket collision, -ENOMEM a full map (lost);
+ * -EFAULT and the like mean there is no such stack (a kernel thread's user stack). */
+static __always_inline bool is_lost(__s32 id)
+{
+	return id == -EEXIST || id == -ENOMEM;
+}
+
+static __always_inline int record(void *ctx)
+{
+	struct stack_key key = {};
+	__u64 one = 1, *n;
+	__u8 yes = 1;
+
+	if (filtered_out())
+		return 0;
+	key.tgid = bpf_get_current_pid_tgid() >> 32;
+	key.kernel_stack = kernel_stacks ? bpf_get_stackid(ctx, &stacks, 0) : NO_STACK;
+	key.user_stack = user_stacks ? bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK) : NO_STACK;
+	if (is_lost(key.kernel_stack))
+		count_lost(LOST_KERNEL);
+	if (is_lost(key.user_stack))
+		count_lost(LOST_USER);
+	bpf_get_current_comm(&key.comm, sizeof(key.comm));
+
+	if (user_stacks && key.tgid && bpf_map_update_elem(&seen, &key.tgid, &yes, BPF_NOEXIST) == 0) {
+		__u32 *t = bpf_ringbuf_reserve(&new_procs, sizeof(*t), 0);
+
+		if (t) {
+			*t = key.tgid;
+			bpf_ringbuf_submit(t, 0);
+		}
+	}
+
+	n = bpf_map_lookup_elem(&counts, &key);
+	if (n) {
+		__sync_fetch_and_add(n, 1);
+		return 0;
+	}
+	if (bpf_map_update_elem(&counts, &key, &one, BPF_NOEXIST) == 0)
+		return 0;
+	/* Another CPU inserted the key first, or the map is full. */
+	n = bpf_map_lookup_elem(&counts, &key);
+	if (n)
+		__sync_fetch_and_add(n, 1);
+	else
+		count_lost(LOST_COUNTS);
+	return 0;
+}
+
+SEC("kprobe.multi")
+int stack_kprobe_multi(struct pt_regs *ctx)
+{
+	return record(ctx);
+}
+
+SEC("kprobe")
+int stack_kprobe(struct pt_regs *ctx)
+{
+	return record(ctx);
+}
+
+SEC("uprobe.multi")
+int stack_uprobe_multi(struct pt_regs *ctx)
+{
+	return record(ctx);
+}
+
+SEC("uprobe")
+int stack_uprobe(struct pt_regs *ctx)
+{
+	return record(ctx);
+}
+
+SEC("tracepoint")
+int stack_tracepoint(void *ctx)
+{
+	return record(ctx);
+}
+
+SEC("usdt")
+int stack_usdt(struct pt_regs *ctx)
+{
+	return record(ctx);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

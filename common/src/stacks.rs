@@ -1,0 +1,173 @@
+//! Stacks from a `BPF_MAP_TYPE_STACK_TRACE` map, resolved in batches (each distinct
+//! address once per summary), and rendered as folded lines or a flame graph SVG.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use libbpf_rs::{MapCore, MapFlags};
+
+use crate::symbolize::{Frame, Symbols};
+
+/// The addresses of stack `id`, leaf first; `None` when the id is gone from the map.
+pub fn read(map: &dyn MapCore, id: u32) -> Option<Vec<u64>> {
+    let raw = map.lookup(&id.to_ne_bytes(), MapFlags::ANY).ok()??;
+    Some(
+        raw.chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
+            .take_while(|&a| a != 0)
+            .collect(),
+    )
+}
+
+/// Frees stack ids after their summary so long runs do not fill the map.
+pub fn forget(map: &dyn MapCore, ids: impl IntoIterator<Item = u32>) {
+    for id in ids {
+        let _ = map.delete(&id.to_ne_bytes());
+    }
+}
+
+/// Addresses gathered for one summary, to resolve together.
+#[derive(Default)]
+pub struct Batch {
+    kernel: HashSet<u64>,
+    user: HashMap<u32, HashSet<u64>>,
+}
+
+impl Batch {
+    pub fn kernel(&mut self, addrs: &[u64]) {
+        self.kernel.extend(addrs);
+    }
+
+    pub fn user(&mut self, pid: u32, addrs: &[u64]) {
+        self.user.entry(pid).or_default().extend(addrs);
+    }
+
+    /// One symbolizer call for all kernel addresses and one per process.
+    pub fn resolve(self, symbols: &Symbols) -> Resolved {
+        let kernel: Vec<u64> = self.kernel.into_iter().collect();
+        let kernel = if kernel.is_empty() {
+            HashMap::new()
+        } else {
+            symbols.kernel(&kernel)
+        };
+        let user = self
+            .user
+            .into_iter()
+            .map(|(pid, addrs)| {
+                let addrs: Vec<u64> = addrs.into_iter().collect();
+                (pid, symbols.user(pid, &addrs))
+            })
+            .collect();
+        Resolved { kernel, user }
+    }
+}
+
+pub struct Resolved {
+    kernel: HashMap<u64, Frame>,
+    user: HashMap<u32, HashMap<u64, Frame>>,
+}
+
+impl Resolved {
+    pub fn kernel(&self, addrs: &[u64]) -> Vec<Frame> {
+        addrs
+            .iter()
+            .map(|a| lookup(self.kernel.get(a), *a))
+            .collect()
+    }
+
+    pub fn user(&self, pid: u32, addrs: &[u64]) -> Vec<Frame> {
+        let m = self.user.get(&pid);
+        addrs
+            .iter()
+            .map(|a| lookup(m.and_then(|m| m.get(a)), *a))
+            .collect()
+    }
+}
+
+fn lookup(f: Option<&Frame>, addr: u64) -> Frame {
+    f.cloned().unwrap_or(Frame {
+        addr,
+        name: None,
+        offset: 0,
+        inlined: Vec::new(),
+    })
+}
+
+/// A folded stack line (flamegraph.pl / inferno input): `[prefix;]` user frames then
+/// kernel frames, each outermost first, separated by `;`, then ` count`. `delimit`
+/// puts a `-` frame between user and kernel frames.
+pub fn folded(
+    prefix: Option<&str>,
+    user: &[Frame],
+    kernel: &[Frame],
+    delimit: bool,
+    count: u64,
+) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    if let Some(p) = prefix {
+        parts.push(p);
+    }
+    let leaf_first = |frames: &'_ [Frame]| -> Vec<String> {
+        frames
+            .iter()
+            .flat_map(|f| f.names().map(str::to_string).collect::<Vec<_>>())
+            .collect()
+    };
+    let user: Vec<String> = leaf_first(user);
+    let kernel: Vec<String> = leaf_first(kernel);
+    parts.extend(user.iter().rev().map(String::as_str));
+    if delimit && !user.is_empty() && !kernel.is_empty() {
+        parts.push("-");
+    }
+    parts.extend(kernel.iter().rev().map(String::as_str));
+    format!("{} {count}", parts.join(";"))
+}
+
+/// Writes an interactive flame graph SVG of `lines` (folded stacks) to `path`.
+pub fn write_svg(path: &Path, title: &str, count_name: &str, lines: &[String]) -> Result<()> {
+    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut opts = inferno::flamegraph::Options::default();
+    opts.title = title.to_string();
+    opts.count_name = count_name.to_string();
+    inferno::flamegraph::from_lines(
+        &mut opts,
+        lines.iter().map(String::as_str),
+        BufWriter::new(file),
+    )
+    .with_context(|| format!("writing flame graph {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(name: &str) -> Frame {
+        Frame {
+            addr: 1,
+            name: Some(name.into()),
+            offset: 0,
+            inlined: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn folded_is_outermost_first() {
+        let user = [f("target"), f("a"), f("main")];
+        let kernel = [f("vfs_read"), f("ksys_read")];
+        assert_eq!(
+            folded(Some("prog"), &user, &kernel, false, 7),
+            "prog;main;a;target;ksys_read;vfs_read 7"
+        );
+        assert_eq!(folded(Some(""), &user, &[], true, 2), ";main;a;target 2");
+        assert_eq!(
+            folded(None, &user, &kernel, true, 1),
+            "main;a;target;-;ksys_read;vfs_read 1"
+        );
+        let mut inl = f("outer");
+        inl.inlined = vec!["inner".into()];
+        assert_eq!(folded(None, &[inl], &[], false, 3), "outer;inner 3");
+    }
+}

@@ -1,0 +1,80 @@
+//! Stack test program: calls `tk_target` exactly N times through
+//! `main -> tk_a -> tk_target` and M times through
+//! `main -> tk_b -> tk_c -> stacks::via_helper (inlined) -> tk_target`.
+//!
+//! `stacks N M [--hold]`: prints `ready` once SIGUSR1 is blocked, waits for SIGUSR1,
+//! makes the calls and exits (with `--hold`, only after a second SIGUSR1). `main`
+//! is the C entry point, so stacks end in libc's start code, not Rust's runtime.
+#![no_main]
+
+use std::hint::black_box;
+use std::io::Write;
+use std::os::raw::{c_char, c_int};
+
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn tk_target(x: u64) -> u64 {
+    black_box(x ^ 0x5a)
+}
+
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn tk_a(x: u64) -> u64 {
+    // Work after the call keeps it from becoming a tail call.
+    black_box(tk_target(x)).wrapping_add(1)
+}
+
+/// Inlined into tk_c; debug info records it as an inlined frame.
+#[inline(always)]
+fn via_helper(x: u64) -> u64 {
+    black_box(tk_target(x)).wrapping_mul(5)
+}
+
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn tk_c(x: u64) -> u64 {
+    black_box(via_helper(x)).wrapping_add(3)
+}
+
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn tk_b(x: u64) -> u64 {
+    black_box(tk_c(x)).wrapping_add(2)
+}
+
+fn wait_usr1(set: &libc::sigset_t) {
+    let mut sig = 0;
+    // SAFETY: set is initialised; sig is a valid out-pointer.
+    while unsafe { libc::sigwait(set, &mut sig) } != 0 || sig != libc::SIGUSR1 {}
+}
+
+#[no_mangle]
+pub extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
+    let args: Vec<String> = std::env::args().collect();
+    let hold = args.iter().any(|a| a == "--hold");
+    let n: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let m: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
+    // SAFETY: plain libc signal-mask calls on a zeroed, then initialised, set.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGUSR1);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    wait_usr1(&set);
+    let mut sink = 0;
+    for i in 0..n {
+        sink ^= tk_a(i);
+    }
+    for i in 0..m {
+        sink ^= tk_b(i);
+    }
+    black_box(sink);
+    if hold {
+        wait_usr1(&set);
+    }
+    0
+}

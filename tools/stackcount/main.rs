@@ -1,0 +1,481 @@
+//! stackcount: count events by their kernel and user stacks.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Write as _;
+use std::mem::MaybeUninit;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use common::cli::warn;
+use common::counters::PerCpuCounters;
+use common::output::{emit, timestamp, unix_time};
+use common::plan::Site;
+use common::run::{parse_secs, run_loop_with, Schedule, Stop};
+use common::stacks::{self, Batch};
+use common::symbolize::{Frame, Symbols};
+use common::{plan, system, AttachMode, Plan, ProbeSpec};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
+
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/stackcount.skel.rs"));
+}
+
+const EXAMPLES: &str = "\
+Examples:
+  stackcount submit_bio          # kernel stacks leading to submit_bio()
+  stackcount -d ip_output        # show a -- delimiter between kernel and user stacks
+  stackcount -s ip_output        # show symbol offsets
+  stackcount -sv ip_output       # show offsets and raw addresses
+  stackcount 'tcp_send*'         # stacks for functions matching tcp_send*
+  stackcount -r '^tcp_send.*'    # the same, as a regular expression
+  stackcount -Ti 5 ip_output     # a summary every 5 seconds, with timestamps
+  stackcount -p 185 ip_output    # only process 185 (implies -P)
+  stackcount -U t:sched:sched_switch  # user stacks at a tracepoint
+  stackcount -K t:sched:sched_switch  # kernel stacks at a tracepoint
+  stackcount -P c:malloc         # malloc() stacks per process
+  stackcount -f -D 10 vfs_read > out.folded   # folded, for flame graphs
+  stackcount -D 10 --svg read.svg vfs_read    # write a flame graph directly";
+
+/// Count events by kernel and user stack (kernel functions, user functions,
+/// tracepoints, USDT probes); stacks are aggregated in the kernel.
+#[derive(Parser, Debug)]
+#[command(name = "stackcount", version, after_help = EXAMPLES)]
+struct Args {
+    /// Trace this process only (implies -P)
+    #[arg(short, long)]
+    pid: Option<u32>,
+
+    /// Count only events on this CPU
+    #[arg(short, long)]
+    cpu: Option<u32>,
+
+    /// Print a summary every SECS seconds
+    #[arg(short, long, value_name = "SECS", value_parser = parse_secs)]
+    interval: Option<Duration>,
+
+    /// Trace for SECS seconds, then print and exit (capital D, as BCC)
+    #[arg(short = 'D', long, value_name = "SECS", value_parser = parse_secs)]
+    duration: Option<Duration>,
+
+    /// Print a HH:MM:SS line before each summary
+    #[arg(short = 'T', long)]
+    timestamp: bool,
+
+    /// Patterns are regular expressions (matching whole names), not globs
+    #[arg(short, long)]
+    regexp: bool,
+
+    /// Show symbol offsets
+    #[arg(short = 's', long)]
+    offset: bool,
+
+    /// Count stacks per process
+    #[arg(short = 'P', long)]
+    perpid: bool,
+
+    /// Kernel stacks only
+    #[arg(
+        short = 'K',
+        long = "kernel-stacks-only",
+        conflicts_with = "user_stacks_only"
+    )]
+    kernel_stacks_only: bool,
+
+    /// User stacks only
+    #[arg(short = 'U', long = "user-stacks-only")]
+    user_stacks_only: bool,
+
+    /// Show raw addresses
+    #[arg(short, long)]
+    verbose: bool,
+
+    /// Insert a -- delimiter between kernel and user stacks
+    #[arg(short = 'd', long = "delimited")]
+    delimited: bool,
+
+    /// Folded output (comm;user;kernel count), for flamegraph.pl or inferno
+    #[arg(short = 'f', long)]
+    folded: bool,
+
+    /// Also write an interactive flame graph SVG of the whole run to FILE
+    #[arg(long, value_name = "FILE")]
+    svg: Option<PathBuf>,
+
+    /// Print one JSON object per summary instead of stacks
+    #[arg(long, conflicts_with = "folded")]
+    json: bool,
+
+    /// Print the plan: what matched, attach mode, skipped probes
+    #[arg(long)]
+    debug: bool,
+
+    /// How to attach functions: auto, multi (kprobe_multi/uprobe_multi), single
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    attach_mode: AttachMode,
+
+    /// Distinct stacks the kernel can hold per interval (stack map entries)
+    #[arg(long, value_name = "N", default_value_t = 16384)]
+    stack_storage_size: u32,
+
+    /// What to count: FUNC, p::FUNC, LIB:FUNC, /PATH:FUNC, t:CAT:EVENT, u:LIB:PROBE
+    #[arg(value_name = "PATTERN")]
+    pattern: String,
+}
+
+fn main() {
+    common::cli::main("stackcount", || run(Args::parse()))
+}
+
+/// One distinct stack of a summary, as printed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct Key {
+    pid: Option<u32>,
+    comm: Option<String>,
+    kernel: Vec<Frame>,
+    user: Vec<Frame>,
+}
+
+fn run(mut args: Args) -> Result<()> {
+    system::require_root()?;
+    if args.pid.is_some() {
+        args.perpid = true; // BCC: -p implies -P
+    }
+    let spec = ProbeSpec::parse(&args.pattern, args.regexp)?;
+    let stop = Stop::install()?;
+    let plan = Plan::build(
+        std::slice::from_ref(&spec),
+        &plan::Options {
+            pid: args.pid,
+            mode: args.attach_mode,
+        },
+    )?;
+    if args.debug {
+        eprint!("{}", plan.describe());
+    }
+    // User-space probes have no interesting kernel stack (it is the uprobe trap).
+    let user_probe = plan
+        .probes
+        .iter()
+        .all(|p| matches!(p.site, Site::User { .. } | Site::Usdt { .. }));
+    let want_kernel = !args.user_stacks_only && (args.kernel_stacks_only || !user_probe);
+    let want_user = !args.kernel_stacks_only;
+
+    let mut symbols = Symbols::new();
+    if let Some(pid) = args.pid {
+        // Snapshot its memory map now: it may exit before the summary.
+        symbols.remember(pid);
+    }
+
+    let mut obj = MaybeUninit::uninit();
+    let mut open = skel::StackcountSkelBuilder::default()
+        .open(&mut obj)
+        .context("opening the BPF object")?;
+    plan.configure(open.open_object_mut())?;
+    let filter = plan.filter(args.cpu);
+    let rodata = open
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .context("BPF object has no .rodata")?;
+    rodata.filter_tgid = filter.tgid;
+    rodata.filter_pidns_dev = filter.pidns_dev;
+    rodata.filter_pidns_ino = filter.pidns_ino;
+    rodata.filter_cpu = filter.cpu;
+    rodata.kernel_stacks = want_kernel;
+    rodata.user_stacks = want_user;
+    open.maps
+        .stacks
+        .set_max_entries(args.stack_storage_size.max(1))?;
+    let skel = open.load().context("loading the BPF programs")?;
+
+    let attached = plan.attach(skel.object(), stop)?;
+    if args.debug {
+        eprint!("{}", attached.describe());
+    }
+    if let Some(w) = attached.skipped_warning() {
+        warn(&w);
+    }
+    if let Some(pid) = args.pid {
+        stop.watch_pid(pid)?;
+    }
+    let n = attached.probes_attached();
+    if !args.folded {
+        status(
+            &args,
+            &format!(
+                "Tracing {n} function{} for \"{}\"... Hit Ctrl-C to end.",
+                if n == 1 { "" } else { "s" },
+                args.pattern
+            ),
+        )?;
+    }
+
+    // New processes announced by BPF: snapshot their maps before they can exit.
+    let new_pids = RefCell::new(Vec::<u32>::new());
+    let mut rb = RingBufferBuilder::new();
+    rb.add(&skel.maps.new_procs, |data: &[u8]| {
+        if let Ok(b) = data[..4].try_into() {
+            new_pids.borrow_mut().push(u32::from_ne_bytes(b));
+        }
+        0
+    })?;
+    let rb = rb.build()?;
+    let symbols = RefCell::new(symbols);
+    let mut lost = PerCpuCounters::new(&skel.maps.lost, 3)?;
+    let mut folded_run: BTreeMap<String, u64> = BTreeMap::new();
+
+    let schedule = Schedule {
+        interval: args.interval,
+        duration: args.duration,
+    };
+    run_loop_with(
+        schedule,
+        |deadline| {
+            stop.poll_until(deadline, |t| {
+                let _ = rb.poll(t);
+                for pid in new_pids.borrow_mut().drain(..) {
+                    symbols.borrow_mut().remember(pid);
+                }
+            })
+        },
+        |last| {
+            let _ = rb.consume();
+            for pid in new_pids.borrow_mut().drain(..) {
+                symbols.borrow_mut().remember(pid);
+            }
+            let entries = drain(&skel, &symbols.borrow(), &args)?;
+            let lost = lost.deltas()?;
+            report_lost(&lost);
+            if args.svg.is_some() {
+                for (k, c) in &entries {
+                    // No empty root frame in our own graph when there is no comm.
+                    let line =
+                        stacks::folded(k.comm.as_deref(), &k.user, &k.kernel, args.delimited, 0);
+                    *folded_run.entry(line).or_default() += c;
+                }
+            }
+            emit(&if args.json {
+                json(&entries, &lost, last)
+            } else if args.folded {
+                entries
+                    .iter()
+                    .map(|(k, c)| format!("{}\n", folded_line(&args, k, *c)))
+                    .collect()
+            } else {
+                text(&entries, &args)
+            })
+        },
+    )?;
+    if !args.folded {
+        status(&args, "Detaching...")?;
+    }
+    drop(attached);
+    if let Some(path) = &args.svg {
+        // Folded lines were keyed with count 0; put the run's totals back.
+        let lines: Vec<String> = folded_run
+            .iter()
+            .map(|(l, c)| format!("{} {c}", l.rsplit_once(' ').map_or(l.as_str(), |x| x.0)))
+            .collect();
+        stacks::write_svg(
+            path,
+            &format!("stackcount {}", args.pattern),
+            "events",
+            &lines,
+        )?;
+    }
+    Ok(())
+}
+
+fn status(args: &Args, line: &str) -> Result<()> {
+    if args.json {
+        eprintln!("{line}");
+        Ok(())
+    } else {
+        emit(&format!("{line}\n"))
+    }
+}
+
+/// Stack-map key as written by bpf/stackcount.bpf.c (`struct stack_key`).
+struct RawKey {
+    tgid: u32,
+    kernel: i32,
+    user: i32,
+    comm: String,
+}
+
+fn parse_key(k: &[u8]) -> Option<RawKey> {
+    let u =
+        |i: usize| -> Option<u32> { Some(u32::from_ne_bytes(k.get(i..i + 4)?.try_into().ok()?)) };
+    let comm = k.get(12..28)?;
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    Some(RawKey {
+        tgid: u(0)?,
+        kernel: u(4)? as i32,
+        user: u(8)? as i32,
+        comm: String::from_utf8_lossy(&comm[..end]).into_owned(),
+    })
+}
+
+/// Reads and clears this interval's counts, resolves every distinct address once,
+/// and merges stacks that print the same. Sorted ascending by count (BCC order).
+fn drain(skel: &skel::StackcountSkel, symbols: &Symbols, args: &Args) -> Result<Vec<(Key, u64)>> {
+    let counts = &skel.maps.counts;
+    let keys: Vec<Vec<u8>> = counts.keys().collect();
+    let mut raw = Vec::with_capacity(keys.len());
+    for k in &keys {
+        if let Some(v) = counts.lookup(k, MapFlags::ANY)? {
+            let _ = counts.delete(k);
+            let n = u64::from_ne_bytes(v[..8].try_into().context("count value")?);
+            if let Some(key) = parse_key(k) {
+                raw.push((key, n));
+            }
+        }
+    }
+    // Lost stacks (negative ids other than "not collected"/"no such stack") are
+    // reported by the lost counters, not printed as empty stacks.
+    let lost = |id: i32| id == -17 || id == -12;
+    raw.retain(|(k, _)| !lost(k.kernel) && !lost(k.user));
+
+    let ids: HashSet<u32> = raw
+        .iter()
+        .flat_map(|(k, _)| [k.kernel, k.user])
+        .filter(|&id| id >= 0)
+        .map(|id| id as u32)
+        .collect();
+    let mut addrs: HashMap<u32, Vec<u64>> = HashMap::new();
+    for &id in &ids {
+        if let Some(a) = stacks::read(&skel.maps.stacks, id) {
+            addrs.insert(id, a);
+        }
+    }
+    stacks::forget(&skel.maps.stacks, ids);
+    let get = |id: i32| -> &[u64] {
+        if id < 0 {
+            return &[];
+        }
+        addrs.get(&(id as u32)).map(Vec::as_slice).unwrap_or(&[])
+    };
+
+    let mut batch = Batch::default();
+    for (k, _) in &raw {
+        batch.kernel(get(k.kernel));
+        batch.user(k.tgid, get(k.user));
+    }
+    let resolved = batch.resolve(symbols);
+    let mut merged: HashMap<Key, u64> = HashMap::new();
+    for (k, n) in raw {
+        let key = Key {
+            pid: args.perpid.then_some(k.tgid),
+            comm: args.perpid.then(|| k.comm.clone()),
+            kernel: strip(resolved.kernel(get(k.kernel)), args),
+            user: strip(resolved.user(k.tgid, get(k.user)), args),
+        };
+        *merged.entry(key).or_default() += n;
+    }
+    let mut out: Vec<(Key, u64)> = merged.into_iter().collect();
+    out.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+    Ok(out)
+}
+
+/// Keeps only what the output shows, so stacks that print alike merge.
+fn strip(frames: Vec<Frame>, args: &Args) -> Vec<Frame> {
+    frames
+        .into_iter()
+        .map(|mut f| {
+            if !args.offset {
+                f.offset = 0;
+            }
+            if !args.verbose {
+                f.addr = 0;
+            }
+            f
+        })
+        .collect()
+}
+
+fn frame_lines(out: &mut String, frames: &[Frame], args: &Args) {
+    for f in frames {
+        for line in f.lines(args.offset) {
+            if args.verbose {
+                let _ = writeln!(out, "  {:<16x} {line}", f.addr);
+            } else {
+                let _ = writeln!(out, "  {line}");
+            }
+        }
+    }
+}
+
+/// BCC's layout: kernel frames leaf first, `--`, user frames, `comm [pid]`, count.
+fn text(entries: &[(Key, u64)], args: &Args) -> String {
+    let mut s = String::from("\n");
+    if args.timestamp {
+        let _ = writeln!(s, "{:<8}", timestamp());
+    }
+    for (k, count) in entries {
+        frame_lines(&mut s, &k.kernel, args);
+        if args.delimited && !k.kernel.is_empty() && !k.user.is_empty() {
+            s.push_str("    --\n");
+        }
+        frame_lines(&mut s, &k.user, args);
+        if let (Some(comm), Some(pid), None) = (&k.comm, k.pid, args.pid) {
+            let _ = writeln!(s, "    {comm} [{pid}]");
+        }
+        let _ = writeln!(s, "    {count}\n");
+    }
+    s
+}
+
+fn folded_line(args: &Args, k: &Key, count: u64) -> String {
+    // BCC: the comm field is empty without -P, so lines start with ';'.
+    let comm = k.comm.as_deref().unwrap_or("");
+    stacks::folded(Some(comm), &k.user, &k.kernel, args.delimited, count)
+}
+
+fn json(entries: &[(Key, u64)], lost: &[u64], last: bool) -> String {
+    let frames = |fs: &[Frame]| -> Vec<serde_json::Value> {
+        fs.iter()
+            .map(|f| {
+                serde_json::json!({
+                    "addr": format!("0x{:x}", f.addr),
+                    "symbol": f.name(),
+                    "offset": f.offset,
+                    "inlined": f.inlined,
+                })
+            })
+            .collect()
+    };
+    let stacks: Vec<serde_json::Value> = entries
+        .iter()
+        .map(|(k, c)| {
+            serde_json::json!({
+                "count": c, "pid": k.pid, "comm": k.comm,
+                "kernel": frames(&k.kernel), "user": frames(&k.user),
+            })
+        })
+        .collect();
+    let v = serde_json::json!({
+        "time": timestamp(), "unix_time": unix_time(), "final": last,
+        "stacks": stacks,
+        "lost": { "kernel_stacks": lost[0], "user_stacks": lost[1], "counts_full": lost[2] },
+    });
+    format!("{v}\n")
+}
+
+fn report_lost(lost: &[u64]) {
+    let what = [
+        "kernel stacks",
+        "user stacks",
+        "events (the stack count table was full)",
+    ];
+    for (n, w) in lost.iter().zip(what) {
+        if *n > 0 {
+            warn(&format!(
+                "lost {n} {w}: the stack map is full or two stacks collided; raise --stack-storage-size"
+            ));
+        }
+    }
+}
