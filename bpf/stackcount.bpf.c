@@ -1,18 +1,13 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* stackcount: count events by (process, kernel stack, user stack), in the kernel.
- * Stacks that cannot be stored (stack map full, bucket collision) are counted as
- * lost per cause instead of showing up as empty stacks. */
+ * Stacks that cannot be stored (a full map) are counted as lost per cause instead
+ * of showing up as empty stacks. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/usdt.bpf.h>
 #include "filter.h"
-
-#define MAX_STACK_DEPTH 127
-#define EEXIST 17
-#define ENOMEM 12
-/* A stack that was not asked for. */
-#define NO_STACK (-1)
+#include "stacks.h"
 
 /* Which stacks to collect; set before load. */
 const volatile bool kernel_stacks = true;
@@ -20,8 +15,9 @@ const volatile bool user_stacks = true;
 
 struct stack_key {
 	__u32 tgid;
-	__s32 kernel_stack; /* stack id, NO_STACK, or -errno */
-	__s32 user_stack;
+	__u32 pad;
+	__u64 kernel_stack; /* stack hash, 0 for none */
+	__u64 user_stack;
 	char comm[16];
 };
 
@@ -32,22 +28,13 @@ struct {
 	__type(value, __u64);
 } counts SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(max_entries, 16384); /* resized before load */
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, MAX_STACK_DEPTH * sizeof(__u64));
-} stacks SEC(".maps");
-
-/* Events whose stack was lost: kernel stack, user stack, counts map full. */
-enum lost_cause { LOST_KERNEL, LOST_USER, LOST_COUNTS, LOST_MAX };
-
+/* Events not counted because the counts map was full. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, LOST_MAX);
+	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, __u64);
-} lost SEC(".maps");
+} counts_lost SEC(".maps");
 
 /* Processes seen so far; the first event of each is announced on `new_procs`, so
  * user space can snapshot its memory map while it is alive (and symbolize its
@@ -64,21 +51,6 @@ struct {
 	__uint(max_entries, 64 * 1024);
 } new_procs SEC(".maps");
 
-static __always_inline void count_lost(__u32 cause)
-{
-	__u64 *n = bpf_map_lookup_elem(&lost, &cause);
-
-	if (n)
-		*n += 1;
-}
-
-/* Negative ids: -EEXIST is a bucket collision, -ENOMEM a full map (lost);
- * -EFAULT and the like mean there is no such stack (a kernel thread's user stack). */
-static __always_inline bool is_lost(__s32 id)
-{
-	return id == -EEXIST || id == -ENOMEM;
-}
-
 static __always_inline int record(void *ctx)
 {
 	struct stack_key key = {};
@@ -88,12 +60,10 @@ static __always_inline int record(void *ctx)
 	if (filtered_out())
 		return 0;
 	key.tgid = bpf_get_current_pid_tgid() >> 32;
-	key.kernel_stack = kernel_stacks ? bpf_get_stackid(ctx, &stacks, 0) : NO_STACK;
-	key.user_stack = user_stacks ? bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK) : NO_STACK;
-	if (is_lost(key.kernel_stack))
-		count_lost(LOST_KERNEL);
-	if (is_lost(key.user_stack))
-		count_lost(LOST_USER);
+	if (kernel_stacks)
+		key.kernel_stack = take_stack(ctx, STACK_KERNEL);
+	if (user_stacks)
+		key.user_stack = take_stack(ctx, STACK_USER);
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
 
 	if (user_stacks && key.tgid && bpf_map_update_elem(&seen, &key.tgid, &yes, BPF_NOEXIST) == 0) {
@@ -114,10 +84,15 @@ static __always_inline int record(void *ctx)
 		return 0;
 	/* Another CPU inserted the key first, or the map is full. */
 	n = bpf_map_lookup_elem(&counts, &key);
-	if (n)
+	if (n) {
 		__sync_fetch_and_add(n, 1);
-	else
-		count_lost(LOST_COUNTS);
+	} else {
+		__u32 zero = 0;
+
+		n = bpf_map_lookup_elem(&counts_lost, &zero);
+		if (n)
+			*n += 1;
+	}
 	return 0;
 }
 

@@ -80,6 +80,9 @@ impl Drop for Attached {
         if links.len() < 64 {
             return;
         }
+        // Each perf-event kprobe/uprobe waits out RCU grace periods as it closes;
+        // closes in parallel share them. (Tracepoint perf events serialize on the
+        // kernel's event_mutex whatever we do.)
         let per = links.len().div_ceil(DETACH_THREADS);
         let mut links = links.into_iter();
         thread::scope(|s| loop {

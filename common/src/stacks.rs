@@ -1,5 +1,7 @@
-//! Stacks from a `BPF_MAP_TYPE_STACK_TRACE` map, resolved in batches (each distinct
-//! address once per summary), and rendered as folded lines or a flame graph SVG.
+//! Stacks stored by bpf/stacks.h (a hash map from the 64-bit hash of a stack to
+//! `struct stack { u32 depth; u32 pad; u64 ip[127]; }`), resolved in batches (each
+//! distinct address once per summary), and rendered as folded lines or a flame
+//! graph SVG.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -11,21 +13,24 @@ use libbpf_rs::{MapCore, MapFlags};
 
 use crate::symbolize::{Frame, Symbols};
 
-/// The addresses of stack `id`, leaf first; `None` when the id is gone from the map.
-pub fn read(map: &dyn MapCore, id: u32) -> Option<Vec<u64>> {
-    let raw = map.lookup(&id.to_ne_bytes(), MapFlags::ANY).ok()??;
+/// The addresses of stack `hash`, leaf first; `None` when it is gone from the map.
+pub fn read(map: &dyn MapCore, hash: u64) -> Option<Vec<u64>> {
+    let raw = map.lookup(&hash.to_ne_bytes(), MapFlags::ANY).ok()??;
+    let depth = u32::from_ne_bytes(raw.get(..4)?.try_into().ok()?) as usize;
     Some(
-        raw.chunks_exact(8)
+        raw.get(8..)?
+            .chunks_exact(8)
+            .take(depth)
             .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
-            .take_while(|&a| a != 0)
             .collect(),
     )
 }
 
-/// Frees stack ids after their summary so long runs do not fill the map.
-pub fn forget(map: &dyn MapCore, ids: impl IntoIterator<Item = u32>) {
-    for id in ids {
-        let _ = map.delete(&id.to_ne_bytes());
+/// Frees stacks after their summary so long runs do not fill the map (an event
+/// that needs a freed stack again stores it again).
+pub fn forget(map: &dyn MapCore, hashes: impl IntoIterator<Item = u64>) {
+    for h in hashes {
+        let _ = map.delete(&h.to_ne_bytes());
     }
 }
 

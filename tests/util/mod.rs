@@ -80,11 +80,19 @@ pub struct Workload {
 
 impl Workload {
     pub fn start(bin: &Path, args: &[&str]) -> Workload {
-        let mut child = Command::new(bin)
-            .args(args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+        // A just-copied binary can be ETXTBSY while another test thread's forked
+        // child still holds the copy's write descriptor (until its exec).
+        let mut tries = 0;
+        let mut child = loop {
+            match Command::new(bin).args(args).stdout(Stdio::piped()).spawn() {
+                Ok(c) => break c,
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
+                    tries += 1;
+                    thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => panic!("spawn {}: {e}", bin.display()),
+            }
+        };
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)

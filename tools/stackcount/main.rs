@@ -117,7 +117,7 @@ struct Args {
     #[arg(long, value_name = "MODE", default_value = "auto")]
     attach_mode: AttachMode,
 
-    /// Distinct stacks the kernel can hold per interval (stack map entries)
+    /// Distinct stacks the kernel can hold per interval (about 1 KiB each)
     #[arg(long, value_name = "N", default_value_t = 16384)]
     stack_storage_size: u32,
 
@@ -225,7 +225,8 @@ fn run(mut args: Args) -> Result<()> {
     })?;
     let rb = rb.build()?;
     let symbols = RefCell::new(symbols);
-    let mut lost = PerCpuCounters::new(&skel.maps.lost, 3)?;
+    let mut stacks_lost = PerCpuCounters::new(&skel.maps.stacks_lost, 2)?;
+    let mut counts_lost = PerCpuCounters::new(&skel.maps.counts_lost, 1)?;
     let mut folded_run: BTreeMap<String, u64> = BTreeMap::new();
 
     let schedule = Schedule {
@@ -247,8 +248,10 @@ fn run(mut args: Args) -> Result<()> {
             for pid in new_pids.borrow_mut().drain(..) {
                 symbols.borrow_mut().remember(pid);
             }
-            let entries = drain(&skel, &symbols.borrow(), &args)?;
-            let lost = lost.deltas()?;
+            let (entries, expired) = drain(&skel, &symbols.borrow(), &args)?;
+            let mut lost = stacks_lost.deltas()?;
+            lost.extend(counts_lost.deltas()?);
+            lost.push(expired);
             report_lost(&lost);
             if args.svg.is_some() {
                 for (k, c) in &entries {
@@ -299,30 +302,31 @@ fn status(args: &Args, line: &str) -> Result<()> {
     }
 }
 
-/// Stack-map key as written by bpf/stackcount.bpf.c (`struct stack_key`).
+/// Counts key as written by bpf/stackcount.bpf.c (`struct stack_key`).
 struct RawKey {
     tgid: u32,
-    kernel: i32,
-    user: i32,
+    /// Stack hashes, 0 for none.
+    kernel: u64,
+    user: u64,
     comm: String,
 }
 
 fn parse_key(k: &[u8]) -> Option<RawKey> {
-    let u =
-        |i: usize| -> Option<u32> { Some(u32::from_ne_bytes(k.get(i..i + 4)?.try_into().ok()?)) };
-    let comm = k.get(12..28)?;
+    let u64_at = |i: usize| -> Option<u64> { Some(u64::from_ne_bytes(k.get(i..i + 8)?.try_into().ok()?)) };
+    let comm = k.get(24..40)?;
     let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
     Some(RawKey {
-        tgid: u(0)?,
-        kernel: u(4)? as i32,
-        user: u(8)? as i32,
+        tgid: u32::from_ne_bytes(k.get(..4)?.try_into().ok()?),
+        kernel: u64_at(8)?,
+        user: u64_at(16)?,
         comm: String::from_utf8_lossy(&comm[..end]).into_owned(),
     })
 }
 
 /// Reads and clears this interval's counts, resolves every distinct address once,
 /// and merges stacks that print the same. Sorted ascending by count (BCC order).
-fn drain(skel: &skel::StackcountSkel, symbols: &Symbols, args: &Args) -> Result<Vec<(Key, u64)>> {
+/// Also returns how many events referred to a stack no longer stored.
+fn drain(skel: &skel::StackcountSkel, symbols: &Symbols, args: &Args) -> Result<(Vec<(Key, u64)>, u64)> {
     let counts = &skel.maps.counts;
     let keys: Vec<Vec<u8>> = counts.keys().collect();
     let mut raw = Vec::with_capacity(keys.len());
@@ -335,30 +339,28 @@ fn drain(skel: &skel::StackcountSkel, symbols: &Symbols, args: &Args) -> Result<
             }
         }
     }
-    // Lost stacks (negative ids other than "not collected"/"no such stack") are
-    // reported by the lost counters, not printed as empty stacks.
-    let lost = |id: i32| id == -17 || id == -12;
-    raw.retain(|(k, _)| !lost(k.kernel) && !lost(k.user));
-
-    let ids: HashSet<u32> = raw
+    let hashes: HashSet<u64> = raw
         .iter()
         .flat_map(|(k, _)| [k.kernel, k.user])
-        .filter(|&id| id >= 0)
-        .map(|id| id as u32)
+        .filter(|&h| h != 0)
         .collect();
-    let mut addrs: HashMap<u32, Vec<u64>> = HashMap::new();
-    for &id in &ids {
-        if let Some(a) = stacks::read(&skel.maps.stacks, id) {
-            addrs.insert(id, a);
+    let mut addrs: HashMap<u64, Vec<u64>> = HashMap::new();
+    for &h in &hashes {
+        if let Some(a) = stacks::read(&skel.maps.stacks, h) {
+            addrs.insert(h, a);
         }
     }
-    stacks::forget(&skel.maps.stacks, ids);
-    let get = |id: i32| -> &[u64] {
-        if id < 0 {
-            return &[];
+    stacks::forget(&skel.maps.stacks, hashes);
+    // A stack freed by the previous summary just as this event counted it.
+    let mut expired = 0;
+    raw.retain(|(k, n)| {
+        let gone = [k.kernel, k.user].iter().any(|h| *h != 0 && !addrs.contains_key(h));
+        if gone {
+            expired += n;
         }
-        addrs.get(&(id as u32)).map(Vec::as_slice).unwrap_or(&[])
-    };
+        !gone
+    });
+    let get = |h: u64| -> &[u64] { addrs.get(&h).map(Vec::as_slice).unwrap_or(&[]) };
 
     let mut batch = Batch::default();
     for (k, _) in &raw {
@@ -378,7 +380,7 @@ fn drain(skel: &skel::StackcountSkel, symbols: &Symbols, args: &Args) -> Result<
     }
     let mut out: Vec<(Key, u64)> = merged.into_iter().collect();
     out.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
-    Ok(out)
+    Ok((out, expired))
 }
 
 /// Keeps only what the output shows, so stacks that print alike merge.
@@ -460,22 +462,26 @@ fn json(entries: &[(Key, u64)], lost: &[u64], last: bool) -> String {
     let v = serde_json::json!({
         "time": timestamp(), "unix_time": unix_time(), "final": last,
         "stacks": stacks,
-        "lost": { "kernel_stacks": lost[0], "user_stacks": lost[1], "counts_full": lost[2] },
+        "lost": {
+            "kernel_stacks": lost[0], "user_stacks": lost[1],
+            "counts_full": lost[2], "stacks_expired": lost[3],
+        },
     });
     format!("{v}\n")
 }
 
+/// lost = [kernel stacks, user stacks (stack map full), events (counts map full),
+/// events whose stack was freed under them].
 fn report_lost(lost: &[u64]) {
     let what = [
-        "kernel stacks",
-        "user stacks",
-        "events (the stack count table was full)",
+        "kernel stacks (the stack map is full; raise --stack-storage-size)",
+        "user stacks (the stack map is full; raise --stack-storage-size)",
+        "events (the stack count table is full)",
+        "events whose stack was freed by the previous summary",
     ];
     for (n, w) in lost.iter().zip(what) {
         if *n > 0 {
-            warn(&format!(
-                "lost {n} {w}: the stack map is full or two stacks collided; raise --stack-storage-size"
-            ));
+            warn(&format!("lost {n} {w}"));
         }
     }
 }

@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* Stack storage shared by the tools that record stacks: take_stack() copies the
+ * current kernel or user stack and stores it by the 64-bit hash of its frames.
+ * User space (common/src/stacks.rs) reads `stacks` by hash. */
+#ifndef TRACEKIT_STACKS_H
+#define TRACEKIT_STACKS_H
+
+#define MAX_STACK_DEPTH 127
+
+enum stack_kind { STACK_KERNEL, STACK_USER, STACK_KINDS };
+
+/* A stack, stored by the 64-bit hash of its frames. A stack-trace map keeps one
+ * stack per bucket and drops every event of a second stack hashing to it; a hash
+ * map keyed by the full hash has no such collisions. It is preallocated: on-demand
+ * allocation in tracing context fails under bursts of new stacks. */
+struct stack {
+	__u32 depth;
+	__u32 pad;
+	__u64 ip[MAX_STACK_DEPTH];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384); /* resized before load */
+	__type(key, __u64);
+	__type(value, struct stack);
+} stacks SEC(".maps");
+
+/* Per-CPU room to take a stack in, per kind. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STACK_KINDS);
+	__type(key, __u32);
+	__type(value, struct stack);
+} scratch SEC(".maps");
+
+/* Stacks that could not be stored because `stacks` was full, per kind. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STACK_KINDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} stacks_lost SEC(".maps");
+
+/* Takes the current kernel or user stack and stores it; returns its hash, or 0
+ * when there is no such stack or it could not be stored (counted in stacks_lost). */
+static __always_inline __u64 take_stack(void *ctx, __u32 which)
+{
+	__u64 h = 0xcbf29ce484222325ULL; /* FNV-1a over whole frames */
+	struct stack *s;
+	long n;
+
+	s = bpf_map_lookup_elem(&scratch, &which);
+	if (!s)
+		return 0;
+	n = bpf_get_stack(ctx, s->ip, sizeof(s->ip), which == STACK_USER ? BPF_F_USER_STACK : 0);
+	if (n <= 0)
+		return 0; /* e.g. the user stack of a kernel thread */
+	s->depth = n / sizeof(__u64);
+	for (int i = 0; i < MAX_STACK_DEPTH; i++) {
+		if (i >= s->depth)
+			break;
+		h = (h ^ s->ip[i]) * 0x100000001b3ULL;
+	}
+	h = (h ^ s->depth) | 1; /* never 0, which means "no stack" */
+	if (bpf_map_lookup_elem(&stacks, &h))
+		return h;
+	if (bpf_map_update_elem(&stacks, &h, s, BPF_NOEXIST) && !bpf_map_lookup_elem(&stacks, &h)) {
+		__u64 *lost = bpf_map_lookup_elem(&stacks_lost, &which);
+
+		if (lost)
+			*lost += 1;
+		return 0;
+	}
+	return h;
+}
+
+#endif
