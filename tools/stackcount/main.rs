@@ -312,7 +312,8 @@ struct RawKey {
 }
 
 fn parse_key(k: &[u8]) -> Option<RawKey> {
-    let u64_at = |i: usize| -> Option<u64> { Some(u64::from_ne_bytes(k.get(i..i + 8)?.try_into().ok()?)) };
+    let u64_at =
+        |i: usize| -> Option<u64> { Some(u64::from_ne_bytes(k.get(i..i + 8)?.try_into().ok()?)) };
     let comm = k.get(24..40)?;
     let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
     Some(RawKey {
@@ -326,7 +327,11 @@ fn parse_key(k: &[u8]) -> Option<RawKey> {
 /// Reads and clears this interval's counts, resolves every distinct address once,
 /// and merges stacks that print the same. Sorted ascending by count (BCC order).
 /// Also returns how many events referred to a stack no longer stored.
-fn drain(skel: &skel::StackcountSkel, symbols: &Symbols, args: &Args) -> Result<(Vec<(Key, u64)>, u64)> {
+fn drain(
+    skel: &skel::StackcountSkel,
+    symbols: &Symbols,
+    args: &Args,
+) -> Result<(Vec<(Key, u64)>, u64)> {
     let counts = &skel.maps.counts;
     let keys: Vec<Vec<u8>> = counts.keys().collect();
     let mut raw = Vec::with_capacity(keys.len());
@@ -354,7 +359,9 @@ fn drain(skel: &skel::StackcountSkel, symbols: &Symbols, args: &Args) -> Result<
     // A stack freed by the previous summary just as this event counted it.
     let mut expired = 0;
     raw.retain(|(k, n)| {
-        let gone = [k.kernel, k.user].iter().any(|h| *h != 0 && !addrs.contains_key(h));
+        let gone = [k.kernel, k.user]
+            .iter()
+            .any(|h| *h != 0 && !addrs.contains_key(h));
         if gone {
             expired += n;
         }

@@ -5,12 +5,14 @@
 //!   guest [FILTER...]    only the kernel-function tests, in each guest kernel
 //!   guest-exec CMD...    run a shell command in each guest kernel (debugging)
 //!   bench                funccount vs bpftrace on the host (ready time, RSS, per-event cost)
+//!   bench-stacks         stackcount vs bpftrace printing 10,000 distinct stacks
 //!   bench-attach         attach/detach time for 10..all kernel functions in a guest,
 //!                        against bpftrace and BCC's funccount
 //!   deps                 install every Debian package the tasks need
 
 mod bench;
 mod bench_attach;
+mod bench_stacks;
 mod deps;
 mod guest;
 
@@ -47,6 +49,10 @@ fn real_main() -> Result<()> {
         Some("bench") => {
             deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
             bench::host(&root)
+        }
+        Some("bench-stacks") => {
+            deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
+            bench_stacks::run(&root)
         }
         Some("bench-attach") => bench_attach::host(&root),
         // Runs inside the benchmark guest.
