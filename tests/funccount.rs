@@ -309,16 +309,7 @@ fn mounts_tracefs_when_missing() {
 }
 
 fn fails_with(args: &[&str], message: &str) {
-    let out = run(&funccount(), args, T);
-    assert_eq!(
-        out.code(),
-        1,
-        "stdout: {}\nstderr: {}",
-        out.stdout,
-        out.stderr
-    );
-    assert_eq!(out.stderr, format!("funccount: error: {message}\n"));
-    assert_eq!(out.stdout, "");
+    util::fails_with(&funccount(), args, message);
 }
 
 #[test]

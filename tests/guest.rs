@@ -266,15 +266,7 @@ fn no_leftovers_after_sigterm_and_kill() {
 }
 
 fn fails_with(args: &[&str], message: &str) {
-    let out = run(&funccount(), args, T);
-    assert_eq!(
-        out.code(),
-        1,
-        "stdout: {}\nstderr: {}",
-        out.stdout,
-        out.stderr
-    );
-    assert_eq!(out.stderr, format!("funccount: error: {message}\n"));
+    util::fails_with(&funccount(), args, message);
 }
 
 #[test]
@@ -328,13 +320,9 @@ fn stackcount_shows_the_caller_of_vfs_read() {
         ["ksys_pread64", "__x64_sys_pread64"].contains(&frames[1].as_str()),
         "caller of vfs_read: {frames:?}"
     );
-    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
-    let names: std::collections::HashSet<&str> = kallsyms
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(2))
-        .collect();
+    let names = kernel_symbols();
     for f in frames {
-        assert!(names.contains(f.as_str()), "{f} is not a kernel symbol");
+        assert!(names.contains(f), "{f} is not a kernel symbol");
     }
     assert_nothing_left("stackcount");
 }

@@ -206,13 +206,9 @@ fn kernel_stacks_at_a_tracepoint() {
     let (frames, count) = &stacks[0];
     assert_eq!(*count, 333);
     // Every frame is a real kernel symbol, and the syscall entry path is there.
-    let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
-    let names: std::collections::HashSet<&str> = kallsyms
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(2))
-        .collect();
+    let names = kernel_symbols();
     for f in frames {
-        assert!(names.contains(f.as_str()), "{f} is not a kernel symbol");
+        assert!(names.contains(f), "{f} is not a kernel symbol");
     }
     assert!(frames.iter().any(|f| f == "do_syscall_64"), "{frames:?}");
 }

@@ -91,6 +91,18 @@ impl ProgKind {
     }
 }
 
+/// Writes a [`Filter`] into a skeleton's `.rodata` (the globals of bpf/filter.h).
+#[macro_export]
+macro_rules! set_filter {
+    ($rodata:expr, $filter:expr) => {{
+        let (r, f) = ($rodata, $filter);
+        r.filter_tgid = f.tgid;
+        r.filter_pidns_dev = f.pidns_dev;
+        r.filter_pidns_ino = f.pidns_ino;
+        r.filter_cpu = f.cpu;
+    }};
+}
+
 /// Values for the filters in bpf/filter.h.
 #[derive(Debug, Clone, Copy)]
 pub struct Filter {
@@ -324,6 +336,19 @@ impl Plan {
             }
         }
         Ok(out)
+    }
+
+    /// [`Plan::attach`], then what every tool reports: with `debug` the links and
+    /// every skipped probe (stderr), else a one-line warning about skipped probes.
+    pub fn attach_and_report(&self, obj: &Object, stop: &Stop, debug: bool) -> Result<Attached> {
+        let attached = self.attach(obj, stop)?;
+        if debug {
+            eprint!("{}", attached.describe());
+        }
+        if let Some(w) = attached.skipped_warning() {
+            warn(&w);
+        }
+        Ok(attached)
     }
 
     /// What `-D` prints before attaching: matches, sources, modes, every probe.

@@ -12,8 +12,10 @@
 #![no_main]
 
 use std::hint::black_box;
-use std::io::Write;
 use std::os::raw::{c_char, c_int};
+
+#[path = "ready.rs"]
+mod ready;
 
 #[no_mangle]
 #[inline(never)]
@@ -71,12 +73,6 @@ pub extern "C" fn tk_r(depth: u32, bits: u64) -> u64 {
     black_box(step(depth, bits)).wrapping_add(2)
 }
 
-fn wait_usr1(set: &libc::sigset_t) {
-    let mut sig = 0;
-    // SAFETY: set is initialised; sig is a valid out-pointer.
-    while unsafe { libc::sigwait(set, &mut sig) } != 0 || sig != libc::SIGUSR1 {}
-}
-
 #[no_mangle]
 pub extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
     let args: Vec<String> = std::env::args().collect();
@@ -85,17 +81,8 @@ pub extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
     let args = if tree { &args[1..] } else { &args[..] };
     let n: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(0);
     let m: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
-    // SAFETY: plain libc signal-mask calls on a zeroed, then initialised, set.
-    let set = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGUSR1);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    };
-    println!("ready");
-    std::io::stdout().flush().unwrap();
-    wait_usr1(&set);
+    let ready = ready::Ready::announce();
+    ready.wait();
     let mut sink = 0;
     if tree {
         for path in 0..n.min(1 << TREE_DEPTH) {
@@ -111,7 +98,7 @@ pub extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
     }
     black_box(sink);
     if hold {
-        wait_usr1(&set);
+        ready.wait();
     }
     0
 }

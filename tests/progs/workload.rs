@@ -13,6 +13,9 @@ use std::ffi::CString;
 use std::hint::black_box;
 use std::io::Write;
 
+#[path = "ready.rs"]
+mod ready;
+
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn tk_alpha(x: u64) -> u64 {
@@ -31,12 +34,6 @@ pub extern "C" fn tk_gamma(x: u64) -> u64 {
     black_box(x ^ 0x55)
 }
 
-fn wait_usr1(set: &libc::sigset_t) {
-    let mut sig = 0;
-    // SAFETY: set is initialised; sig is a valid out-pointer.
-    while unsafe { libc::sigwait(set, &mut sig) } != 0 || sig != libc::SIGUSR1 {}
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let hold = args.iter().any(|a| a == "--hold");
@@ -45,14 +42,6 @@ fn main() {
     let mode = args.get(1).map(|s| s.as_str()).unwrap_or("");
     let n: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
 
-    // SAFETY: plain libc signal-mask calls on a zeroed, then initialised, set.
-    let set = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGUSR1);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    };
     // Open the file before signalling readiness so the work is only the reads.
     let fd = match mode {
         "read" => {
@@ -68,9 +57,8 @@ fn main() {
             std::process::exit(2);
         }
     };
-    println!("ready");
-    std::io::stdout().flush().unwrap();
-    wait_usr1(&set);
+    let ready = ready::Ready::announce();
+    ready.wait();
 
     let mut sink = 0u64;
     let start = std::time::Instant::now();
@@ -111,6 +99,6 @@ fn main() {
         std::io::stdout().flush().unwrap();
     }
     if hold {
-        wait_usr1(&set);
+        ready.wait();
     }
 }

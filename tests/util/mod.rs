@@ -314,3 +314,27 @@ pub fn parse_stacks(stdout: &str) -> Vec<(Vec<String>, u64)> {
     }
     out
 }
+
+/// Asserts that `tool args` exits 1 with exactly `tool: error: message` on stderr.
+pub fn fails_with(tool_bin: &Path, args: &[&str], message: &str) {
+    let name = tool_bin.file_name().unwrap().to_str().unwrap().to_string();
+    let out = run(tool_bin, args, Duration::from_secs(300));
+    assert_eq!(
+        out.code(),
+        1,
+        "stdout: {}\nstderr: {}",
+        out.stdout,
+        out.stderr
+    );
+    assert_eq!(out.stderr, format!("{name}: error: {message}\n"));
+    assert_eq!(out.stdout, "");
+}
+
+/// Every symbol name in /proc/kallsyms.
+pub fn kernel_symbols() -> std::collections::HashSet<String> {
+    std::fs::read_to_string("/proc/kallsyms")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
+        .collect()
+}

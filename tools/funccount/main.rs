@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use common::cli::warn;
 use common::counters::PerCpuCounters;
 use common::output::{emit, timestamp, unix_time};
 use common::run::{parse_secs, run_loop, Schedule, Stop};
@@ -109,26 +108,16 @@ fn run(args: Args) -> Result<()> {
         .open(&mut obj)
         .context("opening the BPF object")?;
     plan.configure(open.open_object_mut())?;
-    let filter = plan.filter(args.cpu);
     let rodata = open
         .maps
         .rodata_data
         .as_deref_mut()
         .context("BPF object has no .rodata")?;
-    rodata.filter_tgid = filter.tgid;
-    rodata.filter_pidns_dev = filter.pidns_dev;
-    rodata.filter_pidns_ino = filter.pidns_ino;
-    rodata.filter_cpu = filter.cpu;
+    common::set_filter!(&mut *rodata, plan.filter(args.cpu));
     open.maps.counts.set_max_entries(plan.probes.len() as u32)?;
     let skel = open.load().context("loading the BPF programs")?;
 
-    let attached = plan.attach(skel.object(), stop)?;
-    if args.debug {
-        eprint!("{}", attached.describe());
-    }
-    if let Some(w) = attached.skipped_warning() {
-        warn(&w);
-    }
+    let attached = plan.attach_and_report(skel.object(), stop, args.debug)?;
     let mut counters = PerCpuCounters::new(&skel.maps.counts, plan.probes.len())?;
     if let Some(pid) = args.pid {
         stop.watch_pid(pid)?;

@@ -175,16 +175,12 @@ fn run(mut args: Args) -> Result<()> {
         .open(&mut obj)
         .context("opening the BPF object")?;
     plan.configure(open.open_object_mut())?;
-    let filter = plan.filter(args.cpu);
     let rodata = open
         .maps
         .rodata_data
         .as_deref_mut()
         .context("BPF object has no .rodata")?;
-    rodata.filter_tgid = filter.tgid;
-    rodata.filter_pidns_dev = filter.pidns_dev;
-    rodata.filter_pidns_ino = filter.pidns_ino;
-    rodata.filter_cpu = filter.cpu;
+    common::set_filter!(&mut *rodata, plan.filter(args.cpu));
     rodata.kernel_stacks = want_kernel;
     rodata.user_stacks = want_user;
     open.maps
@@ -192,13 +188,7 @@ fn run(mut args: Args) -> Result<()> {
         .set_max_entries(args.stack_storage_size.max(1))?;
     let skel = open.load().context("loading the BPF programs")?;
 
-    let attached = plan.attach(skel.object(), stop)?;
-    if args.debug {
-        eprint!("{}", attached.describe());
-    }
-    if let Some(w) = attached.skipped_warning() {
-        warn(&w);
-    }
+    let attached = plan.attach_and_report(skel.object(), stop, args.debug)?;
     if let Some(pid) = args.pid {
         stop.watch_pid(pid)?;
     }

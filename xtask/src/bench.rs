@@ -211,20 +211,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 pub fn host(root: &Path) -> Result<()> {
-    let st = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .args([
-            "build",
-            "--release",
-            "--quiet",
-            "--bin",
-            "funccount",
-            "--example",
-            "workload",
-        ])
-        .status()?;
-    if !st.success() {
-        bail!("release build failed");
-    }
+    crate::build_release(&["--bin", "funccount", "--example", "workload"])?;
     let funccount = root.join("target/release/funccount");
     let workload = root.join("target/release/examples/workload");
     let bpftrace_version = Command::new("bpftrace")

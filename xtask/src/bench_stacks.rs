@@ -105,20 +105,7 @@ fn workload() {
 }
 
 pub fn run(root: &Path) -> Result<()> {
-    let st = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .args([
-            "build",
-            "--release",
-            "--quiet",
-            "--bin",
-            "stackcount",
-            "--example",
-            "stacks",
-        ])
-        .status()?;
-    if !st.success() {
-        bail!("release build failed");
-    }
+    crate::build_release(&["--bin", "stackcount", "--example", "stacks"])?;
     let stackcount = root.join("target/release/stackcount");
     let prog = root.join("target/release/examples/stacks");
     let mut rows = Vec::new();

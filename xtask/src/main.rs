@@ -110,7 +110,8 @@ fn test(args: &[String]) -> Result<()> {
     }
     deps::ensure(&pkgs)?;
     let mut t = cargo();
-    t.args(["test", "--workspace", "--all-targets"]);
+    // Builds the test programs (examples) without running them as tests.
+    t.args(["test", "--workspace"]);
     status(t)?;
     if guest {
         guest_tests(&[])?;
@@ -126,4 +127,11 @@ fn guest_tests(filter: &[String]) -> Result<()> {
     let exe = guest::test_executable("guest", false)?;
     let script = guest::write_test_script(&exe, filter)?;
     guest::run_all(&script, GUEST_TIMEOUT)
+}
+
+/// Builds release artifacts quietly (`--bin X` / `--example Y` arguments).
+pub fn build_release(targets: &[&str]) -> Result<()> {
+    let mut c = cargo();
+    c.args(["build", "--release", "--quiet"]).args(targets);
+    status(c)
 }
