@@ -280,6 +280,16 @@ fn kernel_function_errors() {
         &["tk_nothing_*"],
         "no traceable kernel function matches \"tk_nothing_*\"",
     );
+    // Every function as single kprobes is refused up front (slow, and has crashed kernels).
+    let out = run(&funccount(), &["--attach-mode", "single", "*"], T);
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.starts_with("funccount: error: ")
+            && out.stderr.contains(" kernel functions would need one kprobe each (no kprobe_multi here), over the limit of 5000: ")
+            && out.stderr.ends_with("raise the limit with TRACEKIT_MAX_KPROBES=N\n"),
+        "{}",
+        out.stderr
+    );
     // A deny-listed function this kernel lists as traceable.
     let aff = tracefs_file("available_filter_functions");
     let denied = [

@@ -275,13 +275,14 @@ fn bisect<'a>(
 /// Results come back in item order; items never tried (stopped) are `None`.
 fn parallel<T: Sync>(
     items: &[T],
+    threads: usize,
     stop: &Stop,
     attach: impl Fn(&T) -> Result<Link, i32> + Sync,
 ) -> Vec<Option<Result<Link, i32>>> {
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<Link, i32>>>> =
         Mutex::new((0..items.len()).map(|_| None).collect());
-    let threads = ATTACH_THREADS.min(items.len()).max(1);
+    let threads = threads.min(items.len()).max(1);
     thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| loop {
@@ -333,7 +334,10 @@ pub(crate) fn kprobes(
         .collect();
     crate::system::raise_fd_limit(sites.len() * 2 + 64);
     let prog = Prog::of(prog);
-    let results = parallel(&sites, stop, |&(i, name, addr)| {
+    // One at a time: the kernel serializes kprobe registration anyway, and arming
+    // ftrace-based kprobes concurrently with thousands of others has crashed
+    // kernels (ftrace hash updates racing with probed allocator functions).
+    let results = parallel(&sites, 1, stop, |&(i, name, addr)| {
         let cname = CString::new(name).map_err(|_| libc::EINVAL)?;
         let opts = sys::bpf_kprobe_opts {
             sz: size_of::<sys::bpf_kprobe_opts>() as _,
@@ -420,7 +424,7 @@ pub(crate) fn uprobes(
         return;
     };
     let prog = Prog::of(prog);
-    let results = parallel(sites, stop, |&(i, _, offset)| {
+    let results = parallel(sites, ATTACH_THREADS, stop, |&(i, _, offset)| {
         let opts = sys::bpf_uprobe_opts {
             sz: size_of::<sys::bpf_uprobe_opts>() as _,
             bpf_cookie: i as u64,
@@ -449,7 +453,7 @@ pub(crate) fn tracepoints(
 ) {
     crate::system::raise_fd_limit(sites.len() * 2 + 64);
     let prog = Prog::of(prog);
-    let results = parallel(sites, stop, |&(i, cat, ev, _)| {
+    let results = parallel(sites, ATTACH_THREADS, stop, |&(i, cat, ev, _)| {
         let (cat, ev) = (
             CString::new(cat).map_err(|_| libc::EINVAL)?,
             CString::new(ev).map_err(|_| libc::EINVAL)?,

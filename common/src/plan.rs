@@ -161,6 +161,18 @@ impl Plan {
                 }
             },
         };
+        let kernel = probes
+            .iter()
+            .filter(|p| matches!(p.site, Site::Kernel(_)))
+            .count();
+        if !kernel_multi && kernel > max_single_kprobes() {
+            bail!(
+                "{kernel} kernel functions would need one kprobe each (no kprobe_multi here), over the \
+                 limit of {}: that takes minutes to attach and detach, and has crashed kernels; \
+                 narrow the pattern, or raise the limit with TRACEKIT_MAX_KPROBES=N",
+                max_single_kprobes()
+            );
+        }
         let user_multi = has(|s| matches!(s, Site::User { .. }))
             && opts.mode != AttachMode::Single
             && {
@@ -463,6 +475,19 @@ impl Attached {
             list.join(", ")
         ))
     }
+}
+
+/// How many single kprobes a run may create (TRACEKIT_MAX_KPROBES overrides), as
+/// BCC's BCC_PROBE_LIMIT and bpftrace's max_probes: mass single kprobes are slow
+/// to attach and detach, and ftrace-based kprobes on every function have crashed
+/// the 6.1 and 6.12 guest kernels. kprobe_multi links have no such limit.
+pub const DEFAULT_MAX_KPROBES: usize = 5000;
+
+fn max_single_kprobes() -> usize {
+    std::env::var("TRACEKIT_MAX_KPROBES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_MAX_KPROBES)
 }
 
 fn site_key(site: &Site) -> String {
