@@ -266,7 +266,15 @@ fn add_module(
 fn initramfs(kernel: &Kernel, script: &Path) -> Result<PathBuf> {
     let stage = guest_dir().join(format!("initramfs-{}", kernel.label));
     let _ = fs::remove_dir_all(&stage);
-    for d in ["bin", "lib/modules", "newroot", "proc", "sys", "dev"] {
+    for d in [
+        "bin",
+        "lib/modules",
+        "hostroot",
+        "newroot",
+        "proc",
+        "sys",
+        "dev",
+    ] {
         fs::create_dir_all(stage.join(d))?;
     }
     let busybox = ["/bin/busybox", "/usr/bin/busybox"]
@@ -296,10 +304,11 @@ mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 {insmods}
-if ! mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 hostroot /newroot; then
+if ! mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 hostroot /hostroot; then
     echo "{EXIT_MARK} 97 (cannot mount the host root over 9p)"
     poweroff -f
 fi
+mount -o bind /hostroot /newroot
 mount -t proc proc /newroot/proc
 mount -t sysfs sys /newroot/sys
 mount -t devtmpfs dev /newroot/dev
@@ -308,6 +317,9 @@ mount -t tmpfs run /newroot/run
 mount -t tracefs nodev /newroot/sys/kernel/tracing
 mount -t debugfs nodev /newroot/sys/kernel/debug
 mount -t bpf bpf /newroot/sys/fs/bpf
+# The workspace may lie under a directory masked above (a CI clone in /tmp): show
+# the host's copy again at the same path.
+mkdir -p '/newroot{workspace}' && mount -o bind '/hostroot{workspace}' '/newroot{workspace}'
 echo 1 > /proc/sys/kernel/panic_on_oops
 # What this kernel can do, from its config, for tests to assert the right path.
 export TRACEKIT_GUEST_KERNEL={label} TRACEKIT_EXPECT_KPROBE_MULTI={multi}
@@ -317,6 +329,7 @@ echo "{EXIT_MARK} $?"
 poweroff -f
 "#,
         script = script.display(),
+        workspace = std::env::current_dir()?.canonicalize()?.display(),
         label = kernel.label,
         multi = u8::from(kernel.config_has("CONFIG_FPROBE")),
     );
@@ -344,6 +357,8 @@ poweroff -f
 pub struct Verdict {
     pub passed: bool,
     pub summary: String,
+    /// The first kernel splat line (oops, panic, BUG...) if the kernel crashed.
+    pub splat: Option<String>,
     /// Console lines after the guest started its script.
     pub lines: Vec<String>,
 }
@@ -439,7 +454,7 @@ pub fn boot(kernel: &Kernel, script: &Path, timeout: Duration) -> Result<Verdict
     let (passed, summary) = if timed_out {
         show_tail(&format!("timed out after {}s", timeout.as_secs()));
         (false, format!("{}: TIMEOUT after {took}s", kernel.label))
-    } else if let Some(s) = splat {
+    } else if let Some(s) = splat.clone() {
         show_tail(&format!("kernel splat: {s}"));
         (
             false,
@@ -462,6 +477,7 @@ pub fn boot(kernel: &Kernel, script: &Path, timeout: Duration) -> Result<Verdict
     Ok(Verdict {
         passed,
         summary,
+        splat,
         lines,
     })
 }
