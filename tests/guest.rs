@@ -177,12 +177,16 @@ fn kernel_and_other_sources_in_one_run() {
 #[test]
 #[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
 fn thousands_of_functions_attach_count_and_detach() {
-    // kprobe_multi: every traceable function. Single kprobes take ~30 ms each to
-    // attach and more to detach under emulation, so there a few thousand ("s*",
-    // which on 6.1 includes static names shared by several functions: the kernel
-    // refuses those, and they must be reported, not fatal).
+    // kprobe_multi: ~9,000 functions, spin locks and scheduler paths included.
+    // Not every function: under qemu TCG, patching all ~42,000 crashes 6.12 with an
+    // int3 oops in ftrace's text patching, for bpftrace's kprobe_multi as for ours
+    // (4 of 4 runs in `cargo xtask bench-attach`), which CI must not gamble on.
+    // Single kprobes take ~30 ms each to attach and more to detach under
+    // emulation, so there a few thousand ("s*", which on 6.1 includes static names
+    // shared by several functions: the kernel refuses those, and they must be
+    // reported, not fatal).
     let (pattern, at_least) = if expect_kprobe_multi() {
-        ("*", 20_000)
+        ("*in*", 8_000)
     } else {
         ("s*", 3_000)
     };
@@ -285,11 +289,23 @@ fn kernel_function_errors() {
     assert_eq!(out.code(), 1, "{}", out.stderr);
     assert!(
         out.stderr.starts_with("funccount: error: ")
-            && out.stderr.contains(" kernel functions would need one kprobe each (no kprobe_multi here), over the limit of 5000: ")
+            && out.stderr.contains(" kernel functions would need one kprobe each (--attach-mode single), over the limit of 5000: ")
             && out.stderr.ends_with("raise the limit with TRACEKIT_MAX_KPROBES=N\n"),
         "{}",
         out.stderr
     );
+    // Without kprobe_multi, the automatic fallback is refused the same way.
+    if !expect_kprobe_multi() {
+        let out = run(&funccount(), &["*"], T);
+        assert_eq!(out.code(), 1, "{}", out.stderr);
+        assert!(
+            out.stderr.contains(
+                " kernel functions would need one kprobe each (no kprobe_multi on this kernel), over the limit of 5000: "
+            ),
+            "{}",
+            out.stderr
+        );
+    }
     // A deny-listed function this kernel lists as traceable.
     let aff = tracefs_file("available_filter_functions");
     let denied = [

@@ -166,8 +166,13 @@ impl Plan {
             .filter(|p| matches!(p.site, Site::Kernel(_)))
             .count();
         if !kernel_multi && kernel > max_single_kprobes() {
+            let why = if opts.mode == AttachMode::Single {
+                "--attach-mode single"
+            } else {
+                "no kprobe_multi on this kernel"
+            };
             bail!(
-                "{kernel} kernel functions would need one kprobe each (no kprobe_multi here), over the \
+                "{kernel} kernel functions would need one kprobe each ({why}), over the \
                  limit of {}: that takes minutes to attach and detach, and has crashed kernels; \
                  narrow the pattern, or raise the limit with TRACEKIT_MAX_KPROBES=N",
                 max_single_kprobes()
