@@ -103,6 +103,27 @@ macro_rules! set_filter {
     }};
 }
 
+/// Opens a tool's skeleton for a plan: programs configured for the plan's attach
+/// kinds and the PID/CPU filters written; `|rodata| { .. }` sets the tool's own
+/// read-only globals. Evaluates to the open skeleton, ready for map sizing and load.
+#[macro_export]
+macro_rules! open_skeleton {
+    ($builder:ty, $obj:expr, $plan:expr, $cpu:expr, |$rodata:ident| $body:block) => {{
+        let mut open = <$builder>::default()
+            .open($obj)
+            .context("opening the BPF object")?;
+        $plan.configure(open.open_object_mut())?;
+        let $rodata = open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .context("BPF object has no .rodata")?;
+        $crate::set_filter!(&mut *$rodata, $plan.filter($cpu));
+        $body
+        open
+    }};
+}
+
 /// Values for the filters in bpf/filter.h.
 #[derive(Debug, Clone, Copy)]
 pub struct Filter {

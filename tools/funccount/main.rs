@@ -104,16 +104,13 @@ fn run(args: Args) -> Result<()> {
     }
 
     let mut obj = MaybeUninit::uninit();
-    let mut open = skel::FunccountSkelBuilder::default()
-        .open(&mut obj)
-        .context("opening the BPF object")?;
-    plan.configure(open.open_object_mut())?;
-    let rodata = open
-        .maps
-        .rodata_data
-        .as_deref_mut()
-        .context("BPF object has no .rodata")?;
-    common::set_filter!(&mut *rodata, plan.filter(args.cpu));
+    let mut open = common::open_skeleton!(
+        skel::FunccountSkelBuilder,
+        &mut obj,
+        plan,
+        args.cpu,
+        |_rodata| {}
+    );
     open.maps.counts.set_max_entries(plan.probes.len() as u32)?;
     let skel = open.load().context("loading the BPF programs")?;
 

@@ -171,18 +171,16 @@ fn run(mut args: Args) -> Result<()> {
     }
 
     let mut obj = MaybeUninit::uninit();
-    let mut open = skel::StackcountSkelBuilder::default()
-        .open(&mut obj)
-        .context("opening the BPF object")?;
-    plan.configure(open.open_object_mut())?;
-    let rodata = open
-        .maps
-        .rodata_data
-        .as_deref_mut()
-        .context("BPF object has no .rodata")?;
-    common::set_filter!(&mut *rodata, plan.filter(args.cpu));
-    rodata.kernel_stacks = want_kernel;
-    rodata.user_stacks = want_user;
+    let mut open = common::open_skeleton!(
+        skel::StackcountSkelBuilder,
+        &mut obj,
+        plan,
+        args.cpu,
+        |rodata| {
+            rodata.kernel_stacks = want_kernel;
+            rodata.user_stacks = want_user;
+        }
+    );
     open.maps
         .stacks
         .set_max_entries(args.stack_storage_size.max(1))?;
