@@ -13,6 +13,17 @@ pub fn emit(text: &str) -> Result<()> {
     Ok(())
 }
 
+/// A status line ("Tracing...", "Detaching..."): on stdout with the tables, as BCC
+/// prints it, or on stderr when stdout carries JSON.
+pub fn status(json: bool, line: &str) -> Result<()> {
+    if json {
+        eprintln!("{line}");
+        Ok(())
+    } else {
+        emit(&format!("{line}\n"))
+    }
+}
+
 /// True when the error comes from writing to a closed pipe.
 pub fn is_closed_stdout(e: &anyhow::Error) -> bool {
     e.chain().any(|c| {

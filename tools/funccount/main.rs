@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use common::counters::PerCpuCounters;
-use common::output::{emit, timestamp, unix_time};
+use common::output::{emit, status, timestamp, unix_time};
 use common::run::{parse_secs, run_loop, Schedule, Stop};
 use common::{plan, system, AttachMode, Plan, ProbeSpec};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
@@ -128,7 +128,7 @@ fn run(args: Args) -> Result<()> {
         .join(", ");
     let n = attached.probes_attached();
     status(
-        &args,
+        args.json,
         &format!(
             "Tracing {n} function{} for {patterns}... Hit Ctrl-C to end.",
             if n == 1 { "" } else { "s" }
@@ -148,19 +148,9 @@ fn run(args: Args) -> Result<()> {
             table(&rows, args.timestamp)
         })
     })?;
-    status(&args, "Detaching...")?;
+    status(args.json, "Detaching...")?;
     drop(attached);
     Ok(())
-}
-
-/// Status lines go with the table on stdout (as BCC), or to stderr beside JSON.
-fn status(args: &Args, line: &str) -> Result<()> {
-    if args.json {
-        eprintln!("{line}");
-        Ok(())
-    } else {
-        emit(&format!("{line}\n"))
-    }
 }
 
 /// Non-zero counts, ascending (BCC order; ties by name for stable output).

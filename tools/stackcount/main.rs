@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use common::cli::warn;
 use common::counters::PerCpuCounters;
-use common::output::{emit, timestamp, unix_time};
+use common::output::{emit, status, timestamp, unix_time};
 use common::plan::Site;
 use common::run::{parse_secs, run_loop_with, Schedule, Stop};
 use common::stacks::{self, Batch};
@@ -193,7 +193,7 @@ fn run(mut args: Args) -> Result<()> {
     let n = attached.probes_attached();
     if !args.folded {
         status(
-            &args,
+            args.json,
             &format!(
                 "Tracing {n} function{} for \"{}\"... Hit Ctrl-C to end.",
                 if n == 1 { "" } else { "s" },
@@ -262,7 +262,7 @@ fn run(mut args: Args) -> Result<()> {
         },
     )?;
     if !args.folded {
-        status(&args, "Detaching...")?;
+        status(args.json, "Detaching...")?;
     }
     drop(attached);
     if let Some(path) = &args.svg {
@@ -279,15 +279,6 @@ fn run(mut args: Args) -> Result<()> {
         )?;
     }
     Ok(())
-}
-
-fn status(args: &Args, line: &str) -> Result<()> {
-    if args.json {
-        eprintln!("{line}");
-        Ok(())
-    } else {
-        emit(&format!("{line}\n"))
-    }
 }
 
 /// Counts key as written by bpf/stackcount.bpf.c (`struct stack_key`).
