@@ -23,17 +23,7 @@ fn workload() -> PathBuf {
 /// Runs funccount `args` against a workload started with `wargs`, filtered to its
 /// PID; funccount ends by itself when the workload exits.
 fn count_with_pid(wargs: &[&str], args: &[&str]) -> Output {
-    let w = Workload::start(&workload(), wargs);
-    let pid = w.pid.to_string();
-    let mut all = vec!["-p", pid.as_str()];
-    all.extend_from_slice(args);
-    let mut t = spawn(&funccount(), &all);
-    t.wait_ready();
-    w.go();
-    let out = t.finish(T);
-    assert!(w.wait().success());
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    out
+    trace_workload(&funccount(), Workload::start(&workload(), wargs), args, T)
 }
 
 #[test]
@@ -440,15 +430,12 @@ fn cpu_filter_counts_only_that_cpu() {
             &PathBuf::from("taskset"),
             &["-c", "0", workload().to_str().unwrap(), "getppid", "200"],
         );
-        let pid = w.pid.to_string();
-        let mut t = spawn(
+        let out = trace_workload(
             &funccount(),
-            &["-p", &pid, "-c", cpu, "t:syscalls:sys_enter_getppid"],
+            w,
+            &["-c", cpu, "t:syscalls:sys_enter_getppid"],
+            T,
         );
-        t.wait_ready();
-        w.go();
-        let out = t.finish(T);
-        assert_eq!(out.code(), 0);
         let want: Vec<(String, u64)> = expect
             .iter()
             .map(|n| ("syscalls:sys_enter_getppid".to_string(), *n))

@@ -159,15 +159,12 @@ fn kernel_and_other_sources_in_one_run() {
     let dir = Scratch::new();
     let file = data_file(&dir);
     let w = Workload::start(&prog("workload"), &["read", "300", file.to_str().unwrap()]);
-    let pid = w.pid.to_string();
-    let mut t = spawn(
+    let out = trace_workload(
         &funccount(),
-        &["-p", &pid, "vfs_read", "t:syscalls:sys_enter_pread64"],
+        w,
+        &["vfs_read", "t:syscalls:sys_enter_pread64"],
+        T,
     );
-    t.wait_ready();
-    w.go();
-    let out = t.finish(T);
-    assert_eq!(out.code(), 0, "{}", out.stderr);
     assert_eq!(
         last_table(&out.stdout),
         rows(&[("syscalls:sys_enter_pread64", 300), ("vfs_read", 300)])
@@ -329,12 +326,7 @@ fn stackcount_shows_the_caller_of_vfs_read() {
     let dir = Scratch::new();
     let file = data_file(&dir);
     let w = Workload::start(&prog("workload"), &["read", "700", file.to_str().unwrap()]);
-    let pid = w.pid.to_string();
-    let mut t = spawn(&tool("stackcount"), &["-K", "-p", &pid, "vfs_read"]);
-    t.wait_ready();
-    w.go();
-    let out = t.finish(T);
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = trace_workload(&tool("stackcount"), w, &["-K", "vfs_read"], T);
     let stacks = parse_stacks(&out.stdout);
     assert_eq!(stacks.len(), 1, "{}", out.stdout);
     let (frames, count) = &stacks[0];

@@ -150,13 +150,8 @@ fn svg_flame_graph_has_both_paths() {
 fn names_survive_the_process_exiting_first() {
     // With -p, stackcount ends when the process exits, and prints after that.
     let w = Workload::start(&prog("stacks"), &[&N.to_string(), &M.to_string()]);
-    let pid = w.pid.to_string();
     let spec = format!("{}:tk_target", prog("stacks").display());
-    let mut t = spawn(&stackcount(), &["-p", &pid, &spec]);
-    t.wait_ready();
-    w.go();
-    let out = t.finish(T);
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = trace_workload(&stackcount(), w, &[&spec], T);
     let stacks = parse_stacks(&out.stdout);
     assert_eq!(stacks.len(), 2, "{}", out.stdout);
     let libc = libc_start(&stacks[0].0);
@@ -192,15 +187,7 @@ fn offsets_and_addresses() {
 #[test]
 fn kernel_stacks_at_a_tracepoint() {
     let w = Workload::start(&prog("workload"), &["getppid", "333"]);
-    let pid = w.pid.to_string();
-    let mut t = spawn(
-        &stackcount(),
-        &["-K", "-p", &pid, "t:syscalls:sys_enter_getppid"],
-    );
-    t.wait_ready();
-    w.go();
-    let out = t.finish(T);
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = trace_workload(&stackcount(), w, &["-K", "t:syscalls:sys_enter_getppid"], T);
     let stacks = parse_stacks(&out.stdout);
     assert_eq!(stacks.len(), 1, "{}", out.stdout);
     let (frames, count) = &stacks[0];

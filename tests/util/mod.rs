@@ -245,6 +245,22 @@ impl Running {
     }
 }
 
+/// Runs `tool -p PID args` on workload `w`: waits until the tool has attached, lets
+/// the workload run, and returns the tool's output once both have exited with
+/// success (with -p the tool ends by itself when the traced process exits).
+pub fn trace_workload(tool: &Path, w: Workload, args: &[&str], timeout: Duration) -> Output {
+    let pid = w.pid.to_string();
+    let mut all = vec!["-p", pid.as_str()];
+    all.extend_from_slice(args);
+    let mut t = spawn(tool, &all);
+    t.wait_ready();
+    w.go();
+    let out = t.finish(timeout);
+    assert!(w.wait().success(), "the workload failed");
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    out
+}
+
 /// Runs a tool to completion.
 pub fn run(bin: &Path, args: &[&str], timeout: Duration) -> Output {
     spawn(bin, args).finish(timeout)
