@@ -51,7 +51,8 @@ struct {
 	__uint(max_entries, 64 * 1024);
 } new_procs SEC(".maps");
 
-static __always_inline int record(void *ctx)
+/* `at_entry`: a probe at a user function's entry (uprobes). */
+static __always_inline int record(void *ctx, bool at_entry)
 {
 	struct stack_key key = {};
 	__u64 one = 1, *n;
@@ -61,9 +62,9 @@ static __always_inline int record(void *ctx)
 		return 0;
 	key.tgid = bpf_get_current_pid_tgid() >> 32;
 	if (kernel_stacks)
-		key.kernel_stack = take_stack(ctx, STACK_KERNEL);
+		key.kernel_stack = take_stack(ctx, STACK_KERNEL, false);
 	if (user_stacks)
-		key.user_stack = take_stack(ctx, STACK_USER);
+		key.user_stack = take_stack(ctx, STACK_USER, at_entry);
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
 
 	if (user_stacks && key.tgid && bpf_map_update_elem(&seen, &key.tgid, &yes, BPF_NOEXIST) == 0) {
@@ -99,37 +100,37 @@ static __always_inline int record(void *ctx)
 SEC("kprobe.multi")
 int stack_kprobe_multi(struct pt_regs *ctx)
 {
-	return record(ctx);
+	return record(ctx, false);
 }
 
 SEC("kprobe")
 int stack_kprobe(struct pt_regs *ctx)
 {
-	return record(ctx);
+	return record(ctx, false);
 }
 
 SEC("uprobe.multi")
 int stack_uprobe_multi(struct pt_regs *ctx)
 {
-	return record(ctx);
+	return record(ctx, true);
 }
 
 SEC("uprobe")
 int stack_uprobe(struct pt_regs *ctx)
 {
-	return record(ctx);
+	return record(ctx, true);
 }
 
 SEC("tracepoint")
 int stack_tracepoint(void *ctx)
 {
-	return record(ctx);
+	return record(ctx, false);
 }
 
 SEC("usdt")
 int stack_usdt(struct pt_regs *ctx)
 {
-	return record(ctx);
+	return record(ctx, false);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

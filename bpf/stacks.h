@@ -42,9 +42,33 @@ struct {
 	__type(value, __u64);
 } stacks_lost SEC(".maps");
 
+/* At a function's entry the return address is at the stack pointer, not yet in
+ * the frame chain: a frame-pointer walk from there skips the immediate caller
+ * (the kernel repairs this since 6.12 only for functions that start with
+ * `push %rbp`, not for frameless leaves). Puts that caller in as frame 1 when the
+ * walk skipped it. */
+static __always_inline void add_entry_caller(void *ctx, struct stack *s)
+{
+	__u64 ret = 0;
+
+	if (s->depth < 1 || s->depth >= MAX_STACK_DEPTH)
+		return;
+	if (bpf_probe_read_user(&ret, sizeof(ret), (void *)PT_REGS_SP((struct pt_regs *)ctx)) || !ret)
+		return;
+	if (s->depth >= 2 && s->ip[1] == ret)
+		return;
+	for (int i = MAX_STACK_DEPTH - 1; i > 1; i--) {
+		if (i <= s->depth)
+			s->ip[i] = s->ip[i - 1];
+	}
+	s->ip[1] = ret;
+	s->depth += 1;
+}
+
 /* Takes the current kernel or user stack and stores it; returns its hash, or 0
- * when there is no such stack or it could not be stored (counted in stacks_lost). */
-static __always_inline __u64 take_stack(void *ctx, __u32 which)
+ * when there is no such stack or it could not be stored (counted in stacks_lost).
+ * `at_entry`: ctx is a probe at a user function's entry (see add_entry_caller). */
+static __always_inline __u64 take_stack(void *ctx, __u32 which, bool at_entry)
 {
 	__u64 h = 0xcbf29ce484222325ULL; /* FNV-1a over whole frames */
 	struct stack *s;
@@ -57,6 +81,8 @@ static __always_inline __u64 take_stack(void *ctx, __u32 which)
 	if (n <= 0)
 		return 0; /* e.g. the user stack of a kernel thread */
 	s->depth = n / sizeof(__u64);
+	if (at_entry && which == STACK_USER)
+		add_entry_caller(ctx, s);
 	for (int i = 0; i < MAX_STACK_DEPTH; i++) {
 		if (i >= s->depth)
 			break;

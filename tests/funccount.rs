@@ -42,7 +42,7 @@ fn user_function_counted_exactly() {
     assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
     assert_eq!(last_table(&out.stdout), rows(&[("tk_alpha", 1234)]));
     assert!(out.stdout.contains(&format!(
-        "Tracing 1 function for \"{spec}\"... Hit Ctrl-C to end."
+        "Tracing 1 functions for \"{spec}\"... Hit Ctrl-C to end."
     )));
     assert!(out.stdout.ends_with("Detaching...\n"), "{}", out.stdout);
 }
@@ -256,7 +256,7 @@ fn json_output_parses() {
         serde_json::json!([{ "func": "getpid", "count": 64 }])
     );
     assert!(
-        out.stderr.contains("Tracing 1 function for \"c:getpid\""),
+        out.stderr.contains("Tracing 1 functions for \"c:getpid\""),
         "{}",
         out.stderr
     );
@@ -275,7 +275,7 @@ fn closed_stdout_ends_quietly() {
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut first)
         .unwrap();
-    assert!(first.starts_with("Tracing 1 function"), "{first}");
+    assert!(first.starts_with("Tracing 1 functions for"), "{first}");
     let out = child.wait_with_output().unwrap(); // stdout is closed by now
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&out.stderr), "");

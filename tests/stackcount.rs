@@ -54,7 +54,9 @@ fn libc_start(frames: &[String]) -> Vec<String> {
     rest
 }
 
-fn expected_stacks(libc: &[String]) -> Vec<(Vec<String>, u64)> {
+/// The two stacks of the stacks program; `inline`: with `--inline`, which shows
+/// the call inlined into tk_c.
+fn expected_stacks(libc: &[String], inline: bool) -> Vec<(Vec<String>, u64)> {
     let with = |v: &[&str]| -> Vec<String> {
         v.iter()
             .map(|s| s.to_string())
@@ -63,13 +65,17 @@ fn expected_stacks(libc: &[String]) -> Vec<(Vec<String>, u64)> {
     };
     vec![
         (
-            with(&[
-                "tk_target",
-                "stacks::via_helper (inlined)",
-                "tk_c",
-                "tk_b",
-                "main",
-            ]),
+            with(if inline {
+                &[
+                    "tk_target",
+                    "stacks::via_helper (inlined)",
+                    "tk_c",
+                    "tk_b",
+                    "main",
+                ]
+            } else {
+                &["tk_target", "tk_c", "tk_b", "main"]
+            }),
             M,
         ),
         (with(&["tk_target", "tk_a", "main"]), N),
@@ -82,9 +88,19 @@ fn user_stacks_with_exact_counts_and_names() {
     let stacks = parse_stacks(&out.stdout);
     assert_eq!(stacks.len(), 2, "{}", out.stdout);
     let libc = libc_start(&stacks[0].0);
-    assert_eq!(stacks, expected_stacks(&libc), "{}", out.stdout);
-    assert!(out.stdout.starts_with("Tracing 1 function for \""));
+    assert_eq!(stacks, expected_stacks(&libc, false), "{}", out.stdout);
+    // BCC's banner says "functions" even for one.
+    assert!(out.stdout.starts_with("Tracing 1 functions for \""));
     assert!(out.stdout.ends_with("Detaching...\n"));
+}
+
+#[test]
+fn inlined_frames_on_request() {
+    let (out, _bin, _dir) = run_on_target(&["--inline"]);
+    let stacks = parse_stacks(&out.stdout);
+    assert_eq!(stacks.len(), 2, "{}", out.stdout);
+    let libc = libc_start(&stacks[0].0);
+    assert_eq!(stacks, expected_stacks(&libc, true), "{}", out.stdout);
 }
 
 #[test]
@@ -92,9 +108,11 @@ fn folded_output_is_exact() {
     let (out, _bin, _dir) = run_on_target(&["-f"]);
     let lines: Vec<&str> = out.stdout.lines().collect();
     assert_eq!(lines.len(), 2, "{}", out.stdout);
-    // Outermost first; without -P the comm field is empty (BCC's format).
+    // Outermost first, led by the process name even without -P (BCC leaves that
+    // field empty, which gives flame graphs an empty root frame).
     let libc: Vec<String> = lines[0]
-        .trim_start_matches(';')
+        .strip_prefix("stacks;")
+        .unwrap_or_else(|| panic!("no process name first: {}", out.stdout))
         .split(';')
         .take_while(|f| *f != "main")
         .map(str::to_string)
@@ -105,8 +123,8 @@ fn folded_output_is_exact() {
     assert_eq!(
         lines,
         vec![
-            format!("{prefix};main;tk_b;tk_c;stacks::via_helper;tk_target {M}"),
-            format!("{prefix};main;tk_a;tk_target {N}"),
+            format!("stacks{prefix};main;tk_b;tk_c;tk_target {M}"),
+            format!("stacks{prefix};main;tk_a;tk_target {N}"),
         ]
     );
 }
@@ -138,8 +156,8 @@ fn svg_flame_graph_has_both_paths() {
         format!("<title>tk_a ({} events", n(N)),
         format!("<title>tk_b ({} events", n(M)),
         format!("<title>tk_c ({} events", n(M)),
-        format!("<title>stacks::via_helper ({} events", n(M)),
         format!("<title>main ({} events", n(N + M)),
+        format!("<title>stacks ({} events", n(N + M)),
     ] {
         assert!(text.contains(&frame), "SVG lacks {frame:?}");
     }
@@ -155,7 +173,7 @@ fn names_survive_the_process_exiting_first() {
     let stacks = parse_stacks(&out.stdout);
     assert_eq!(stacks.len(), 2, "{}", out.stdout);
     let libc = libc_start(&stacks[0].0);
-    assert_eq!(stacks, expected_stacks(&libc), "{}", out.stdout);
+    assert_eq!(stacks, expected_stacks(&libc, false), "{}", out.stdout);
 }
 
 #[test]
@@ -220,4 +238,121 @@ fn kernel_and_user_only_exclude_each_other() {
     let out = run(&stackcount(), &["-K", "-U", "t:sched:sched_switch"], T);
     assert_eq!(out.code(), 2, "{}", out.stderr);
     assert!(out.stderr.contains("cannot be used with"), "{}", out.stderr);
+}
+
+/// Compiles tests/progs/leaf.c with the system gcc into `dir`.
+fn build_leaf(dir: &Scratch) -> PathBuf {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/progs/leaf.c");
+    let bin = dir.0.join("leaf");
+    let st = std::process::Command::new("gcc")
+        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("running gcc");
+    assert!(st.success(), "gcc failed");
+    bin
+}
+
+#[test]
+fn caller_of_a_frameless_leaf_at_its_entry() {
+    // At tk_leaf's entry its caller's return address is only at the stack
+    // pointer: a frame-pointer walk alone folds the stack to main;tk_leaf.
+    let dir = Scratch::new();
+    let bin = build_leaf(&dir);
+    let w = Workload::start(&bin, &["500"]);
+    let spec = format!("{}:tk_leaf", bin.display());
+    let out = trace_workload(&stackcount(), w, &["-U", &spec], T);
+    let stacks = parse_stacks(&out.stdout);
+    assert_eq!(stacks.len(), 1, "{}", out.stdout);
+    let (frames, count) = &stacks[0];
+    assert_eq!(*count, 500);
+    let libc = libc_start(frames);
+    let mut want: Vec<String> = ["tk_leaf", "via_one", "main"].map(String::from).to_vec();
+    want.extend(libc);
+    assert_eq!(frames, &want, "{}", out.stdout);
+}
+
+#[test]
+fn delimiter_in_every_stack() {
+    // BCC prints `--` in every entry with -d, even when one side is empty (here
+    // the kernel side: user probes have no kernel stack), and `-` when folded.
+    let (out, _bin, _dir) = run_on_target(&["-d"]);
+    let entries = out
+        .stdout
+        .split("\n\n")
+        .filter(|e| e.contains("  tk_target\n"));
+    let mut n = 0;
+    for e in entries {
+        assert!(e.starts_with("    --\n  tk_target\n"), "{e:?}");
+        n += 1;
+    }
+    assert_eq!(n, 2, "{}", out.stdout);
+    let (out, _bin, _dir) = run_on_target(&["-f", "-d"]);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", out.stdout);
+    for l in lines {
+        assert!(
+            l.starts_with("stacks;") && l.contains(";tk_target;- "),
+            "{l}"
+        );
+    }
+}
+
+#[test]
+fn bad_flags_fail_before_tracing() {
+    let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap();
+    let last: u32 = possible.trim().rsplit('-').next().unwrap().parse().unwrap();
+    let cpu = (last + 1).to_string();
+    fails_with(
+        &stackcount(),
+        &["-c", &cpu, "t:sched:sched_switch"],
+        &format!("no CPU {cpu} (this machine has CPUs 0-{last})"),
+    );
+    // A CPU number that is not one (u32::MAX used to mean "all CPUs").
+    let out = run(
+        &stackcount(),
+        &["-c", "4294967295", "t:sched:sched_switch"],
+        T,
+    );
+    assert_eq!(out.code(), 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("'4294967295' is not a CPU number"),
+        "{}",
+        out.stderr
+    );
+    let out = run(
+        &stackcount(),
+        &["--stack-storage-size", "0", "t:sched:sched_switch"],
+        T,
+    );
+    assert_eq!(out.code(), 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("--stack-storage-size"),
+        "{}",
+        out.stderr
+    );
+    // An unwritable SVG path fails at once, not after the trace.
+    let dir = Scratch::new();
+    let svg = dir.0.join("no/such/dir/x.svg");
+    fails_with(
+        &stackcount(),
+        &[
+            "-D",
+            "30",
+            "--svg",
+            svg.to_str().unwrap(),
+            "t:sched:sched_switch",
+        ],
+        &format!(
+            "creating {}: No such file or directory (os error 2)",
+            svg.display()
+        ),
+    );
+    // funccount's habit: -d is the delimiter here, the duration is -D.
+    fails_with(
+        &stackcount(),
+        &["-d", "5", "t:sched:sched_switch"],
+        "stackcount takes one PATTERN, got 2: -d is --delimited here; the duration is -D SECS (as in BCC's stackcount)",
+    );
 }

@@ -1,8 +1,14 @@
-//! What every tool's `main` shares: error reporting and exit codes.
+//! What every tool's `main` shares: the flags common to all tools (declared and
+//! validated once), value parsers, error reporting and exit codes.
 
+use std::io::Write as _;
 use std::sync::OnceLock;
+use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
+
+use crate::plan::AttachMode;
+use crate::system;
 
 static TOOL: OnceLock<&'static str> = OnceLock::new();
 
@@ -19,7 +25,7 @@ pub fn main(tool: &'static str, body: impl FnOnce() -> Result<()>) -> ! {
         Ok(()) => 0,
         Err(e) if crate::output::is_closed_stdout(&e) => 0,
         Err(e) => {
-            eprintln!("{tool}: error: {e:#}");
+            stderr(&format!("{tool}: error: {}\n", one_line(&format!("{e:#}"))));
             1
         }
     };
@@ -27,10 +33,218 @@ pub fn main(tool: &'static str, body: impl FnOnce() -> Result<()>) -> ! {
 }
 
 fn print_libbpf(_level: libbpf_rs::PrintLevel, msg: String) {
-    eprint!("libbpf: {msg}");
+    stderr(&format!("libbpf: {msg}"));
+}
+
+/// Writes `text` to stderr. An unwritable stderr (`2>/dev/full`, a closed pipe)
+/// is ignored: losing a message must not abort a trace or skip its detach.
+pub fn stderr(text: &str) {
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }
 
 /// A one-line warning on stderr, prefixed with the tool's name.
 pub fn warn(msg: &str) {
-    eprintln!("{}: {msg}", TOOL.get().copied().unwrap_or("tracekit"));
+    stderr(&format!(
+        "{}: {}\n",
+        TOOL.get().copied().unwrap_or("tracekit"),
+        one_line(msg)
+    ));
+}
+
+/// `s` with control characters escaped (`\n`, `\x1b`, ...), so that user input
+/// echoed in a message can neither break it over lines nor drive the terminal.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x80 && c.is_control() => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c if c.is_control() => out.extend(c.escape_unicode()),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A message kept to one line: control characters in it are escaped.
+fn one_line(msg: &str) -> String {
+    escape(msg)
+}
+
+/// The options every tool takes, with BCC's letters. Flattened into each tool's
+/// clap struct and checked once by [`CommonArgs::check`].
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct CommonArgs {
+    /// Trace this process (thread group) only
+    #[arg(short, long, value_name = "PID", value_parser = parse_pid, allow_hyphen_values = true)]
+    pub pid: Option<u32>,
+
+    /// Count only events on this CPU
+    #[arg(short, long, value_name = "CPU", value_parser = parse_cpu, allow_hyphen_values = true)]
+    pub cpu: Option<u32>,
+
+    /// Print one JSON object per summary instead of text
+    #[arg(long)]
+    pub json: bool,
+
+    /// How to attach functions: auto, multi (kprobe_multi/uprobe_multi), single
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    pub attach_mode: AttachMode,
+}
+
+impl CommonArgs {
+    /// Validates the flags against this machine: the CPU exists, and the PID names
+    /// a process. A thread id is resolved to its process (thread group), which is
+    /// what the filters compare, saying so on stderr.
+    pub fn check(&mut self) -> Result<()> {
+        if let Some(cpu) = self.cpu {
+            let cpus = libbpf_rs::num_possible_cpus()?;
+            if cpu as usize >= cpus {
+                bail!(
+                    "no CPU {cpu} (this machine has {})",
+                    if cpus == 1 {
+                        "CPU 0 only".to_string()
+                    } else {
+                        format!("CPUs 0-{}", cpus - 1)
+                    }
+                );
+            }
+        }
+        if let Some(pid) = self.pid {
+            let tgid = system::thread_group(pid)?;
+            if tgid != pid {
+                warn(&format!(
+                    "{pid} is a thread of process {tgid}: tracing process {tgid}"
+                ));
+                self.pid = Some(tgid);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The interval, timestamp and regexp flags of the counting tools. The duration
+/// stays with each tool: BCC spells it `-d` in some tools and `-D` in others.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct SummaryArgs {
+    /// Print a summary every SECS seconds
+    #[arg(short, long, value_name = "SECS", value_parser = parse_secs, allow_hyphen_values = true)]
+    pub interval: Option<Duration>,
+
+    /// Print a HH:MM:SS line before each summary
+    #[arg(short = 'T', long)]
+    pub timestamp: bool,
+
+    /// Patterns are regular expressions (matching whole names), not globs
+    #[arg(short, long)]
+    pub regexp: bool,
+}
+
+/// Shortest accepted interval or duration: below it a trace would not attach
+/// before it ends.
+const MIN_SECS: f64 = 0.001;
+/// Longest accepted interval or duration (136 years), far from the overflow of
+/// a monotonic deadline.
+const MAX_SECS: f64 = u32::MAX as f64;
+
+/// Parses a number of seconds (`1`, `0.5`, `2e3`) for `-i` and `-d`/`-D`.
+pub fn parse_secs(s: &str) -> std::result::Result<Duration, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{}' is not a number of seconds", escape(s)))?;
+    if v.is_nan() || v <= 0.0 {
+        return Err(format!(
+            "'{}' must be a positive number of seconds",
+            escape(s)
+        ));
+    }
+    if v < MIN_SECS {
+        return Err(format!(
+            "'{}' is too short: at least {MIN_SECS} seconds",
+            escape(s)
+        ));
+    }
+    if v > MAX_SECS {
+        return Err(format!(
+            "'{}' is too long: at most {MAX_SECS} seconds",
+            escape(s)
+        ));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// Parses a process id: a positive integer.
+pub fn parse_pid(s: &str) -> std::result::Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(p) if p > 0 && p <= i32::MAX as u32 => Ok(p),
+        _ => Err(format!(
+            "'{}' is not a process id (a positive integer)",
+            escape(s)
+        )),
+    }
+}
+
+/// Parses a CPU number: a non-negative integer (checked against the machine later).
+pub fn parse_cpu(s: &str) -> std::result::Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(c) if c < i32::MAX as u32 => Ok(c),
+        _ => Err(format!("'{}' is not a CPU number (0, 1, ...)", escape(s))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secs() {
+        assert_eq!(parse_secs("2").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_secs("0.25").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_secs("1e3").unwrap(), Duration::from_secs(1000));
+        for bad in ["0", "-1", "x", "nan", "inf", "-inf", ""] {
+            assert!(parse_secs(bad).is_err(), "{bad}");
+        }
+        // Finite but out of range: rejected, never a panic in Duration.
+        for bad in [
+            "18446744073709551616",
+            "1e300",
+            "1e30",
+            "1e-300",
+            "0.0000000001",
+        ] {
+            assert!(parse_secs(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            parse_secs("1e-300").unwrap_err(),
+            "'1e-300' is too short: at least 0.001 seconds"
+        );
+    }
+
+    #[test]
+    fn pids_and_cpus() {
+        assert_eq!(parse_pid("42"), Ok(42));
+        assert_eq!(
+            parse_pid("-5").unwrap_err(),
+            "'-5' is not a process id (a positive integer)"
+        );
+        assert!(parse_pid("0").is_err());
+        assert!(parse_pid("4294967295").is_err());
+        assert_eq!(parse_cpu("0"), Ok(0));
+        assert_eq!(
+            parse_cpu("-1").unwrap_err(),
+            "'-1' is not a CPU number (0, 1, ...)"
+        );
+        assert!(parse_cpu("4294967295").is_err());
+    }
+
+    #[test]
+    fn escapes_control_bytes() {
+        assert_eq!(escape("a\x1b[31mb\nc\x01"), "a\\x1b[31mb\\nc\\x01");
+        assert_eq!(escape("vfs_*"), "vfs_*");
+    }
 }

@@ -17,7 +17,7 @@ pub fn emit(text: &str) -> Result<()> {
 /// prints it, or on stderr when stdout carries JSON.
 pub fn status(json: bool, line: &str) -> Result<()> {
     if json {
-        eprintln!("{line}");
+        crate::cli::stderr(&format!("{line}\n"));
         Ok(())
     } else {
         emit(&format!("{line}\n"))
@@ -50,4 +50,33 @@ pub fn unix_time() -> f64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or_default()
+}
+
+/// BCC's start line, `Tracing N functions for "PATTERN"... Hit Ctrl-C to end.`
+/// ("functions" even for one, as BCC prints it and scripts wait for it). Patterns
+/// are quoted with control characters escaped.
+pub fn banner<S: AsRef<str>>(probes: usize, patterns: &[S]) -> String {
+    let patterns = patterns
+        .iter()
+        .map(|p| format!("\"{}\"", crate::cli::escape(p.as_ref())))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!("Tracing {probes} functions for {patterns}... Hit Ctrl-C to end.")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn banner_is_bccs() {
+        assert_eq!(
+            banner(1, &["vfs_read"]),
+            "Tracing 1 functions for \"vfs_read\"... Hit Ctrl-C to end."
+        );
+        assert_eq!(
+            banner(2, &["a", "b\x1b"]),
+            "Tracing 2 functions for \"a\", \"b\\x1b\"... Hit Ctrl-C to end."
+        );
+    }
 }

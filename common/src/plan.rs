@@ -381,7 +381,7 @@ impl Plan {
     pub fn attach_and_report(&self, obj: &Object, stop: &Stop, debug: bool) -> Result<Attached> {
         let attached = self.attach(obj, stop)?;
         if debug {
-            eprint!("{}", attached.describe());
+            crate::cli::stderr(&attached.describe());
         }
         if let Some(w) = attached.skipped_warning() {
             warn(&w);

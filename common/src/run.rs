@@ -203,29 +203,9 @@ impl Stop {
     }
 }
 
-/// Parses a positive number of seconds (`1`, `0.5`) for `-i` and `-d`.
-pub fn parse_secs(s: &str) -> std::result::Result<Duration, String> {
-    let v: f64 = s
-        .parse()
-        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
-    if !(v > 0.0 && v.is_finite()) {
-        return Err(format!("'{s}' must be a positive number of seconds"));
-    }
-    Ok(Duration::from_secs_f64(v))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn secs() {
-        assert_eq!(parse_secs("2").unwrap(), Duration::from_secs(2));
-        assert_eq!(parse_secs("0.25").unwrap(), Duration::from_millis(250));
-        assert!(parse_secs("0").is_err());
-        assert!(parse_secs("-1").is_err());
-        assert!(parse_secs("x").is_err());
-    }
 
     #[test]
     fn interval_and_duration_give_exact_summary_count() {

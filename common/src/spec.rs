@@ -40,13 +40,19 @@ pub struct ProbeSpec {
 
 impl fmt::Display for ProbeSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.raw)
+        // Specs are echoed in messages: never raw control bytes.
+        f.write_str(&crate::cli::escape(&self.raw))
     }
 }
 
 impl ProbeSpec {
     pub fn parse(raw: &str, regex: bool) -> Result<Self> {
-        parse(raw, regex).map_err(|e| anyhow!("bad probe \"{raw}\": {e}"))
+        parse(raw, regex).map_err(|e| {
+            anyhow!(
+                "{}",
+                crate::cli::escape(&format!("bad probe \"{raw}\": {e}"))
+            )
+        })
     }
 
     /// Parses every pattern, failing on the first bad one.
@@ -178,6 +184,10 @@ mod tests {
         assert!(err("u::probe").contains("u:LIBRARY:PROBE"));
         assert!(err(":read").contains("missing library"));
         assert!(err("c:").contains("empty"));
+        assert_eq!(
+            err("x\x1b[2J:a:b"),
+            "bad probe \"x\\x1b[2J:a:b\": probe type must be 'p', 't' or 'u', not 'x\\x1b[2J'"
+        );
         let e = ProbeSpec::parse("c:(", true).unwrap_err().to_string();
         assert!(
             e.starts_with("bad probe \"c:(\": invalid regular expression"),

@@ -14,6 +14,8 @@ use libbpf_rs::{MapCore, MapFlags};
 use crate::symbolize::{Frame, Symbols};
 
 /// The addresses of stack `hash`, leaf first; `None` when it is gone from the map.
+/// A zero address ends the stack: it is the end of the frame chain (the outermost
+/// frame's zero return address), not a frame, as BCC's stack walk treats it.
 pub fn read(map: &dyn MapCore, hash: u64) -> Option<Vec<u64>> {
     let raw = map.lookup(&hash.to_ne_bytes(), MapFlags::ANY).ok()??;
     let depth = u32::from_ne_bytes(raw.get(..4)?.try_into().ok()?) as usize;
@@ -22,6 +24,7 @@ pub fn read(map: &dyn MapCore, hash: u64) -> Option<Vec<u64>> {
             .chunks_exact(8)
             .take(depth)
             .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
+            .take_while(|&a| a != 0)
             .collect(),
     )
 }
@@ -103,7 +106,8 @@ fn lookup(f: Option<&Frame>, addr: u64) -> Frame {
 
 /// A folded stack line (flamegraph.pl / inferno input): `[prefix;]` user frames then
 /// kernel frames, each outermost first, separated by `;`, then ` count`. `delimit`
-/// puts a `-` frame between user and kernel frames.
+/// puts a `-` frame between user and kernel frames, even when one side is empty
+/// (as BCC does, so a split on `-` always finds both sides).
 pub fn folded(
     prefix: Option<&str>,
     user: &[Frame],
@@ -124,16 +128,22 @@ pub fn folded(
     let user: Vec<String> = leaf_first(user);
     let kernel: Vec<String> = leaf_first(kernel);
     parts.extend(user.iter().rev().map(String::as_str));
-    if delimit && !user.is_empty() && !kernel.is_empty() {
+    if delimit {
         parts.push("-");
     }
     parts.extend(kernel.iter().rev().map(String::as_str));
     format!("{} {count}", parts.join(";"))
 }
 
-/// Writes an interactive flame graph SVG of `lines` (folded stacks) to `path`.
-pub fn write_svg(path: &Path, title: &str, count_name: &str, lines: &[String]) -> Result<()> {
-    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+/// Writes an interactive flame graph SVG of `lines` (folded stacks) to `file`,
+/// created beforehand (at `path`) so that a bad path fails before tracing.
+pub fn write_svg(
+    file: File,
+    path: &Path,
+    title: &str,
+    count_name: &str,
+    lines: &[String],
+) -> Result<()> {
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = title.to_string();
     opts.count_name = count_name.to_string();
@@ -166,7 +176,14 @@ mod tests {
             folded(Some("prog"), &user, &kernel, false, 7),
             "prog;main;a;target;ksys_read;vfs_read 7"
         );
-        assert_eq!(folded(Some(""), &user, &[], true, 2), ";main;a;target 2");
+        assert_eq!(
+            folded(Some("p"), &user, &[], true, 2),
+            "p;main;a;target;- 2"
+        );
+        assert_eq!(
+            folded(Some("k"), &[], &kernel, true, 2),
+            "k;-;ksys_read;vfs_read 2"
+        );
         assert_eq!(
             folded(None, &user, &kernel, true, 1),
             "main;a;target;-;ksys_read;vfs_read 1"

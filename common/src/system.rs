@@ -29,10 +29,25 @@ pub fn require_root() -> Result<()> {
 
 /// Fails with a clear message when `pid` names no running process.
 pub fn check_pid(pid: u32) -> Result<()> {
-    if pid == 0 || !Path::new(&format!("/proc/{pid}")).exists() {
-        bail!("no process with PID {pid}");
+    thread_group(pid).map(|_| ())
+}
+
+/// The process (thread group id) that `pid` belongs to: `pid` itself for a
+/// process, its leader for a thread id. Fails when there is no such task.
+pub fn thread_group(pid: u32) -> Result<u32> {
+    let status = match fs::read_to_string(format!("/proc/{pid}/status")) {
+        Ok(s) if pid != 0 => s,
+        _ => bail!("no process with PID {pid}"),
+    };
+    let tgid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok());
+    match tgid {
+        // A zombie that already released its threads still reports itself.
+        Some(0) | None => Ok(pid),
+        Some(t) => Ok(t),
     }
-    Ok(())
 }
 
 /// A pid namespace, identified as `bpf_get_ns_current_pid_tgid` expects.

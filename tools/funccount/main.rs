@@ -4,12 +4,13 @@ use std::fmt::Write as _;
 use std::mem::MaybeUninit;
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Parser;
+use common::cli::{self, parse_secs, CommonArgs, SummaryArgs};
 use common::counters::PerCpuCounters;
-use common::output::{emit, status, timestamp, unix_time};
-use common::run::{parse_secs, run_loop, Schedule, Stop};
-use common::{plan, system, AttachMode, Plan, ProbeSpec};
+use common::output::{self, emit, status, timestamp, unix_time};
+use common::run::{run_loop, Schedule, Stop};
+use common::{plan, system, Plan, ProbeSpec};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 
 mod skel {
@@ -37,41 +38,19 @@ Examples:
 #[derive(Parser, Debug)]
 #[command(name = "funccount", version, after_help = EXAMPLES)]
 struct Args {
-    /// Trace this process (thread group) only
-    #[arg(short, long)]
-    pid: Option<u32>,
+    #[command(flatten)]
+    common: CommonArgs,
 
-    /// Print a summary every SECS seconds
-    #[arg(short, long, value_name = "SECS", value_parser = parse_secs)]
-    interval: Option<Duration>,
+    #[command(flatten)]
+    summary: SummaryArgs,
 
     /// Trace for SECS seconds, then print the final summary and exit
-    #[arg(short, long, value_name = "SECS", value_parser = parse_secs)]
+    #[arg(short, long, value_name = "SECS", value_parser = parse_secs, allow_hyphen_values = true)]
     duration: Option<Duration>,
-
-    /// Print a HH:MM:SS line before each summary
-    #[arg(short = 'T', long)]
-    timestamp: bool,
-
-    /// Patterns are regular expressions (matching whole names), not globs
-    #[arg(short, long)]
-    regexp: bool,
-
-    /// Count only events on this CPU
-    #[arg(short, long)]
-    cpu: Option<u32>,
 
     /// Print the plan: what matched, the attach mode, skipped probes
     #[arg(short = 'D', long)]
     debug: bool,
-
-    /// Print one JSON object per summary instead of the table
-    #[arg(long)]
-    json: bool,
-
-    /// How to attach functions: auto, multi (kprobe_multi/uprobe_multi), single
-    #[arg(long, value_name = "MODE", default_value = "auto")]
-    attach_mode: AttachMode,
 
     /// What to count: FUNC, p::FUNC, LIB:FUNC, /PATH:FUNC, t:CAT:EVENT, u:LIB:PROBE
     #[arg(required = true, value_name = "PATTERN")]
@@ -82,25 +61,20 @@ fn main() {
     common::cli::main("funccount", || run(Args::parse()))
 }
 
-fn run(args: Args) -> Result<()> {
+fn run(mut args: Args) -> Result<()> {
     system::require_root()?;
-    let specs = ProbeSpec::parse_all(&args.patterns, args.regexp)?;
-    if let Some(cpu) = args.cpu {
-        let cpus = libbpf_rs::num_possible_cpus()?;
-        if cpu as usize >= cpus {
-            bail!("no CPU {cpu} (this machine has CPUs 0-{})", cpus - 1);
-        }
-    }
+    let specs = ProbeSpec::parse_all(&args.patterns, args.summary.regexp)?;
+    args.common.check()?;
     let stop = Stop::install()?;
     let plan = Plan::build(
         &specs,
         &plan::Options {
-            pid: args.pid,
-            mode: args.attach_mode,
+            pid: args.common.pid,
+            mode: args.common.attach_mode,
         },
     )?;
     if args.debug {
-        eprint!("{}", plan.describe());
+        cli::stderr(&plan.describe());
     }
 
     let mut obj = MaybeUninit::uninit();
@@ -108,7 +82,7 @@ fn run(args: Args) -> Result<()> {
         skel::FunccountSkelBuilder,
         &mut obj,
         plan,
-        args.cpu,
+        args.common.cpu,
         |_rodata| {}
     );
     open.maps.counts.set_max_entries(plan.probes.len() as u32)?;
@@ -116,39 +90,30 @@ fn run(args: Args) -> Result<()> {
 
     let attached = plan.attach_and_report(skel.object(), stop, args.debug)?;
     let mut counters = PerCpuCounters::new(&skel.maps.counts, plan.probes.len())?;
-    if let Some(pid) = args.pid {
+    if let Some(pid) = args.common.pid {
         stop.watch_pid(pid)?;
     }
 
-    let patterns = args
-        .patterns
-        .iter()
-        .map(|p| format!("\"{p}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let n = attached.probes_attached();
+    let json = args.common.json;
     status(
-        args.json,
-        &format!(
-            "Tracing {n} function{} for {patterns}... Hit Ctrl-C to end.",
-            if n == 1 { "" } else { "s" }
-        ),
+        json,
+        &output::banner(attached.probes_attached(), &args.patterns),
     )?;
 
     let labels: Vec<&str> = plan.probes.iter().map(|p| p.label.as_str()).collect();
     let schedule = Schedule {
-        interval: args.interval,
+        interval: args.summary.interval,
         duration: args.duration,
     };
     run_loop(schedule, stop, |last| {
         let rows = rows(&labels, &counters.deltas()?);
-        emit(&if args.json {
-            json(&rows, last)
+        emit(&if json {
+            json_summary(&rows, last)
         } else {
-            table(&rows, args.timestamp)
+            table(&rows, args.summary.timestamp)
         })
     })?;
-    status(args.json, "Detaching...")?;
+    status(json, "Detaching...")?;
     drop(attached);
     Ok(())
 }
@@ -177,7 +142,7 @@ fn table(rows: &[(&str, u64)], with_time: bool) -> String {
     s
 }
 
-fn json(rows: &[(&str, u64)], last: bool) -> String {
+fn json_summary(rows: &[(&str, u64)], last: bool) -> String {
     let counts: Vec<serde_json::Value> = rows
         .iter()
         .map(|(f, c)| serde_json::json!({ "func": f, "count": c }))

@@ -3,20 +3,21 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
+use std::fs::File;
 use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Parser;
-use common::cli::warn;
+use common::cli::{self, parse_secs, warn, CommonArgs, SummaryArgs};
 use common::counters::PerCpuCounters;
-use common::output::{emit, status, timestamp, unix_time};
+use common::output::{self, emit, status, timestamp, unix_time};
 use common::plan::Site;
-use common::run::{parse_secs, run_loop_with, Schedule, Stop};
+use common::run::{run_loop_with, Schedule, Stop};
 use common::stacks::{self, Batch};
 use common::symbolize::{Frame, Symbols};
-use common::{plan, system, AttachMode, Plan, ProbeSpec};
+use common::{plan, system, Plan, ProbeSpec};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
 
@@ -45,35 +46,21 @@ Examples:
 #[derive(Parser, Debug)]
 #[command(name = "stackcount", version, after_help = EXAMPLES)]
 struct Args {
-    /// Trace this process only (implies -P)
-    #[arg(short, long)]
-    pid: Option<u32>,
+    #[command(flatten)]
+    common: CommonArgs,
 
-    /// Count only events on this CPU
-    #[arg(short, long)]
-    cpu: Option<u32>,
-
-    /// Print a summary every SECS seconds
-    #[arg(short, long, value_name = "SECS", value_parser = parse_secs)]
-    interval: Option<Duration>,
+    #[command(flatten)]
+    summary: SummaryArgs,
 
     /// Trace for SECS seconds, then print and exit (capital D, as BCC)
-    #[arg(short = 'D', long, value_name = "SECS", value_parser = parse_secs)]
+    #[arg(short = 'D', long, value_name = "SECS", value_parser = parse_secs, allow_hyphen_values = true)]
     duration: Option<Duration>,
-
-    /// Print a HH:MM:SS line before each summary
-    #[arg(short = 'T', long)]
-    timestamp: bool,
-
-    /// Patterns are regular expressions (matching whole names), not globs
-    #[arg(short, long)]
-    regexp: bool,
 
     /// Show symbol offsets
     #[arg(short = 's', long)]
     offset: bool,
 
-    /// Count stacks per process
+    /// Count stacks per process and print "comm [pid]" (implied by -p)
     #[arg(short = 'P', long)]
     perpid: bool,
 
@@ -101,30 +88,31 @@ struct Args {
     #[arg(short = 'f', long)]
     folded: bool,
 
+    /// Also show calls inlined at each frame, as "name (inlined)" lines
+    #[arg(long)]
+    inline: bool,
+
     /// Also write an interactive flame graph SVG of the whole run to FILE
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
-
-    /// Print one JSON object per summary instead of stacks
-    #[arg(long, conflicts_with = "folded")]
-    json: bool,
 
     /// Print the plan: what matched, attach mode, skipped probes
     #[arg(long)]
     debug: bool,
 
-    /// How to attach functions: auto, multi (kprobe_multi/uprobe_multi), single
-    #[arg(long, value_name = "MODE", default_value = "auto")]
-    attach_mode: AttachMode,
-
     /// Distinct stacks the kernel can hold per interval (about 1 KiB each)
-    #[arg(long, value_name = "N", default_value_t = 16384)]
+    #[arg(long, value_name = "N", default_value_t = 16384,
+          value_parser = clap::value_parser!(u32).range(1..=MAX_STACK_STORAGE as i64))]
     stack_storage_size: u32,
 
     /// What to count: FUNC, p::FUNC, LIB:FUNC, /PATH:FUNC, t:CAT:EVENT, u:LIB:PROBE
-    #[arg(value_name = "PATTERN")]
-    pattern: String,
+    #[arg(value_name = "PATTERN", required = true)]
+    patterns: Vec<String>,
 }
+
+/// Upper bound of --stack-storage-size: the map is preallocated at about 1 KiB
+/// per stack, so this is 1 GiB of kernel memory.
+const MAX_STACK_STORAGE: u32 = 1 << 20;
 
 fn main() {
     common::cli::main("stackcount", || run(Args::parse()))
@@ -139,22 +127,40 @@ struct Key {
     user: Vec<Frame>,
 }
 
+/// How a run keys and prints stacks, from the flags.
+struct Shape {
+    /// Key stacks by process (-P, or -p).
+    perpid: bool,
+    /// Keep the process name in the key: per process, or for folded lines and
+    /// the flame graph, which always start with it.
+    comm: bool,
+    /// Print the `comm [pid]` line in text output (asked for with -P).
+    comm_line: bool,
+    /// Put the `--` / `-` delimiter in every stack (-d with both kinds of stack).
+    delimit: bool,
+}
+
 fn run(mut args: Args) -> Result<()> {
     system::require_root()?;
-    if args.pid.is_some() {
-        args.perpid = true; // BCC: -p implies -P
-    }
-    let spec = ProbeSpec::parse(&args.pattern, args.regexp)?;
+    let pattern = one_pattern(&args)?;
+    let spec = ProbeSpec::parse(&pattern, args.summary.regexp)?;
+    args.common.check()?;
+    // Fail on an unwritable SVG path now, not after the whole trace.
+    let svg = args
+        .svg
+        .as_ref()
+        .map(|p| File::create(p).with_context(|| format!("creating {}", p.display())))
+        .transpose()?;
     let stop = Stop::install()?;
     let plan = Plan::build(
         std::slice::from_ref(&spec),
         &plan::Options {
-            pid: args.pid,
-            mode: args.attach_mode,
+            pid: args.common.pid,
+            mode: args.common.attach_mode,
         },
     )?;
     if args.debug {
-        eprint!("{}", plan.describe());
+        cli::stderr(&plan.describe());
     }
     // User-space probes have no interesting kernel stack (it is the uprobe trap).
     let user_probe = plan
@@ -163,9 +169,16 @@ fn run(mut args: Args) -> Result<()> {
         .all(|p| matches!(p.site, Site::User { .. } | Site::Usdt { .. }));
     let want_kernel = !args.user_stacks_only && (args.kernel_stacks_only || !user_probe);
     let want_user = !args.kernel_stacks_only;
+    let perpid = args.perpid || args.common.pid.is_some(); // BCC: -p implies -P
+    let shape = Shape {
+        perpid,
+        comm: perpid || args.folded || args.svg.is_some(),
+        comm_line: args.perpid,
+        delimit: args.delimited && !args.kernel_stacks_only && !args.user_stacks_only,
+    };
 
     let mut symbols = Symbols::new();
-    if let Some(pid) = args.pid {
+    if let Some(pid) = args.common.pid {
         // Snapshot its memory map now: it may exit before the summary.
         symbols.remember(pid);
     }
@@ -175,30 +188,24 @@ fn run(mut args: Args) -> Result<()> {
         skel::StackcountSkelBuilder,
         &mut obj,
         plan,
-        args.cpu,
+        args.common.cpu,
         |rodata| {
             rodata.kernel_stacks = want_kernel;
             rodata.user_stacks = want_user;
         }
     );
-    open.maps
-        .stacks
-        .set_max_entries(args.stack_storage_size.max(1))?;
+    open.maps.stacks.set_max_entries(args.stack_storage_size)?;
     let skel = open.load().context("loading the BPF programs")?;
 
     let attached = plan.attach_and_report(skel.object(), stop, args.debug)?;
-    if let Some(pid) = args.pid {
+    if let Some(pid) = args.common.pid {
         stop.watch_pid(pid)?;
     }
-    let n = attached.probes_attached();
+    let json = args.common.json;
     if !args.folded {
         status(
-            args.json,
-            &format!(
-                "Tracing {n} function{} for \"{}\"... Hit Ctrl-C to end.",
-                if n == 1 { "" } else { "s" },
-                args.pattern
-            ),
+            json,
+            &output::banner(attached.probes_attached(), std::slice::from_ref(&pattern)),
         )?;
     }
 
@@ -206,7 +213,7 @@ fn run(mut args: Args) -> Result<()> {
     let new_pids = RefCell::new(Vec::<u32>::new());
     let mut rb = RingBufferBuilder::new();
     rb.add(&skel.maps.new_procs, |data: &[u8]| {
-        if let Ok(b) = data[..4].try_into() {
+        if let Some(b) = data.get(..4).and_then(|b| b.try_into().ok()) {
             new_pids.borrow_mut().push(u32::from_ne_bytes(b));
         }
         0
@@ -218,7 +225,7 @@ fn run(mut args: Args) -> Result<()> {
     let mut folded_run: BTreeMap<String, u64> = BTreeMap::new();
 
     let schedule = Schedule {
-        interval: args.interval,
+        interval: args.summary.interval,
         duration: args.duration,
     };
     run_loop_with(
@@ -236,49 +243,69 @@ fn run(mut args: Args) -> Result<()> {
             for pid in new_pids.borrow_mut().drain(..) {
                 symbols.borrow_mut().remember(pid);
             }
-            let (entries, expired) = drain(&skel, &symbols.borrow(), &args)?;
+            let (entries, expired) = drain(&skel, &symbols.borrow(), &args, &shape)?;
             let mut lost = stacks_lost.deltas()?;
             lost.extend(counts_lost.deltas()?);
             lost.push(expired);
             report_lost(&lost);
-            if args.svg.is_some() {
+            if svg.is_some() {
                 for (k, c) in &entries {
-                    // No empty root frame in our own graph when there is no comm.
-                    let line =
-                        stacks::folded(k.comm.as_deref(), &k.user, &k.kernel, args.delimited, 0);
-                    *folded_run.entry(line).or_default() += c;
+                    *folded_run.entry(folded_line(&shape, k, 0)).or_default() += c;
                 }
             }
-            emit(&if args.json {
-                json(&entries, &lost, last)
+            emit(&if json {
+                json_summary(&entries, &lost, last)
             } else if args.folded {
                 entries
                     .iter()
-                    .map(|(k, c)| format!("{}\n", folded_line(&args, k, *c)))
+                    .map(|(k, c)| format!("{}\n", folded_line(&shape, k, *c)))
                     .collect()
             } else {
-                text(&entries, &args)
+                text(&entries, &args, &shape)
             })
         },
     )?;
     if !args.folded {
-        status(args.json, "Detaching...")?;
+        status(json, "Detaching...")?;
     }
     drop(attached);
-    if let Some(path) = &args.svg {
+    if let (Some(file), Some(path)) = (svg, &args.svg) {
         // Folded lines were keyed with count 0; put the run's totals back.
         let lines: Vec<String> = folded_run
             .iter()
             .map(|(l, c)| format!("{} {c}", l.rsplit_once(' ').map_or(l.as_str(), |x| x.0)))
             .collect();
         stacks::write_svg(
+            file,
             path,
-            &format!("stackcount {}", args.pattern),
+            &format!("stackcount {}", cli::escape(&pattern)),
             "events",
             &lines,
         )?;
     }
     Ok(())
+}
+
+/// The one pattern stackcount takes; a second positional is most often a
+/// duration given to -d out of funccount habit.
+fn one_pattern(args: &Args) -> Result<String> {
+    match args.patterns.as_slice() {
+        [p] => Ok(p.clone()),
+        [first, ..] if args.delimited && first.parse::<f64>().is_ok() => bail!(
+            "stackcount takes one PATTERN, got {}: -d is --delimited here; \
+             the duration is -D SECS (as in BCC's stackcount)",
+            args.patterns.len()
+        ),
+        ps => bail!(
+            "stackcount takes one PATTERN, got {} ({}); count several with one \
+             glob or -r regex",
+            ps.len(),
+            ps.iter()
+                .map(|p| format!("\"{}\"", cli::escape(p)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }
 
 /// Counts key as written by bpf/stackcount.bpf.c (`struct stack_key`).
@@ -310,6 +337,7 @@ fn drain(
     skel: &skel::StackcountSkel,
     symbols: &Symbols,
     args: &Args,
+    shape: &Shape,
 ) -> Result<(Vec<(Key, u64)>, u64)> {
     let counts = &skel.maps.counts;
     let keys: Vec<Vec<u8>> = counts.keys().collect();
@@ -357,8 +385,8 @@ fn drain(
     let mut merged: HashMap<Key, u64> = HashMap::new();
     for (k, n) in raw {
         let key = Key {
-            pid: args.perpid.then_some(k.tgid),
-            comm: args.perpid.then(|| k.comm.clone()),
+            pid: shape.perpid.then_some(k.tgid),
+            comm: shape.comm.then(|| k.comm.clone()),
             kernel: strip(resolved.kernel(get(k.kernel)), args),
             user: strip(resolved.user(k.tgid, get(k.user)), args),
         };
@@ -380,6 +408,9 @@ fn strip(frames: Vec<Frame>, args: &Args) -> Vec<Frame> {
             if !args.verbose {
                 f.addr = 0;
             }
+            if !args.inline {
+                f.inlined.clear();
+            }
             f
         })
         .collect()
@@ -398,18 +429,18 @@ fn frame_lines(out: &mut String, frames: &[Frame], args: &Args) {
 }
 
 /// BCC's layout: kernel frames leaf first, `--`, user frames, `comm [pid]`, count.
-fn text(entries: &[(Key, u64)], args: &Args) -> String {
+fn text(entries: &[(Key, u64)], args: &Args, shape: &Shape) -> String {
     let mut s = String::from("\n");
-    if args.timestamp {
+    if args.summary.timestamp {
         let _ = writeln!(s, "{:<8}", timestamp());
     }
     for (k, count) in entries {
         frame_lines(&mut s, &k.kernel, args);
-        if args.delimited && !k.kernel.is_empty() && !k.user.is_empty() {
+        if shape.delimit {
             s.push_str("    --\n");
         }
         frame_lines(&mut s, &k.user, args);
-        if let (Some(comm), Some(pid), None) = (&k.comm, k.pid, args.pid) {
+        if let (true, Some(comm), Some(pid)) = (shape.comm_line, &k.comm, k.pid) {
             let _ = writeln!(s, "    {comm} [{pid}]");
         }
         let _ = writeln!(s, "    {count}\n");
@@ -417,13 +448,13 @@ fn text(entries: &[(Key, u64)], args: &Args) -> String {
     s
 }
 
-fn folded_line(args: &Args, k: &Key, count: u64) -> String {
-    // BCC: the comm field is empty without -P, so lines start with ';'.
-    let comm = k.comm.as_deref().unwrap_or("");
-    stacks::folded(Some(comm), &k.user, &k.kernel, args.delimited, count)
+/// A folded line: always led by the process name, so flame graphs never get an
+/// empty root frame.
+fn folded_line(shape: &Shape, k: &Key, count: u64) -> String {
+    stacks::folded(k.comm.as_deref(), &k.user, &k.kernel, shape.delimit, count)
 }
 
-fn json(entries: &[(Key, u64)], lost: &[u64], last: bool) -> String {
+fn json_summary(entries: &[(Key, u64)], lost: &[u64], last: bool) -> String {
     let frames = |fs: &[Frame]| -> Vec<serde_json::Value> {
         fs.iter()
             .map(|f| {
