@@ -443,3 +443,97 @@ fn cpu_filter_counts_only_that_cpu() {
         assert_eq!(last_table(&out.stdout), want, "cpu {cpu}");
     }
 }
+
+#[test]
+fn thread_id_is_resolved_to_its_process() {
+    // -p with the id of a thread that is not the leader: the filter is on the
+    // thread group, so it traces the whole process and says so.
+    let w = Workload::start(&workload(), &["thread-getppid", "345"]);
+    let tid = std::fs::read_dir(format!("/proc/{}/task", w.pid))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|t| *t != w.pid)
+        .expect("a second thread");
+    let (tid_s, pid) = (tid.to_string(), w.pid);
+    let mut t = spawn(
+        &funccount(),
+        &["-p", &tid_s, "t:syscalls:sys_enter_getppid"],
+    );
+    t.wait_ready();
+    w.go();
+    let out = t.finish(T);
+    assert!(w.wait().success());
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert_eq!(
+        last_table(&out.stdout),
+        rows(&[("syscalls:sys_enter_getppid", 345)])
+    );
+    assert_eq!(
+        out.stderr,
+        format!("funccount: {tid} is a thread of process {pid}: tracing process {pid}\n")
+    );
+}
+
+#[test]
+fn bad_numbers_are_usage_errors() {
+    for (args, msg) in [
+        (
+            vec!["-p", "-5"],
+            "invalid value '-5' for '--pid <PID>': '-5' is not a process id (a positive integer)",
+        ),
+        (
+            vec!["-c", "-1"],
+            "invalid value '-1' for '--cpu <CPU>': '-1' is not a CPU number (0, 1, ...)",
+        ),
+        (
+            vec!["-i", "-1"],
+            "invalid value '-1' for '--interval <SECS>': '-1' must be a positive number of seconds",
+        ),
+        (
+            vec!["-d", "18446744073709551616"],
+            "'18446744073709551616' is too long: at most 4294967295 seconds",
+        ),
+        (vec!["-i", "1e300"], "'1e300' is too long"),
+        (
+            vec!["-d", "1e-300"],
+            "'1e-300' is too short: at least 0.001 seconds",
+        ),
+    ] {
+        let mut all = args.clone();
+        all.push("t:sched:sched_switch");
+        let out = run(&funccount(), &all, T);
+        assert_eq!(out.code(), 2, "{args:?}: {}", out.stderr);
+        assert!(out.stderr.contains(msg), "{args:?}: {}", out.stderr);
+        assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+    }
+}
+
+#[test]
+fn unwritable_stderr_is_not_a_crash() {
+    // An error, and a warning on a successful run, with stderr on a full device.
+    for (args, code) in [
+        (vec!["nosuchlib:foo"], 1),
+        (vec!["-d", "0.2", "-p", "1", "t:sched:sched_switch"], 0),
+    ] {
+        let st = Command::new(funccount())
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open("/dev/full")
+                    .unwrap(),
+            )
+            .status()
+            .unwrap();
+        assert_eq!(st.code(), Some(code), "{args:?}");
+    }
+}
+
+#[test]
+fn control_bytes_are_escaped_in_messages() {
+    fails_with(
+        &["x\x1b[31m:a\nb:c"],
+        "bad probe \"x\\x1b[31m:a\\nb:c\": probe type must be 'p', 't' or 'u', not 'x\\x1b[31m'",
+    );
+}

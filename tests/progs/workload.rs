@@ -6,7 +6,8 @@
 //! Nothing else runs between the signal and the work, so counts are exact.
 //!
 //! Modes: `funcs` calls tk_alpha N, tk_beta 2N and tk_gamma 3N times; `getpid` and
-//! `getppid` call those libc functions N times; `usdt` fires USDT tracekit:tick N
+//! `getppid` call those libc functions N times; `thread-getppid` calls getppid N
+//! times from a second thread, started before `ready`; `usdt` fires USDT tracekit:tick N
 //! times; `read` reads one byte of FILE N times with pread(2) (N vfs_read calls).
 
 use std::ffi::CString;
@@ -51,13 +52,24 @@ fn main() {
             assert!(fd >= 0, "open failed");
             fd
         }
-        "funcs" | "getpid" | "getppid" | "usdt" => -1,
+        "funcs" | "getpid" | "getppid" | "thread-getppid" | "usdt" => -1,
         _ => {
-            eprintln!("usage: workload funcs|getpid|getppid|usdt|read N [FILE] [--hold]");
+            eprintln!(
+                "usage: workload funcs|getpid|getppid|thread-getppid|usdt|read N [FILE] [--hold]"
+            );
             std::process::exit(2);
         }
     };
     let ready = ready::Ready::announce();
+    // The thread exists (and inherits the blocked SIGUSR1) before `ready` is read.
+    let (go, gate) = std::sync::mpsc::channel::<()>();
+    let worker = (mode == "thread-getppid").then(|| {
+        std::thread::spawn(move || {
+            gate.recv().unwrap();
+            // SAFETY: getppid has no preconditions.
+            (0..n).fold(0u64, |s, _| s ^ unsafe { libc::getppid() } as u64)
+        })
+    });
     ready.wait();
 
     let mut sink = 0u64;
@@ -81,6 +93,10 @@ fn main() {
         // SAFETY: getpid/getppid have no preconditions.
         "getpid" => (0..n).for_each(|_| sink ^= unsafe { libc::getpid() } as u64),
         "getppid" => (0..n).for_each(|_| sink ^= unsafe { libc::getppid() } as u64),
+        "thread-getppid" => {
+            go.send(()).unwrap();
+            sink ^= worker.expect("started above").join().unwrap();
+        }
         "usdt" => (0..n).for_each(|i| probe::probe!(tracekit, tick, i)),
         "read" => {
             let mut b = [0u8; 1];
