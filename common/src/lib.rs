@@ -6,6 +6,7 @@ pub mod attach;
 pub mod cli;
 pub mod counters;
 pub mod features;
+pub mod hist;
 pub mod kfuncs;
 pub mod output;
 pub mod pattern;

@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* Pairing each function return with its own entry, correct under nesting and
+ * recursion (BCC and bpftrace key the entry time by thread alone, so an inner call
+ * overwrites the outer one's and the outer call is lost: bcc #2548).
+ *
+ * Two mechanisms, picked by user space from what the kernel has:
+ * - session programs (kprobe.session 6.10+, uprobe.session 6.13+) keep a u64 per
+ *   call in the kernel (bpf_session_cookie): nothing to pair here;
+ * - separate entry and return programs push and pop a per-thread stack of
+ *   (probe, entry time), as a call stack does. */
+#ifndef TRACEKIT_PAIRING_H
+#define TRACEKIT_PAIRING_H
+
+/* The session kfuncs gained a ctx argument around Linux 7.0; one object must load
+ * on both, so both prototypes are declared weak and the one the kernel has is
+ * used (libbpf resolves a flavour whose prototype does not match to 0). */
+extern __u64 *bpf_session_cookie___old(void) __ksym __weak;
+extern __u64 *bpf_session_cookie___new(void *ctx) __ksym __weak;
+extern bool bpf_session_is_return___old(void) __ksym __weak;
+extern bool bpf_session_is_return___new(void *ctx) __ksym __weak;
+
+static __always_inline __u64 *session_cookie(void *ctx)
+{
+	if (bpf_ksym_exists(bpf_session_cookie___new))
+		return bpf_session_cookie___new(ctx);
+	return bpf_session_cookie___old();
+}
+
+static __always_inline bool session_is_return(void *ctx)
+{
+	if (bpf_ksym_exists(bpf_session_is_return___new))
+		return bpf_session_is_return___new(ctx);
+	return bpf_session_is_return___old();
+}
+
+/* Calls deeper than this on one thread are not timed (counted in pairing_lost). */
+#define PAIR_DEPTH 32
+
+struct frame {
+	__u64 start; /* entry time, ns */
+	__u32 probe; /* attach cookie of the function */
+	__u32 pad;
+};
+
+struct thread_calls {
+	__u32 depth;    /* frames in use */
+	__u32 untimed;  /* entries past PAIR_DEPTH whose returns are still to come */
+	struct frame frames[PAIR_DEPTH];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32); /* thread id */
+	__type(value, struct thread_calls);
+} calls SEC(".maps");
+
+/* Calls that could not be timed: [0] too deep, [1] a return whose entry was not
+ * seen (a missed return hook left frames above it), [2] no room for the thread. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 3);
+	__type(key, __u32);
+	__type(value, __u64);
+} pairing_lost SEC(".maps");
+
+static __always_inline void pairing_count_lost(__u32 why)
+{
+	__u64 *n = bpf_map_lookup_elem(&pairing_lost, &why);
+
+	if (n)
+		*n += 1;
+}
+
+/* At a function's entry: pushes (probe, now). */
+static __always_inline void pair_enter(__u32 probe)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct thread_calls *t = bpf_map_lookup_elem(&calls, &tid);
+	__u32 d;
+
+	if (!t) {
+		static const struct thread_calls empty;
+
+		if (bpf_map_update_elem(&calls, &tid, &empty, BPF_NOEXIST) &&
+		    !bpf_map_lookup_elem(&calls, &tid)) {
+			pairing_count_lost(2);
+			return;
+		}
+		t = bpf_map_lookup_elem(&calls, &tid);
+		if (!t)
+			return;
+	}
+	d = t->depth;
+	if (d >= PAIR_DEPTH || t->untimed) {
+		t->untimed += 1;
+		pairing_count_lost(0);
+		return;
+	}
+	t->frames[d].probe = probe;
+	t->frames[d].start = bpf_ktime_get_ns();
+	t->depth = d + 1;
+}
+
+/* At a function's return: pops its frame and returns the entry time, or 0 when
+ * this return has no timed entry. Frames above it whose returns were missed are
+ * dropped. */
+static __always_inline __u64 pair_exit(__u32 probe)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct thread_calls *t = bpf_map_lookup_elem(&calls, &tid);
+	__u64 start = 0;
+
+	if (!t)
+		return 0;
+	if (t->untimed) {
+		t->untimed -= 1; /* the innermost untimed call returns first */
+		return 0;
+	}
+	for (int i = PAIR_DEPTH - 1; i >= 0; i--) {
+		if (i >= t->depth)
+			continue;
+		if (t->frames[i].probe != probe)
+			continue;
+		start = t->frames[i].start;
+		if (i + 1 < t->depth)
+			pairing_count_lost(1);
+		t->depth = i;
+		break;
+	}
+	if (!start)
+		return 0; /* not ours (filtered at entry, or entered before we attached) */
+	if (t->depth == 0)
+		bpf_map_delete_elem(&calls, &tid);
+	return start;
+}
+
+#endif
