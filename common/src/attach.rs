@@ -17,6 +17,15 @@ use libbpf_sys as sys;
 use crate::kfuncs::KernelFunc;
 use crate::run::Stop;
 
+/// Where a program runs in the functions it is attached to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    Entry,
+    Return,
+    /// At entry and at return, with a per-call cookie (session links).
+    Session,
+}
+
 /// A probe site that could not be attached.
 #[derive(Debug, Clone)]
 pub struct Skipped {
@@ -150,7 +159,7 @@ struct MultiSite<'a> {
     name: &'a str,
 }
 
-fn kprobe_multi_link(prog: Prog, sites: &[MultiSite<'_>]) -> Result<Link, i32> {
+fn kprobe_multi_link(prog: Prog, hook: Hook, sites: &[MultiSite<'_>]) -> Result<Link, i32> {
     let cookies: Vec<u64> = sites.iter().map(|s| s.cookie).collect();
     let addrs: Vec<c_ulong> = sites
         .iter()
@@ -180,6 +189,8 @@ fn kprobe_multi_link(prog: Prog, sites: &[MultiSite<'_>]) -> Result<Link, i32> {
         },
         cookies: cookies.as_ptr(),
         cnt: sites.len() as _,
+        retprobe: hook == Hook::Return,
+        session: hook == Hook::Session,
         ..Default::default()
     };
     // SAFETY: every array outlives the call and holds `cnt` elements.
@@ -193,6 +204,7 @@ fn kprobe_multi_link(prog: Prog, sites: &[MultiSite<'_>]) -> Result<Link, i32> {
 /// (an address the kernel rejects is retried by name before it is given up).
 pub(crate) fn kprobe_multi(
     prog: &Program,
+    hook: Hook,
     funcs: &[(usize, &KernelFunc)],
     stop: &Stop,
     out: &mut Attached,
@@ -216,7 +228,7 @@ pub(crate) fn kprobe_multi(
         .filter(|s| s.addr.is_none_or(|a| seen.insert(a)))
         .collect();
     let prog = Prog::of(prog);
-    match kprobe_multi_link(prog, &sites) {
+    match kprobe_multi_link(prog, hook, &sites) {
         Ok(link) => {
             out.add(link, sites.iter().map(|s| s.cookie));
             out.kprobe_multi_links += 1;
@@ -227,7 +239,7 @@ pub(crate) fn kprobe_multi(
         }
         Err(_) => {
             let mut retried = HashSet::new();
-            bisect(prog, &sites, stop, out, &mut retried);
+            bisect(prog, hook, &sites, stop, out, &mut retried);
             Ok(())
         }
     }
@@ -235,6 +247,7 @@ pub(crate) fn kprobe_multi(
 
 fn bisect<'a>(
     prog: Prog,
+    hook: Hook,
     sites: &[MultiSite<'a>],
     stop: &Stop,
     out: &mut Attached,
@@ -243,7 +256,7 @@ fn bisect<'a>(
     if stop.is_set() || sites.is_empty() {
         return;
     }
-    match kprobe_multi_link(prog, sites) {
+    match kprobe_multi_link(prog, hook, sites) {
         Ok(link) => {
             out.add(link, sites.iter().map(|s| s.cookie));
             out.kprobe_multi_links += 1;
@@ -253,7 +266,7 @@ fn bisect<'a>(
             // The kernel picks the first traceable instance of a name.
             let by_name = MultiSite { addr: None, ..s };
             if s.addr.is_some() && retried.insert(s.name) {
-                if let Ok(link) = kprobe_multi_link(prog, &[by_name]) {
+                if let Ok(link) = kprobe_multi_link(prog, hook, &[by_name]) {
                     out.add(link, [s.cookie]);
                     out.kprobe_multi_links += 1;
                     return;
@@ -265,8 +278,8 @@ fn bisect<'a>(
         }
         Err(_) => {
             let (a, b) = sites.split_at(sites.len() / 2);
-            bisect(prog, a, stop, out, retried);
-            bisect(prog, b, stop, out, retried);
+            bisect(prog, hook, a, stop, out, retried);
+            bisect(prog, hook, b, stop, out, retried);
         }
     }
 }
@@ -317,6 +330,7 @@ fn collect<T>(
 /// One perf-event kprobe per function instance (by address when known).
 pub(crate) fn kprobes(
     prog: &Program,
+    hook: Hook,
     funcs: &[(usize, &KernelFunc)],
     stop: &Stop,
     out: &mut Attached,
@@ -343,6 +357,7 @@ pub(crate) fn kprobes(
             sz: size_of::<sys::bpf_kprobe_opts>() as _,
             bpf_cookie: i as u64,
             offset: addr.unwrap_or(0) as _,
+            retprobe: hook == Hook::Return,
             ..Default::default()
         };
         let func = if addr.is_some() {
@@ -361,8 +376,10 @@ pub(crate) type UserSite<'a> = (usize, &'a str, u64);
 
 /// All functions of one binary in one uprobe_multi link. On refusal, falls back
 /// to single uprobes so that only the offending functions are skipped.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn uprobe_multi(
     prog: &Program,
+    hook: Hook,
     single: Option<&Program>,
     pid: Option<u32>,
     binary: &Path,
@@ -373,6 +390,8 @@ pub(crate) fn uprobe_multi(
     let opts = libbpf_rs::UprobeMultiOpts {
         offsets: sites.iter().map(|s| s.2 as usize).collect(),
         cookies: sites.iter().map(|s| s.0 as u64).collect(),
+        retprobe: hook == Hook::Return,
+        session: hook == Hook::Session,
         ..Default::default()
     };
     match prog.attach_uprobe_multi_with_opts(pid.map_or(-1, |p| p as i32), binary, "", opts) {
@@ -381,7 +400,7 @@ pub(crate) fn uprobe_multi(
             out.uprobe_multi_links += 1;
         }
         Err(e) => match single {
-            Some(p) => uprobes(p, pid, binary, sites, stop, out),
+            Some(p) => uprobes(p, hook, pid, binary, sites, stop, out),
             None => {
                 let errno = e.kind().into_errno();
                 for s in sites {
@@ -413,6 +432,7 @@ impl IntoErrno for libbpf_rs::ErrorKind {
 /// One perf-event uprobe per function.
 pub(crate) fn uprobes(
     prog: &Program,
+    hook: Hook,
     pid: Option<u32>,
     binary: &Path,
     sites: &[UserSite<'_>],
@@ -428,6 +448,7 @@ pub(crate) fn uprobes(
         let opts = sys::bpf_uprobe_opts {
             sz: size_of::<sys::bpf_uprobe_opts>() as _,
             bpf_cookie: i as u64,
+            retprobe: hook == Hook::Return,
             ..Default::default()
         };
         // SAFETY: path and opts outlive the call.
@@ -495,5 +516,17 @@ pub(crate) fn usdts(
             Ok(link) => out.add(link, [i as u64]),
             Err(e) => out.skip(name, e.kind().into_errno()),
         }
+    }
+}
+
+/// A trampoline program (fentry/fexit) whose target was set before load: one
+/// function, probe index `sites[0].0`.
+pub(crate) fn trampoline(prog: &Program, sites: &[(usize, &KernelFunc)], out: &mut Attached) {
+    let Some(&(i, f)) = sites.first() else {
+        return;
+    };
+    match prog.attach_trace() {
+        Ok(link) => out.add(link, [i as u64]),
+        Err(e) => out.skip(&f.name, e.kind().into_errno()),
     }
 }

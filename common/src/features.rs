@@ -9,6 +9,15 @@ use libbpf_sys as sys;
 
 /// Loads `r0 = 0; exit` as a kprobe-type program with `expected` attach type.
 fn load_trivial(expected: sys::bpf_attach_type) -> Result<OwnedFd, i32> {
+    load_trivial_as(sys::BPF_PROG_TYPE_KPROBE, expected, 0)
+}
+
+/// Loads `r0 = 0; exit` as a `prog_type` program.
+fn load_trivial_as(
+    prog_type: sys::bpf_prog_type,
+    expected: sys::bpf_attach_type,
+    attach_btf_id: u32,
+) -> Result<OwnedFd, i32> {
     // Raw encodings: BPF_ALU64|BPF_MOV|BPF_K to r0 with imm 0, then BPF_JMP|BPF_EXIT.
     let insns: [sys::bpf_insn; 2] = [
         // SAFETY: bpf_insn is a plain 8-byte struct; these are its wire encodings.
@@ -19,12 +28,13 @@ fn load_trivial(expected: sys::bpf_attach_type) -> Result<OwnedFd, i32> {
     let mut opts = sys::bpf_prog_load_opts {
         sz: size_of::<sys::bpf_prog_load_opts>() as _,
         expected_attach_type: expected,
+        attach_btf_id,
         ..Default::default()
     };
     // SAFETY: insns and license outlive the call; opts is a valid, sized struct.
     let fd = unsafe {
         sys::bpf_prog_load(
-            sys::BPF_PROG_TYPE_KPROBE,
+            prog_type,
             ptr::null(),
             license.as_ptr(),
             insns.as_ptr(),
@@ -59,9 +69,19 @@ fn link_create(
 /// kernel has and can trace (as bpftrace and cilium/ebpf do). A name that happens
 /// not to exist (ESRCH) moves on to the next candidate, ending with `fallback`.
 pub fn kprobe_multi(fallback: &str) -> Result<(), String> {
-    let prog = load_trivial(sys::BPF_TRACE_KPROBE_MULTI).map_err(|e| {
+    kprobe_link("kprobe_multi", sys::BPF_TRACE_KPROBE_MULTI, fallback)
+}
+
+/// Whether kprobe.session links work (Linux 6.10+ with CONFIG_FPROBE), tested as
+/// [`kprobe_multi`] is.
+pub fn kprobe_session(fallback: &str) -> Result<(), String> {
+    kprobe_link("kprobe.session", sys::BPF_TRACE_KPROBE_SESSION, fallback)
+}
+
+fn kprobe_link(what: &str, ty: sys::bpf_attach_type, fallback: &str) -> Result<(), String> {
+    let prog = load_trivial(ty).map_err(|e| {
         format!(
-            "loading a kprobe_multi program: {}",
+            "loading a {what} program: {}",
             crate::attach::errno_reason(e)
         )
     })?;
@@ -80,12 +100,12 @@ pub fn kprobe_multi(fallback: &str) -> Result<(), String> {
                 syms: syms.as_mut_ptr(),
                 ..Default::default()
             };
-        match link_create(&prog, sys::BPF_TRACE_KPROBE_MULTI, &opts) {
+        match link_create(&prog, ty, &opts) {
             Ok(_) => return Ok(()),
             Err(libc::ESRCH | libc::ENOENT) => continue,
             Err(e) => {
                 return Err(format!(
-                    "creating a kprobe_multi link on {symbol}: {}",
+                    "creating a {what} link on {symbol}: {}",
                     crate::attach::errno_reason(e)
                 ))
             }
@@ -97,7 +117,16 @@ pub fn kprobe_multi(fallback: &str) -> Result<(), String> {
 /// Whether uprobe_multi links work with PID filtering (kernel 6.6, PID fix in 6.10),
 /// probed the way libbpf does: a bad path must give EBADF, a bad PID EINVAL.
 pub fn uprobe_multi() -> bool {
-    let Ok(prog) = load_trivial(sys::BPF_TRACE_UPROBE_MULTI) else {
+    uprobe_link(sys::BPF_TRACE_UPROBE_MULTI)
+}
+
+/// Whether uprobe.session links work (Linux 6.13+), probed as [`uprobe_multi`].
+pub fn uprobe_session() -> bool {
+    uprobe_link(sys::BPF_TRACE_UPROBE_SESSION)
+}
+
+fn uprobe_link(ty: sys::bpf_attach_type) -> bool {
+    let Ok(prog) = load_trivial(ty) else {
         return false;
     };
     let path = CString::new("/").expect("no NUL");
@@ -115,7 +144,46 @@ pub fn uprobe_multi() -> bool {
                 pid,
                 ..Default::default()
             };
-        link_create(&prog, sys::BPF_TRACE_UPROBE_MULTI, &opts).err()
+        link_create(&prog, ty, &opts).err()
     };
     attempt(0) == Some(libc::EBADF) && attempt(u32::MAX) == Some(libc::EINVAL)
+}
+
+/// Whether `func` (a vmlinux function) can be traced with fentry/fexit: a trivial
+/// tracing program is loaded for it and attached (as libbpf-tools' fentry_can_attach
+/// does). Fails under lockdown, without BTF, and for module functions.
+pub fn fentry(func: &str) -> Result<(), String> {
+    let name = CString::new(func).map_err(|_| "bad name".to_string())?;
+    // SAFETY: plain libbpf calls; the BTF object is freed below.
+    let id = unsafe {
+        let btf = sys::btf__load_vmlinux_btf();
+        if btf.is_null() {
+            return Err("no kernel BTF".to_string());
+        }
+        let id = sys::btf__find_by_name_kind(btf, name.as_ptr(), sys::BTF_KIND_FUNC);
+        sys::btf__free(btf);
+        id
+    };
+    if id <= 0 {
+        return Err(format!("{func} is not in the kernel's BTF"));
+    }
+    let prog = load_trivial_as(sys::BPF_PROG_TYPE_TRACING, sys::BPF_TRACE_FENTRY, id as u32)
+        .map_err(|e| {
+            format!(
+                "loading an fentry program: {}",
+                crate::attach::errno_reason(e)
+            )
+        })?;
+    let opts = sys::bpf_link_create_opts {
+        sz: size_of::<sys::bpf_link_create_opts>() as _,
+        ..Default::default()
+    };
+    link_create(&prog, sys::BPF_TRACE_FENTRY, &opts)
+        .map(drop)
+        .map_err(|e| {
+            format!(
+                "attaching fentry to {func}: {}",
+                crate::attach::errno_reason(e)
+            )
+        })
 }

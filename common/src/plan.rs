@@ -21,15 +21,20 @@ use crate::system::{self, PidNs};
 use crate::tracepoints::{self, Tracepoint};
 use crate::ufuncs::{self, UsdtProbe, UserFunc};
 
-/// How kernel and user functions are attached.
+/// How kernel and user functions are attached (`--attach-mode`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum AttachMode {
-    /// One multi link per kind when the kernel supports it, else one probe per function.
+    /// The best the kernel has: session links for entry+return tools, else one
+    /// multi link per kind (and hook), else one probe per function.
     #[default]
     Auto,
-    /// kprobe_multi / uprobe_multi, failing if the kernel lacks them.
+    /// Session links (kprobe.session, uprobe.session), failing if the kernel
+    /// lacks them; only for tools that hook returns.
+    Session,
+    /// kprobe_multi / uprobe_multi links (entry and return links apart), failing
+    /// if the kernel lacks them.
     Multi,
-    /// One perf-event probe per function.
+    /// One perf-event probe per function (and hook).
     Single,
 }
 
@@ -38,9 +43,55 @@ impl std::str::FromStr for AttachMode {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "auto" => Ok(AttachMode::Auto),
+            "session" => Ok(AttachMode::Session),
             "multi" => Ok(AttachMode::Multi),
             "single" => Ok(AttachMode::Single),
-            _ => Err(format!("'{s}' is not an attach mode (auto, multi, single)")),
+            _ => Err(format!(
+                "'{s}' is not an attach mode (auto, session, multi, single)"
+            )),
+        }
+    }
+}
+
+/// Which points of a function a tool hooks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Hooks {
+    /// Function entry only (counting tools).
+    #[default]
+    Entry,
+    /// Entry and return of each call, paired (latency tools).
+    EntryAndReturn,
+}
+
+/// The mechanism chosen for one kind of function (kernel or user).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// One session link: one program runs at entry and return, with a per-call
+    /// cookie (kprobe.session 6.10+, uprobe.session 6.13+).
+    Session,
+    /// kprobe_multi / uprobe_multi links: one for entries, one for returns.
+    Multi,
+    /// One perf-event probe per function and hook.
+    Single,
+    /// fentry/fexit through a BPF trampoline, for a single kernel function.
+    Trampoline,
+}
+
+impl Via {
+    fn describe(self, kernel: bool, hooks: Hooks) -> &'static str {
+        match (self, kernel, hooks) {
+            (Via::Session, true, _) => "kprobe.session",
+            (Via::Session, false, _) => "uprobe.session",
+            (Via::Multi, true, Hooks::Entry) => "kprobe_multi",
+            (Via::Multi, true, Hooks::EntryAndReturn) => "kprobe_multi + kretprobe_multi",
+            (Via::Multi, false, Hooks::Entry) => "uprobe_multi",
+            (Via::Multi, false, Hooks::EntryAndReturn) => "uprobe_multi + uretprobe_multi",
+            (Via::Single, true, Hooks::Entry) => "single kprobes",
+            (Via::Single, true, Hooks::EntryAndReturn) => "single kprobes + kretprobes",
+            (Via::Single, false, Hooks::Entry) => "single uprobes",
+            (Via::Single, false, Hooks::EntryAndReturn) => "single uprobes + uretprobes",
+            (Via::Trampoline, _, Hooks::Entry) => "fentry",
+            (Via::Trampoline, _, Hooks::EntryAndReturn) => "fentry + fexit",
         }
     }
 }
@@ -64,15 +115,27 @@ pub struct Probe {
 pub struct Options {
     pub pid: Option<u32>,
     pub mode: AttachMode,
+    pub hooks: Hooks,
+    /// The tool's object has fentry/fexit programs: use them for a plan of a
+    /// single kernel function when the kernel allows it.
+    pub trampoline: bool,
 }
 
 /// The kinds of BPF program a plan needs, named by their ELF section.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ProgKind {
     KprobeMulti,
+    KretprobeMulti,
+    KprobeSession,
     Kprobe,
+    Kretprobe,
+    Fentry,
+    Fexit,
     UprobeMulti,
+    UretprobeMulti,
+    UprobeSession,
     Uprobe,
+    Uretprobe,
     Tracepoint,
     Usdt,
 }
@@ -81,13 +144,53 @@ impl ProgKind {
     fn of(prog_section: &str) -> Option<Self> {
         Some(match prog_section.split('/').next()? {
             "kprobe.multi" => ProgKind::KprobeMulti,
+            "kretprobe.multi" => ProgKind::KretprobeMulti,
+            "kprobe.session" => ProgKind::KprobeSession,
             "kprobe" => ProgKind::Kprobe,
+            "kretprobe" => ProgKind::Kretprobe,
+            "fentry" => ProgKind::Fentry,
+            "fexit" => ProgKind::Fexit,
             "uprobe.multi" => ProgKind::UprobeMulti,
+            "uretprobe.multi" => ProgKind::UretprobeMulti,
+            "uprobe.session" => ProgKind::UprobeSession,
             "uprobe" => ProgKind::Uprobe,
+            "uretprobe" => ProgKind::Uretprobe,
             "tracepoint" | "tp" => ProgKind::Tracepoint,
             "usdt" => ProgKind::Usdt,
             _ => return None,
         })
+    }
+
+    /// The programs that serve kernel or user functions attached `via`, in
+    /// attach order: returns before entries, so that no entry is recorded
+    /// whose return would go unseen.
+    fn for_via(via: Via, kernel: bool, hooks: Hooks) -> &'static [ProgKind] {
+        use ProgKind::*;
+        let ret = hooks == Hooks::EntryAndReturn;
+        match (via, kernel, ret) {
+            (Via::Session, true, _) => &[KprobeSession],
+            (Via::Session, false, _) => &[UprobeSession],
+            (Via::Multi, true, false) => &[KprobeMulti],
+            (Via::Multi, true, true) => &[KretprobeMulti, KprobeMulti],
+            (Via::Multi, false, false) => &[UprobeMulti],
+            (Via::Multi, false, true) => &[UretprobeMulti, UprobeMulti],
+            (Via::Single, true, false) => &[Kprobe],
+            (Via::Single, true, true) => &[Kretprobe, Kprobe],
+            (Via::Single, false, false) => &[Uprobe],
+            (Via::Single, false, true) => &[Uretprobe, Uprobe],
+            (Via::Trampoline, _, false) => &[Fentry],
+            (Via::Trampoline, _, true) => &[Fexit, Fentry],
+        }
+    }
+
+    /// How an attach with this program treats the site: entry, return or session.
+    fn hook(self) -> attach::Hook {
+        use ProgKind::*;
+        match self {
+            KretprobeMulti | Kretprobe | UretprobeMulti | Uretprobe | Fexit => attach::Hook::Return,
+            KprobeSession | UprobeSession => attach::Hook::Session,
+            _ => attach::Hook::Entry,
+        }
     }
 }
 
@@ -138,8 +241,11 @@ pub struct Plan {
     /// Per spec: the spec text and how many probes it matched.
     pub matches: Vec<(String, usize)>,
     pub pid: Option<u32>,
-    pub kernel_multi: bool,
-    pub user_multi: bool,
+    pub hooks: Hooks,
+    /// How kernel functions are attached (`None`: the plan has none).
+    pub kernel_via: Option<Via>,
+    /// How user functions are attached (`None`: the plan has none).
+    pub user_via: Option<Via>,
     kernel_table: Option<(&'static str, usize, usize)>,
 }
 
@@ -162,59 +268,16 @@ impl Plan {
                 }
             }
         }
-        let has = |f: fn(&Site) -> bool| probes.iter().any(|p| f(&p.site));
-        let kernel_multi = match probes.iter().find_map(|p| match &p.site {
-            Site::Kernel(f) => Some(f.name.as_str()),
-            _ => None,
-        }) {
-            None => false,
-            Some(_) if opts.mode == AttachMode::Single => false,
-            Some(first) => match features::kprobe_multi(first) {
-                Ok(()) => true,
-                Err(why) if opts.mode == AttachMode::Multi => bail!(
-                    "--attach-mode multi: this kernel cannot create kprobe_multi links ({why}; needs Linux 5.18+ with CONFIG_FPROBE)"
-                ),
-                Err(why) => {
-                    warn(&format!(
-                        "kprobe_multi is not available on this kernel ({why}): attaching one kprobe per function (slower to attach and detach)"
-                    ));
-                    false
-                }
-            },
-        };
-        let kernel = probes
-            .iter()
-            .filter(|p| matches!(p.site, Site::Kernel(_)))
-            .count();
-        if !kernel_multi && kernel > max_single_kprobes() {
-            let why = if opts.mode == AttachMode::Single {
-                "--attach-mode single"
-            } else {
-                "no kprobe_multi on this kernel"
-            };
-            bail!(
-                "{kernel} kernel functions would need one kprobe each ({why}), over the \
-                 limit of {}: that takes minutes to attach and detach, and has crashed kernels; \
-                 narrow the pattern, or raise the limit with TRACEKIT_MAX_KPROBES=N",
-                max_single_kprobes()
-            );
-        }
-        let user_multi = has(|s| matches!(s, Site::User { .. }))
-            && opts.mode != AttachMode::Single
-            && {
-                let ok = features::uprobe_multi();
-                if !ok && opts.mode == AttachMode::Multi {
-                    bail!("--attach-mode multi: this kernel cannot create uprobe_multi links (needs Linux 6.10+)");
-                }
-                ok
-            };
+        let kernel_via = choose_kernel_via(&probes, opts)?;
+        let user_via = choose_user_via(&probes, opts)?;
         Ok(Plan {
             kernel_table: kfuncs.map(|k| (k.source, k.len(), k.removed)),
             probes,
             matches,
             pid: opts.pid,
-            kernel_multi,
-            user_multi,
+            hooks: opts.hooks,
+            kernel_via,
+            user_via,
         })
     }
 
@@ -224,16 +287,16 @@ impl Plan {
             .probes
             .iter()
             .flat_map(|p| match p.site {
-                Site::Kernel(_) if self.kernel_multi => vec![ProgKind::KprobeMulti],
-                Site::Kernel(_) => vec![ProgKind::Kprobe],
-                // Single uprobes stay loaded as the fallback for a refused multi link.
-                Site::User { .. } if self.user_multi => {
-                    vec![ProgKind::UprobeMulti, ProgKind::Uprobe]
-                }
-                Site::User { .. } => vec![ProgKind::Uprobe],
-                Site::Tracepoint(_) => vec![ProgKind::Tracepoint],
-                Site::Usdt { .. } => vec![ProgKind::Usdt],
+                Site::Kernel(_) => self
+                    .kernel_via
+                    .map_or(&[][..], |v| ProgKind::for_via(v, true, self.hooks)),
+                Site::User { .. } => self
+                    .user_via
+                    .map_or(&[][..], |v| ProgKind::for_via(v, false, self.hooks)),
+                Site::Tracepoint(_) => &[ProgKind::Tracepoint][..],
+                Site::Usdt { .. } => &[ProgKind::Usdt][..],
             })
+            .copied()
             .collect();
         kinds.sort();
         kinds.dedup();
@@ -245,6 +308,11 @@ impl Plan {
     pub fn configure(&self, obj: &mut OpenObject) -> Result<()> {
         let need = self.prog_kinds();
         let mut have = HashSet::new();
+        // A trampoline is bound to its function when it is loaded.
+        let target = self.probes.iter().find_map(|p| match &p.site {
+            Site::Kernel(f) if self.kernel_via == Some(Via::Trampoline) => Some(f.name.clone()),
+            _ => None,
+        });
         for mut prog in obj.progs_mut() {
             let Some(kind) = prog.section().to_str().and_then(ProgKind::of) else {
                 continue;
@@ -253,6 +321,10 @@ impl Plan {
             prog.set_autoload(on);
             if on {
                 have.insert(kind);
+                if matches!(kind, ProgKind::Fentry | ProgKind::Fexit) {
+                    prog.set_attach_target(0, target.clone())
+                        .context("setting the fentry/fexit target")?;
+                }
             }
         }
         if let Some(missing) = need.iter().find(|k| !have.contains(k)) {
@@ -300,37 +372,46 @@ impl Plan {
                 _ => None,
             })
             .collect();
-        if !kernel.is_empty() {
-            if self.kernel_multi {
-                attach::kprobe_multi(prog(ProgKind::KprobeMulti)?, &kernel, stop, &mut out)?;
-            } else {
-                attach::kprobes(prog(ProgKind::Kprobe)?, &kernel, stop, &mut out);
+        if let Some(via) = self.kernel_via {
+            for (n, &kind) in ProgKind::for_via(via, true, self.hooks).iter().enumerate() {
+                let sites = later_hook_sites(&kernel, n, &out);
+                let (p, hook) = (prog(kind)?, kind.hook());
+                match via {
+                    Via::Session | Via::Multi => {
+                        attach::kprobe_multi(p, hook, &sites, stop, &mut out)?
+                    }
+                    Via::Single => attach::kprobes(p, hook, &sites, stop, &mut out),
+                    Via::Trampoline => attach::trampoline(p, &sites, &mut out),
+                }
             }
         }
 
-        let mut by_binary: BTreeMap<&PathBuf, Vec<attach::UserSite>> = BTreeMap::new();
+        let mut by_binary: BTreeMap<&PathBuf, Vec<(usize, attach::UserSite)>> = BTreeMap::new();
         for (i, p) in self.probes.iter().enumerate() {
             if let Site::User { binary, func } = &p.site {
                 by_binary
                     .entry(binary)
                     .or_default()
-                    .push((i, &func.name, func.offset));
+                    .push((i, (i, &func.name, func.offset)));
             }
         }
-        for (binary, sites) in by_binary {
-            if self.user_multi {
-                let single = progs.get(&ProgKind::Uprobe);
-                attach::uprobe_multi(
-                    prog(ProgKind::UprobeMulti)?,
-                    single,
-                    pid,
-                    binary,
-                    &sites,
-                    stop,
-                    &mut out,
-                );
-            } else {
-                attach::uprobes(prog(ProgKind::Uprobe)?, pid, binary, &sites, stop, &mut out);
+        if let Some(via) = self.user_via {
+            for (binary, sites) in by_binary {
+                for (n, &kind) in ProgKind::for_via(via, false, self.hooks).iter().enumerate() {
+                    let sites: Vec<attach::UserSite> = later_hook_sites(&sites, n, &out)
+                        .into_iter()
+                        .map(|(_, s)| s)
+                        .collect();
+                    let (p, hook) = (prog(kind)?, kind.hook());
+                    match via {
+                        Via::Single => {
+                            attach::uprobes(p, hook, pid, binary, &sites, stop, &mut out)
+                        }
+                        _ => {
+                            attach::uprobe_multi(p, hook, None, pid, binary, &sites, stop, &mut out)
+                        }
+                    }
+                }
             }
         }
 
@@ -411,28 +492,21 @@ impl Plan {
                 Site::Kernel(f) => !f.addrs.is_empty(),
                 _ => true,
             });
+            let via = self
+                .kernel_via
+                .map_or("none", |v| v.describe(true, self.hooks));
             let _ = writeln!(
                 s,
-                "attach mode: kernel functions: {} ({kernel} functions, by {})",
-                if self.kernel_multi {
-                    "kprobe_multi"
-                } else {
-                    "single kprobes"
-                },
+                "attach mode: kernel functions: {via} ({kernel} functions, by {})",
                 if by_addr { "address" } else { "name" }
             );
         }
         let user = self.count(|s| matches!(s, Site::User { .. }));
         if user > 0 {
-            let _ = writeln!(
-                s,
-                "attach mode: user functions: {} ({user} functions)",
-                if self.user_multi {
-                    "uprobe_multi"
-                } else {
-                    "single uprobes"
-                }
-            );
+            let via = self
+                .user_via
+                .map_or("none", |v| v.describe(false, self.hooks));
+            let _ = writeln!(s, "attach mode: user functions: {via} ({user} functions)");
         }
         for (i, p) in self.probes.iter().enumerate() {
             let where_ = match &p.site {
@@ -501,6 +575,115 @@ impl Attached {
             list.join(", ")
         ))
     }
+}
+
+/// The sites a plan's `n`th hook attaches: all of them for the first; for a
+/// later one (the entry, after the return) only those the first attached, so no
+/// entry is recorded whose return is not hooked.
+fn later_hook_sites<T: Clone>(sites: &[(usize, T)], n: usize, out: &Attached) -> Vec<(usize, T)> {
+    sites
+        .iter()
+        .filter(|(i, _)| n == 0 || out.is_attached(*i))
+        .cloned()
+        .collect()
+}
+
+/// Picks how kernel functions are attached: the cheapest mechanism the kernel
+/// has that `--attach-mode` allows, probed, never decided by version.
+fn choose_kernel_via(probes: &[Probe], opts: &Options) -> Result<Option<Via>> {
+    let kernel: Vec<&KernelFunc> = probes
+        .iter()
+        .filter_map(|p| match &p.site {
+            Site::Kernel(f) => Some(f),
+            _ => None,
+        })
+        .collect();
+    let Some(first) = kernel.first() else {
+        return Ok(None);
+    };
+    let ret = opts.hooks == Hooks::EntryAndReturn;
+    if opts.mode == AttachMode::Session && !ret {
+        bail!("--attach-mode session is for tools that time calls (entry and return)");
+    }
+    let via = match opts.mode {
+        AttachMode::Single => Via::Single,
+        mode => {
+            // One function: a trampoline is cheapest per call where the kernel
+            // allows it (not under lockdown, which forbids tracing programs).
+            if mode == AttachMode::Auto
+                && opts.trampoline
+                && kernel.len() == 1
+                && features::fentry(&first.name).is_ok()
+            {
+                return Ok(Some(Via::Trampoline));
+            }
+            let session = if ret && mode != AttachMode::Multi {
+                features::kprobe_session(&first.name)
+            } else {
+                Err(String::new())
+            };
+            match session {
+                Ok(()) => Via::Session,
+                Err(why) if mode == AttachMode::Session => bail!(
+                    "--attach-mode session: this kernel cannot create kprobe.session links ({why}; needs Linux 6.10+ with CONFIG_FPROBE)"
+                ),
+                Err(_) => match features::kprobe_multi(&first.name) {
+                    Ok(()) => Via::Multi,
+                    Err(why) if mode == AttachMode::Multi => bail!(
+                        "--attach-mode multi: this kernel cannot create kprobe_multi links ({why}; needs Linux 5.18+ with CONFIG_FPROBE)"
+                    ),
+                    Err(why) => {
+                        warn(&format!(
+                            "kprobe_multi is not available on this kernel ({why}): attaching one kprobe per function (slower to attach and detach)"
+                        ));
+                        Via::Single
+                    }
+                },
+            }
+        }
+    };
+    let n = kernel.len();
+    if via == Via::Single && n > max_single_kprobes() {
+        let why = if opts.mode == AttachMode::Single {
+            "--attach-mode single"
+        } else {
+            "no kprobe_multi on this kernel"
+        };
+        bail!(
+            "{n} kernel functions would need one kprobe each ({why}), over the \
+             limit of {}: that takes minutes to attach and detach, and has crashed kernels; \
+             narrow the pattern, or raise the limit with TRACEKIT_MAX_KPROBES=N",
+            max_single_kprobes()
+        );
+    }
+    Ok(Some(via))
+}
+
+/// Picks how user functions are attached, as [`choose_kernel_via`] does.
+fn choose_user_via(probes: &[Probe], opts: &Options) -> Result<Option<Via>> {
+    if !probes.iter().any(|p| matches!(p.site, Site::User { .. })) {
+        return Ok(None);
+    }
+    let ret = opts.hooks == Hooks::EntryAndReturn;
+    if opts.mode == AttachMode::Session && !ret {
+        bail!("--attach-mode session is for tools that time calls (entry and return)");
+    }
+    Ok(Some(match opts.mode {
+        AttachMode::Single => Via::Single,
+        mode => {
+            if ret && mode != AttachMode::Multi && features::uprobe_session() {
+                Via::Session
+            } else if mode == AttachMode::Session {
+                bail!("--attach-mode session: this kernel cannot create uprobe.session links (needs Linux 6.13+)");
+            } else if features::uprobe_multi() {
+                Via::Multi
+            } else if mode == AttachMode::Multi {
+                bail!("--attach-mode multi: this kernel cannot create uprobe_multi links (needs Linux 6.10+)");
+            } else {
+                Via::Single
+            }
+        }
+    }))
 }
 
 /// How many single kprobes a run may create (TRACEKIT_MAX_KPROBES overrides), as

@@ -8,7 +8,16 @@ pub struct Ready(libc::sigset_t);
 
 impl Ready {
     /// Blocks SIGUSR1 (so it is only taken by `wait`) and announces readiness.
+    #[allow(dead_code)] // not every program uses both forms
     pub fn announce() -> Ready {
+        let r = Ready::blocked();
+        r.print();
+        r
+    }
+
+    /// Blocks SIGUSR1 in this thread and in the threads it starts from now on;
+    /// [`Ready::print`] then announces readiness.
+    pub fn blocked() -> Ready {
         // SAFETY: plain libc signal-mask calls on a zeroed, then initialised, set.
         let set = unsafe {
             let mut set: libc::sigset_t = std::mem::zeroed();
@@ -17,9 +26,12 @@ impl Ready {
             libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
             set
         };
+        Ready(set)
+    }
+
+    pub fn print(&self) {
         println!("ready");
         std::io::stdout().flush().unwrap();
-        Ready(set)
     }
 
     /// Waits for the next SIGUSR1.

@@ -60,7 +60,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let ready = ready::Ready::announce();
+    let ready = ready::Ready::blocked();
     // The thread exists (and inherits the blocked SIGUSR1) before `ready` is read.
     let (go, gate) = std::sync::mpsc::channel::<()>();
     let worker = (mode == "thread-getppid").then(|| {
@@ -70,6 +70,7 @@ fn main() {
             (0..n).fold(0u64, |s, _| s ^ unsafe { libc::getppid() } as u64)
         })
     });
+    ready.print();
     ready.wait();
 
     let mut sink = 0u64;

@@ -157,6 +157,7 @@ fn run(mut args: Args) -> Result<()> {
         &plan::Options {
             pid: args.common.pid,
             mode: args.common.attach_mode,
+            ..Default::default()
         },
     )?;
     if args.debug {
