@@ -1,4 +1,9 @@
-//! Per-probe event counts kept by BPF in a per-CPU array indexed by attach cookie.
+//! Per-probe event counts kept by BPF in a per-CPU array indexed by attach cookie,
+//! and tables of such rows (a histogram per probe): read in batches, summed over
+//! CPUs, reported as what each cell gained since the previous read.
+//!
+//! libbpf-rs reads one key per syscall; the raw `bpf_map_lookup_batch` of
+//! libbpf-sys reads the whole array in one or a few.
 
 use std::os::fd::{AsRawFd, RawFd};
 
@@ -9,14 +14,7 @@ use libbpf_sys as sys;
 /// Reads a `BPF_MAP_TYPE_PERCPU_ARRAY` of `u64` counters in batches and reports
 /// what each slot gained since the previous read. Slots are never zeroed from
 /// user space, so no increment is lost between a read and a reset.
-pub struct PerCpuCounters {
-    fd: RawFd,
-    slots: usize,
-    cpus: usize,
-    prev: Vec<u64>,
-    keys: Vec<u32>,
-    values: Vec<u64>,
-}
+pub struct PerCpuCounters(PerCpuTable);
 
 impl PerCpuCounters {
     /// `map` must outlive the returned reader (it is borrowed by fd).
@@ -24,32 +22,73 @@ impl PerCpuCounters {
         if map.value_size() != 8 {
             bail!("counter map {:?} must hold u64 values", map.name());
         }
-        let cpus = libbpf_rs::num_possible_cpus()?;
-        Ok(PerCpuCounters {
-            fd: map.as_fd().as_raw_fd(),
-            slots,
-            cpus,
-            prev: vec![0; slots],
-            keys: vec![0; slots],
-            values: vec![0; slots * cpus],
-        })
+        Ok(PerCpuCounters(PerCpuTable::new(map, slots)?))
     }
 
     /// Totals per slot, summed over CPUs.
     pub fn totals(&mut self) -> Result<Vec<u64>> {
-        let mut totals = vec![0u64; self.slots];
+        self.0.totals()
+    }
+
+    /// What each slot gained since the previous call (or since creation).
+    pub fn deltas(&mut self) -> Result<Vec<u64>> {
+        self.0.deltas()
+    }
+}
+
+/// A `BPF_MAP_TYPE_PERCPU_ARRAY` whose values are rows of `u64` cells (its value
+/// size / 8), read like [`PerCpuCounters`]. Results are flat, row after row.
+pub struct PerCpuTable {
+    fd: RawFd,
+    rows: usize,
+    width: usize,
+    cpus: usize,
+    prev: Vec<u64>,
+    keys: Vec<u32>,
+    values: Vec<u64>,
+}
+
+impl PerCpuTable {
+    /// `map` must outlive the returned reader (it is borrowed by fd).
+    pub fn new(map: &dyn MapCore, rows: usize) -> Result<Self> {
+        let size = map.value_size() as usize;
+        if size == 0 || size % 8 != 0 {
+            bail!("map {:?} must hold rows of u64 values", map.name());
+        }
+        let width = size / 8;
+        let cpus = libbpf_rs::num_possible_cpus()?;
+        Ok(PerCpuTable {
+            fd: map.as_fd().as_raw_fd(),
+            rows,
+            width,
+            cpus,
+            prev: vec![0; rows * width],
+            keys: vec![0; rows],
+            values: vec![0; rows * width * cpus],
+        })
+    }
+
+    /// Cells per row.
+    pub fn width(&self) -> usize {
+        self.width
+    }
+
+    /// Totals per cell, summed over CPUs: `rows * width` values.
+    pub fn totals(&mut self) -> Result<Vec<u64>> {
+        let (w, cpus) = (self.width, self.cpus);
+        let mut totals = vec![0u64; self.rows * w];
         let mut done = 0usize;
         let mut token: u32 = 0;
         let mut first = true;
-        while done < self.slots {
-            let mut count = (self.slots - done) as u32;
+        while done < self.rows {
+            let mut count = (self.rows - done) as u32;
             let opts = sys::bpf_map_batch_opts {
                 sz: size_of::<sys::bpf_map_batch_opts>() as _,
                 ..Default::default()
             };
             let mut next: u32 = 0;
             // SAFETY: keys/values have room for `count` more entries at `done`
-            // (values: `cpus` u64s per key); token and next are u32 array keys.
+            // (values: `cpus * width` u64s per key); token and next are u32 keys.
             let rc = unsafe {
                 sys::bpf_map_lookup_batch(
                     self.fd,
@@ -60,17 +99,25 @@ impl PerCpuCounters {
                     },
                     (&mut next as *mut u32).cast(),
                     self.keys[done..].as_mut_ptr().cast(),
-                    self.values[done * self.cpus..].as_mut_ptr().cast(),
+                    self.values[done * cpus * w..].as_mut_ptr().cast(),
                     &mut count,
                     &opts,
                 )
             };
             let err = (rc < 0).then(std::io::Error::last_os_error);
             for k in 0..count as usize {
-                let slot = self.keys[done + k] as usize;
-                let row = &self.values[(done + k) * self.cpus..(done + k + 1) * self.cpus];
-                if let Some(t) = totals.get_mut(slot) {
-                    *t = row.iter().sum();
+                let row = self.keys[done + k] as usize;
+                if row >= self.rows {
+                    continue;
+                }
+                let base = (done + k) * cpus * w;
+                let cells = &mut totals[row * w..(row + 1) * w];
+                cells.iter_mut().for_each(|c| *c = 0);
+                for cpu in 0..cpus {
+                    let v = &self.values[base + cpu * w..base + (cpu + 1) * w];
+                    for (c, x) in cells.iter_mut().zip(v) {
+                        *c = c.wrapping_add(*x);
+                    }
                 }
             }
             done += count as usize;
@@ -88,7 +135,7 @@ impl PerCpuCounters {
         Ok(totals)
     }
 
-    /// What each slot gained since the previous call (or since creation).
+    /// What each cell gained since the previous call (or since creation).
     pub fn deltas(&mut self) -> Result<Vec<u64>> {
         let totals = self.totals()?;
         let deltas = totals

@@ -148,7 +148,8 @@ pub struct Totals {
 }
 
 impl Totals {
-    /// BCC funclatency's line, `\navg = %ld U, total: %ld U, count: %ld\n` with
+    /// BCC funclatency's line as its `print` writes it,
+    /// `\navg = %ld U, total: %ld U, count: %ld\n` and print's own newline, with
     /// total in the unit and both truncated as Python's `%ld` does; empty when
     /// nothing was counted.
     pub fn render(&self, unit: Unit) -> String {
@@ -158,7 +159,7 @@ impl Totals {
         let total = self.total_ns as f64 / unit.divisor() as f64;
         let avg = total / self.count as f64;
         format!(
-            "\navg = {} {u}, total: {} {u}, count: {}\n",
+            "\navg = {} {u}, total: {} {u}, count: {}\n\n",
             avg as u64,
             total as u64,
             self.count,
@@ -233,11 +234,11 @@ mod tests {
         };
         assert_eq!(
             t.render(Unit::Nsecs),
-            "\navg = 13746 nsecs, total: 6543360 nsecs, count: 476\n"
+            "\navg = 13746 nsecs, total: 6543360 nsecs, count: 476\n\n"
         );
         assert_eq!(
             t.render(Unit::Usecs),
-            "\navg = 13 usecs, total: 6543 usecs, count: 476\n"
+            "\navg = 13 usecs, total: 6543 usecs, count: 476\n\n"
         );
         assert_eq!(Totals::default().render(Unit::Msecs), "");
     }

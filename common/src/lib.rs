@@ -12,6 +12,7 @@ pub mod output;
 pub mod pattern;
 pub mod plan;
 pub mod run;
+pub mod session;
 pub mod spec;
 pub mod stacks;
 pub mod symbolize;

@@ -55,6 +55,11 @@ impl ProbeSpec {
         })
     }
 
+    /// A kernel or user function (what entry and return hooks apply to).
+    pub fn is_function(&self) -> bool {
+        matches!(self.source, Source::Kernel | Source::User { .. })
+    }
+
     /// Parses every pattern, failing on the first bad one.
     pub fn parse_all<S: AsRef<str>>(raws: &[S], regex: bool) -> Result<Vec<Self>> {
         raws.iter()

@@ -1,0 +1,139 @@
+//! One tracing run from start to stop, the sequence every tool shares: checks,
+//! the plan, attaching, the start line, the summary loop, and detaching.
+//!
+//! ```text
+//! let mut s = Session::prepare(&specs, &mut args.common, how, debug)?;
+//! // open the tool's skeleton with s.plan, size its maps, load it
+//! s.attach(skel.object())?;
+//! s.announce(&args.patterns)?;
+//! s.run(schedule, |last| { ... print a summary ... })?;
+//! s.finish()
+//! ```
+
+use std::time::Instant;
+
+use anyhow::Result;
+use libbpf_rs::Object;
+
+use crate::attach::Attached;
+use crate::cli::{self, CommonArgs};
+use crate::output;
+use crate::plan::{self, Hooks, Plan};
+use crate::run::{self, Schedule, Stop, StopReason};
+use crate::spec::ProbeSpec;
+use crate::system;
+
+/// What a tool hooks, beyond the common flags.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct How {
+    pub hooks: Hooks,
+    /// The tool's object has fentry/fexit programs for a single kernel function.
+    pub trampoline: bool,
+}
+
+pub struct Session {
+    pub plan: Plan,
+    pub stop: &'static Stop,
+    /// Status lines go to stderr when stdout carries JSON.
+    pub json: bool,
+    debug: bool,
+    pid: Option<u32>,
+    attached: Option<Attached>,
+}
+
+impl Session {
+    /// Checks privileges and the common flags, installs the signal handlers and
+    /// builds the plan (printed on stderr with `debug`).
+    pub fn prepare(
+        specs: &[ProbeSpec],
+        common: &mut CommonArgs,
+        how: How,
+        debug: bool,
+    ) -> Result<Session> {
+        system::require_root()?;
+        common.check()?;
+        let stop = Stop::install()?;
+        let plan = Plan::build(
+            specs,
+            &plan::Options {
+                pid: common.pid,
+                mode: common.attach_mode,
+                hooks: how.hooks,
+                trampoline: how.trampoline,
+            },
+        )?;
+        if debug {
+            cli::stderr(&plan.describe());
+        }
+        Ok(Session {
+            plan,
+            stop,
+            json: common.json,
+            debug,
+            pid: common.pid,
+            attached: None,
+        })
+    }
+
+    /// Attaches the plan to the loaded object and, with `-p`, ends the run when
+    /// that process exits. Returns how many probes are attached.
+    pub fn attach(&mut self, obj: &Object) -> Result<usize> {
+        let attached = self.plan.attach_and_report(obj, self.stop, self.debug)?;
+        let n = attached.probes_attached();
+        self.attached = Some(attached);
+        if let Some(pid) = self.pid {
+            self.stop.watch_pid(pid)?;
+        }
+        Ok(n)
+    }
+
+    /// The attached probes (after [`Session::attach`]).
+    pub fn attached(&self) -> Option<&Attached> {
+        self.attached.as_ref()
+    }
+
+    /// BCC's start line for `patterns`.
+    pub fn announce<S: AsRef<str>>(&self, patterns: &[S]) -> Result<()> {
+        let n = self.attached.as_ref().map_or(0, Attached::probes_attached);
+        self.status(&output::banner(n, patterns))
+    }
+
+    /// A status line: stdout with text output, stderr beside JSON.
+    pub fn status(&self, line: &str) -> Result<()> {
+        output::status(self.json, line)
+    }
+
+    /// The summary loop (see [`run::run_loop`]).
+    pub fn run(
+        &self,
+        schedule: Schedule,
+        summary: impl FnMut(bool) -> Result<()>,
+    ) -> Result<StopReason> {
+        run::run_loop(schedule, self.stop, summary)
+    }
+
+    /// The summary loop, calling `poll(timeout)` while waiting (a ring buffer).
+    pub fn run_polling(
+        &self,
+        schedule: Schedule,
+        mut poll: impl FnMut(std::time::Duration),
+        summary: impl FnMut(bool) -> Result<()>,
+    ) -> Result<StopReason> {
+        run::run_loop_with(
+            schedule,
+            |deadline: Option<Instant>| self.stop.poll_until(deadline, &mut poll),
+            summary,
+        )
+    }
+
+    /// Prints `Detaching...` (unless `quiet`) and detaches everything.
+    pub fn finish(mut self, quiet: bool) -> Result<()> {
+        let printed = if quiet {
+            Ok(())
+        } else {
+            self.status("Detaching...")
+        };
+        drop(self.attached.take());
+        printed
+    }
+}

@@ -1,0 +1,244 @@
+//! funclatency on the host kernel: user functions through uprobe.session, the
+//! uprobe_multi pair and single uprobe pairs, with calls of known duration (the
+//! `latency` test program); output format, units, intervals, JSON and errors.
+//! Kernel functions and vfsreadlat are tested in the guest (tests/guest.rs).
+
+mod util;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use util::*;
+
+const T: Duration = Duration::from_secs(60);
+
+fn funclatency() -> PathBuf {
+    tool("funclatency")
+}
+
+/// Runs funclatency `args` + `BIN:FUNCS` on the latency program in `mode` N.
+fn time_calls(mode: &str, n: u64, funcs: &str, args: &[&str]) -> Output {
+    let w = Workload::start(&prog("latency"), &[mode, &n.to_string()]);
+    let spec = format!("{}:{funcs}", prog("latency").display());
+    let mut all = args.to_vec();
+    all.push(&spec);
+    trace_workload(&funclatency(), w, &all, T)
+}
+
+/// The rows of every histogram in `stdout`: (low, high, count), non-zero only.
+fn buckets(stdout: &str) -> Vec<(u64, u64, u64)> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let (range, rest) = l.split_once(" : ")?;
+            let (low, high) = range.split_once(" -> ")?;
+            let count: u64 = rest.split_whitespace().next()?.parse().ok()?;
+            Some((low.trim().parse().ok()?, high.trim().parse().ok()?, count))
+        })
+        .filter(|b| b.2 > 0)
+        .collect()
+}
+
+fn avg_line(stdout: &str) -> &str {
+    stdout
+        .lines()
+        .find(|l| l.starts_with("avg = "))
+        .unwrap_or_else(|| panic!("no avg line in:\n{stdout}"))
+}
+
+#[test]
+fn recursion_measures_every_call_in_every_mode() {
+    // 10 calls of depth 3, the innermost sleeping 20 ms: 30 calls of 20 ms and a
+    // bit. Keying entries by thread alone (BCC, bpftrace) would record 10.
+    for (mode, mechanism) in [
+        ("auto", "uprobe.session"),
+        ("multi", "uprobe_multi + uretprobe_multi"),
+        ("single", "single uprobes + uretprobes"),
+    ] {
+        let out = time_calls("recurse", 10, "tk_recurse", &["-D", "--attach-mode", mode]);
+        assert!(
+            out.stderr.contains(&format!(
+                "attach mode: user functions: {mechanism} (1 functions)"
+            )),
+            "{mode}: {}",
+            out.stderr
+        );
+        assert_eq!(
+            buckets(&out.stdout),
+            vec![(16777216, 33554431, 30)],
+            "{mode}: {}",
+            out.stdout
+        );
+        assert!(
+            avg_line(&out.stdout).ends_with(", count: 30"),
+            "{}",
+            out.stdout
+        );
+    }
+}
+
+#[test]
+fn bccs_layout_byte_for_byte() {
+    let out = time_calls("sleep", 20, "tk_sleep", &["-m"]);
+    let bin = prog("latency");
+    let want_head = format!(
+        "Tracing 1 functions for \"{}:tk_sleep\"... Hit Ctrl-C to end.\n\n\
+         \x20    msecs               : count     distribution\n\
+         \x20        0 -> 1          : 0        |                                        |\n\
+         \x20        2 -> 3          : 0        |                                        |\n\
+         \x20        4 -> 7          : 20       |****************************************|\n\
+         \navg = ",
+        bin.display()
+    );
+    assert!(out.stdout.starts_with(&want_head), "{}", out.stdout);
+    // 20 sleeps of 5 ms: the average is 5 ms (truncated), the total 100 or a bit more.
+    let avg = avg_line(&out.stdout);
+    assert!(avg.starts_with("avg = 5 msecs, total: 10"), "{avg}");
+    assert!(avg.ends_with(" msecs, count: 20"), "{avg}");
+    assert!(
+        out.stdout.ends_with(", count: 20\n\nDetaching...\n"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn units() {
+    let out = time_calls("sleep", 8, "tk_sleep", &["-u"]);
+    assert!(out
+        .stdout
+        .contains("     usecs               : count     distribution\n"));
+    assert_eq!(
+        buckets(&out.stdout),
+        vec![(4096, 8191, 8)],
+        "{}",
+        out.stdout
+    );
+    let out = time_calls("sleep", 8, "tk_sleep", &[]);
+    assert_eq!(
+        buckets(&out.stdout),
+        vec![(4194304, 8388607, 8)],
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn one_histogram_per_function() {
+    let out = time_calls("two", 25, "tk_(fast|slow)", &["-F", "-u", "-r"]);
+    // Sections in name order, each with its own histogram; one totals line.
+    let fast = out
+        .stdout
+        .find("\nFunction = tk_fast\n")
+        .expect("tk_fast section");
+    let slow = out
+        .stdout
+        .find("\nFunction = tk_slow\n")
+        .expect("tk_slow section");
+    assert!(fast < slow, "{}", out.stdout);
+    let fast_rows = buckets(&out.stdout[fast..slow]);
+    assert_eq!(
+        fast_rows.iter().map(|b| b.2).sum::<u64>(),
+        25,
+        "{}",
+        out.stdout
+    );
+    assert!(
+        fast_rows.iter().all(|b| b.1 < 1000),
+        "tk_fast under 1 ms: {fast_rows:?}"
+    );
+    // 3 ms sleeps.
+    assert_eq!(
+        buckets(&out.stdout[slow..]),
+        vec![(2048, 4095, 25)],
+        "{}",
+        out.stdout
+    );
+    assert!(avg_line(&out.stdout).ends_with(", count: 50"));
+}
+
+#[test]
+fn several_patterns() {
+    let w = Workload::start(&prog("latency"), &["two", "12"]);
+    let bin = prog("latency").display().to_string();
+    let (a, b) = (format!("{bin}:tk_fast"), format!("{bin}:tk_slow"));
+    let out = trace_workload(&funclatency(), w, &["-F", &a, &b], T);
+    assert!(out.stdout.starts_with(&format!(
+        "Tracing 2 functions for \"{a}\", \"{b}\"... Hit Ctrl-C to end.\n"
+    )));
+    assert!(
+        avg_line(&out.stdout).ends_with(", count: 24"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn intervals_print_deltas() {
+    let w = Workload::start(&prog("latency"), &["sleep", "6", "--hold"]);
+    let pid = w.pid.to_string();
+    let spec = format!("{}:tk_sleep", prog("latency").display());
+    let mut t = spawn(&funclatency(), &["-p", &pid, "-i", "0.5", "-u", &spec]);
+    t.wait_ready();
+    w.go();
+    t.wait_line(|l| l.ends_with(", count: 6"), T);
+    // Two more intervals pass with no calls: nothing more is counted.
+    t.wait_line(|l| l.trim().is_empty(), T);
+    std::thread::sleep(Duration::from_millis(1200));
+    w.go();
+    let out = t.finish(T);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert_eq!(out.stdout.matches("avg = ").count(), 1, "{}", out.stdout);
+    assert_eq!(
+        buckets(&out.stdout),
+        vec![(4096, 8191, 6)],
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn json_summary() {
+    let out = time_calls("recurse", 4, "tk_recurse", &["--json", "-u"]);
+    let last: serde_json::Value =
+        serde_json::from_str(out.stdout.lines().last().expect("a line")).unwrap();
+    assert_eq!(last["final"], true);
+    assert_eq!(last["unit"], "usecs");
+    assert_eq!(last["count"], 12);
+    assert_eq!(
+        last["hist"],
+        serde_json::json!([{"low": 16384, "high": 32767, "count": 12}])
+    );
+    assert!(last["total_ns"].as_u64().unwrap() >= 12 * 20_000_000);
+    assert!(
+        out.stderr.starts_with("Tracing 1 functions for"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn errors() {
+    let bin = prog("latency").display().to_string();
+    util::fails_with(
+        &funclatency(),
+        &[&format!("{bin}:no_such_fn")],
+        &format!("no function in {bin} matches \"{bin}:no_such_fn\""),
+    );
+    util::fails_with(
+        &funclatency(),
+        &["t:sched:sched_switch"],
+        "probe \"t:sched:sched_switch\": funclatency times functions (FUNC, LIB:FUNC, /PATH:FUNC), not tracepoints or USDT probes",
+    );
+    let mut c = std::process::Command::new("true").spawn().unwrap();
+    let gone = c.id();
+    c.wait().unwrap();
+    util::fails_with(
+        &funclatency(),
+        &["-p", &gone.to_string(), &format!("{bin}:tk_sleep")],
+        &format!("no process with PID {gone}"),
+    );
+    let out = run(&funclatency(), &["-u", "-m", "c:read"], T);
+    assert_eq!(out.code(), 2, "{}", out.stderr);
+    assert!(out.stderr.contains("cannot be used with"), "{}", out.stderr);
+}

@@ -1,0 +1,229 @@
+//! The latency tracing that funclatency and vfsreadlat share: one BPF object
+//! (bpf/funclatency.bpf.c), a log2 histogram per summary (per function with -F),
+//! BCC's text or JSON.
+
+use std::collections::BTreeMap;
+use std::mem::MaybeUninit;
+
+use anyhow::{Context, Result};
+use common::cli::{warn, CommonArgs};
+use common::counters::{PerCpuCounters, PerCpuTable};
+use common::hist::{Log2Hist, Totals, Unit, LOG2_SLOTS};
+use common::output::{emit, timestamp, unix_time};
+use common::plan::Hooks;
+use common::run::Schedule;
+use common::session::{How, Session};
+use common::ProbeSpec;
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use serde_json::json;
+
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/funclatency.skel.rs"));
+}
+
+/// What to measure and how to print it.
+pub struct Config {
+    pub specs: Vec<ProbeSpec>,
+    /// As the user wrote them, for the start line.
+    pub patterns: Vec<String>,
+    pub common: CommonArgs,
+    pub schedule: Schedule,
+    pub unit: Unit,
+    /// -F: one histogram per function.
+    pub per_function: bool,
+    pub timestamp: bool,
+    pub debug: bool,
+    /// BCC's totals line after each histogram (funclatency; not vfsreadlat).
+    pub totals: bool,
+    /// The start line when it is not funccount's "Tracing N functions for ..."
+    /// (vfsreadlat prints BCC's example's line); such tools print no
+    /// "Detaching..." either.
+    pub banner: Option<&'static str>,
+}
+
+/// Cells of one histogram row in bpf/hist.h: slots, then total and count.
+const ROW: usize = LOG2_SLOTS + 2;
+
+pub fn run(mut cfg: Config) -> Result<()> {
+    let how = How {
+        hooks: Hooks::EntryAndReturn,
+        trampoline: true,
+    };
+    let mut session = Session::prepare(&cfg.specs, &mut cfg.common, how, cfg.debug)?;
+    let plan = &session.plan;
+    let rows = if cfg.per_function {
+        plan.probes.len()
+    } else {
+        1
+    };
+    let labels: Vec<String> = plan.probes.iter().map(|p| p.label.clone()).collect();
+
+    let mut obj = MaybeUninit::uninit();
+    let mut open = common::open_skeleton!(
+        skel::FunclatencySkelBuilder,
+        &mut obj,
+        plan,
+        cfg.common.cpu,
+        |rodata| {
+            rodata.unit_ns = cfg.unit.divisor();
+            rodata.per_probe = cfg.per_function;
+        }
+    );
+    open.maps.hists.set_max_entries(rows as u32)?;
+    let skel = open.load().context("loading the BPF programs")?;
+    session.attach(skel.object())?;
+    match cfg.banner {
+        Some(line) => session.status(line)?,
+        None => session.announce(&cfg.patterns)?,
+    }
+
+    let mut table = PerCpuTable::new(&skel.maps.hists, rows)?;
+    if table.width() != ROW {
+        anyhow::bail!(
+            "internal error: histogram rows are {} cells, not {ROW}",
+            table.width()
+        );
+    }
+    let mut lost = PerCpuCounters::new(&skel.maps.pairing_lost, 3)?;
+    let json = session.json;
+    session.run(cfg.schedule, |last| {
+        let cells = table.deltas()?;
+        let hists: Vec<(Log2Hist, Totals)> = cells
+            .chunks_exact(ROW)
+            .map(|r| {
+                (
+                    Log2Hist::from_slots(&r[..LOG2_SLOTS]),
+                    Totals {
+                        total_ns: r[LOG2_SLOTS],
+                        count: r[LOG2_SLOTS + 1],
+                    },
+                )
+            })
+            .collect();
+        report_lost(&lost.deltas()?);
+        let sections = sections(&hists, &labels, cfg.per_function);
+        emit(&if json {
+            json_summary(&sections, cfg.unit, last)
+        } else {
+            text(&sections, &cfg)
+        })
+    })?;
+    session.finish(cfg.banner.is_some())
+}
+
+/// One printed histogram: its function (with -F) and its data.
+struct Section<'a> {
+    function: Option<&'a str>,
+    hist: Log2Hist,
+    totals: Totals,
+}
+
+/// The summary's histograms: one overall, or one per function that was called
+/// (sorted by name, as the other tools sort their rows).
+fn sections<'a>(
+    rows: &[(Log2Hist, Totals)],
+    labels: &'a [String],
+    per_function: bool,
+) -> Vec<Section<'a>> {
+    if !per_function {
+        let (hist, totals) = rows.first().cloned().unwrap_or_default();
+        return vec![Section {
+            function: None,
+            hist,
+            totals,
+        }];
+    }
+    // Functions that share a name (a static function in two files, or the same
+    // name in two binaries) share a section.
+    let mut by_name: BTreeMap<&str, (Log2Hist, Totals)> = BTreeMap::new();
+    for ((h, t), label) in rows.iter().zip(labels) {
+        if t.count == 0 {
+            continue;
+        }
+        let e = by_name.entry(label.as_str()).or_default();
+        e.0.merge(h);
+        e.1.total_ns += t.total_ns;
+        e.1.count += t.count;
+    }
+    by_name
+        .into_iter()
+        .map(|(name, (hist, totals))| Section {
+            function: Some(name),
+            hist,
+            totals,
+        })
+        .collect()
+}
+
+/// BCC's layout: a blank line, the optional time, the histogram(s) (with -F each
+/// under `Function = name`), then the totals line over all functions.
+fn text(sections: &[Section], cfg: &Config) -> String {
+    let label = cfg.unit.label();
+    let mut s = String::from("\n");
+    if cfg.timestamp {
+        s.push_str(&format!("{:<8}\n", timestamp()));
+    }
+    let mut all = Totals::default();
+    for sec in sections {
+        if let Some(f) = sec.function {
+            s.push_str(&format!("\nFunction = {f}\n"));
+        }
+        s.push_str(&sec.hist.render(label));
+        all.total_ns += sec.totals.total_ns;
+        all.count += sec.totals.count;
+    }
+    if cfg.totals {
+        s.push_str(&all.render(cfg.unit));
+    }
+    s
+}
+
+fn json_summary(sections: &[Section], unit: Unit, last: bool) -> String {
+    let one = |sec: &Section| {
+        json!({
+            "hist": sec.hist.to_json(),
+            "total_ns": sec.totals.total_ns,
+            "count": sec.totals.count,
+        })
+    };
+    let mut all = Totals::default();
+    for sec in sections {
+        all.total_ns += sec.totals.total_ns;
+        all.count += sec.totals.count;
+    }
+    let mut v = json!({
+        "time": timestamp(),
+        "unix_time": unix_time(),
+        "final": last,
+        "unit": unit.label(),
+        "total_ns": all.total_ns,
+        "count": all.count,
+    });
+    if sections.iter().any(|s| s.function.is_some()) {
+        v["functions"] = sections
+            .iter()
+            .map(|sec| {
+                let mut o = one(sec);
+                o["function"] = json!(sec.function);
+                o
+            })
+            .collect();
+    } else if let Some(sec) = sections.first() {
+        v["hist"] = sec.hist.to_json();
+    }
+    format!("{v}\n")
+}
+
+/// pairing_lost in bpf/pairing.h: calls that could not be timed.
+fn report_lost(lost: &[u64]) {
+    let what = [
+        "calls nested deeper than 32 on one thread were not timed",
+        "returns were missed by the kernel (their calls were dropped)",
+        "calls were not timed: too many threads in calls at once",
+    ];
+    for (n, w) in lost.iter().zip(what) {
+        if *n > 0 {
+            warn(&format!("{n} {w}"));
+        }
+    }
+}

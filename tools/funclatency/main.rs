@@ -1,0 +1,102 @@
+//! funclatency: time kernel and user function calls, as a log2 histogram.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::Parser;
+use common::cli::{parse_secs, CommonArgs, SummaryArgs};
+use common::hist::Unit;
+use common::run::Schedule;
+use common::ProbeSpec;
+
+mod latency;
+
+const EXAMPLES: &str = "\
+Examples:
+  funclatency do_sys_open            # time do_sys_open() calls, in nanoseconds
+  funclatency c:read                 # time libc read() calls
+  funclatency -u vfs_read            # in microseconds
+  funclatency -m do_nanosleep        # in milliseconds
+  funclatency -i 2 -d 10 c:open      # every 2 seconds, for 10 seconds
+  funclatency -mTi 5 vfs_read        # every 5 seconds, with timestamps
+  funclatency -p 181 vfs_read        # only process 181
+  funclatency 'vfs_fstat*'           # every vfs_fstat* function, one histogram
+  funclatency -F 'vfs_r*'            # one histogram per function
+  funclatency vfs_read vfs_write     # several patterns in one run
+  funclatency -r '^vfs_(read|write)$'  # regular expressions";
+
+/// Time calls of functions matching patterns: a log2 histogram of their
+/// latency. Nested and recursive calls are each measured.
+#[derive(Parser, Debug)]
+#[command(name = "funclatency", version, after_help = EXAMPLES)]
+struct Args {
+    #[command(flatten)]
+    common: CommonArgs,
+
+    #[command(flatten)]
+    summary: SummaryArgs,
+
+    /// Trace for SECS seconds, then print the final summary and exit
+    #[arg(short, long, value_name = "SECS", value_parser = parse_secs, allow_hyphen_values = true)]
+    duration: Option<Duration>,
+
+    /// Microsecond histogram
+    #[arg(short = 'u', long, conflicts_with = "milliseconds")]
+    microseconds: bool,
+
+    /// Millisecond histogram
+    #[arg(short = 'm', long)]
+    milliseconds: bool,
+
+    /// One histogram per function
+    #[arg(short = 'F', long = "function")]
+    function: bool,
+
+    /// Accepted for BCC compatibility: every nesting level is always measured
+    #[arg(short = 'l', long, value_name = "LEVEL", value_parser = clap::value_parser!(u32).range(1..))]
+    level: Option<u32>,
+
+    /// Print the plan: what matched, the attach mechanism, skipped probes
+    #[arg(short = 'D', long)]
+    debug: bool,
+
+    /// What to time: FUNC, p::FUNC, LIB:FUNC, /PATH:FUNC
+    #[arg(required = true, value_name = "PATTERN")]
+    patterns: Vec<String>,
+}
+
+fn main() {
+    common::cli::main("funclatency", || run(Args::parse()))
+}
+
+fn run(args: Args) -> Result<()> {
+    let specs = ProbeSpec::parse_all(&args.patterns, args.summary.regexp)?;
+    if let Some(s) = specs.iter().find(|s| !s.is_function()) {
+        anyhow::bail!(
+            "probe \"{s}\": funclatency times functions (FUNC, LIB:FUNC, /PATH:FUNC), \
+             not tracepoints or USDT probes"
+        );
+    }
+    let unit = if args.milliseconds {
+        Unit::Msecs
+    } else if args.microseconds {
+        Unit::Usecs
+    } else {
+        Unit::Nsecs
+    };
+    latency::run(latency::Config {
+        specs,
+        patterns: args.patterns,
+        common: args.common,
+        schedule: Schedule {
+            interval: args.summary.interval,
+            duration: args.duration,
+        },
+        unit,
+        per_function: args.function,
+        timestamp: args.summary.timestamp,
+        debug: args.debug,
+        totals: true,
+        banner: None,
+    })
+}
