@@ -52,7 +52,7 @@ impl PerCpuTable {
     /// `map` must outlive the returned reader (it is borrowed by fd).
     pub fn new(map: &dyn MapCore, rows: usize) -> Result<Self> {
         let size = map.value_size() as usize;
-        if size == 0 || size % 8 != 0 {
+        if size == 0 || !size.is_multiple_of(8) {
             bail!("map {:?} must hold rows of u64 values", map.name());
         }
         let width = size / 8;
