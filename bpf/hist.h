@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /* Log2 histograms with BCC's slots (common/src/hist.rs prints them): slot i holds
- * [2^(i-1), 2^i - 1], slot 1 also holds 0, so slot = floor(log2 v) + 1. One row is
- * 65 slots plus the total and count that funclatency's avg line needs. */
+ * [2^(i-1), 2^i - 1], slot 1 also holds 0, so slot = floor(log2 v) + 1; the last
+ * slot, 63, also takes everything above (2^62 ns is 146 years). One row is 64
+ * slots plus the total and count that funclatency's avg line needs. */
 #ifndef TRACEKIT_HIST_H
 #define TRACEKIT_HIST_H
 
-#define LOG2_SLOTS 65
+#define LOG2_SLOTS 64
 
 struct log2_hist {
 	__u64 slots[LOG2_SLOTS];
@@ -36,8 +37,10 @@ static __always_inline void hist_add(struct log2_hist *h, __u64 ns, __u64 v)
 {
 	__u32 slot = log2_slot(v);
 
-	if (slot < LOG2_SLOTS)
-		h->slots[slot] += 1;
+	if (slot > LOG2_SLOTS - 1)
+		slot = LOG2_SLOTS - 1;
+	/* The mask keeps older verifiers (6.1) sure of the bound. */
+	h->slots[slot & (LOG2_SLOTS - 1)] += 1;
 	h->total += ns;
 	h->count += 1;
 }

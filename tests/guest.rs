@@ -344,3 +344,121 @@ fn stackcount_shows_the_caller_of_vfs_read() {
     }
     assert_nothing_left("stackcount");
 }
+
+fn funclatency() -> PathBuf {
+    tool("funclatency")
+}
+
+/// Sum of the histogram rows in funclatency/vfsreadlat text output.
+fn hist_total(stdout: &str) -> u64 {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let (range, rest) = l.split_once(" : ")?;
+            range.contains(" -> ").then_some(())?;
+            rest.split_whitespace().next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// Runs `tool -p WORKLOAD args` while the workload makes `n` reads.
+fn time_reads(tool: &std::path::Path, n: u64, args: &[&str]) -> Output {
+    let dir = Scratch::new();
+    let file = data_file(&dir);
+    let w = Workload::start(
+        &prog("workload"),
+        &["read", &n.to_string(), file.to_str().unwrap()],
+    );
+    trace_workload(tool, w, args, T)
+}
+
+#[test]
+#[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
+fn funclatency_times_every_read() {
+    // Each mechanism the kernel has, named by -D, times exactly the reads made.
+    let mut modes = vec![("auto", "fentry + fexit"), ("single", "single kprobes + kretprobes")];
+    if expect_kprobe_multi() {
+        modes.push(("session", "kprobe.session"));
+        modes.push(("multi", "kprobe_multi + kretprobe_multi"));
+    }
+    for (mode, mechanism) in modes {
+        let out = time_reads(&funclatency(), 500, &["-D", "--attach-mode", mode, "vfs_read"]);
+        assert!(
+            out.stderr.contains(&format!(
+                "attach mode: kernel functions: {mechanism} (1 functions"
+            )),
+            "{mode}: {}",
+            out.stderr
+        );
+        assert_eq!(hist_total(&out.stdout), 500, "{mode}: {}", out.stdout);
+        assert!(
+            out.stdout.contains(", count: 500\n"),
+            "{mode}: {}",
+            out.stdout
+        );
+        assert_nothing_left(&format!("funclatency in {mode} mode"));
+    }
+}
+
+#[test]
+#[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
+fn funclatency_times_nested_functions() {
+    // rw_verify_area runs inside vfs_read: with both traced, each call of each is
+    // timed (keying by thread alone would lose every vfs_read).
+    let out = time_reads(&funclatency(), 300, &["-F", "vfs_read", "rw_verify_area"]);
+    let rw = out
+        .stdout
+        .find("\nFunction = rw_verify_area\n")
+        .expect("rw_verify_area section");
+    let vfs = out
+        .stdout
+        .find("\nFunction = vfs_read\n")
+        .expect("vfs_read section");
+    assert!(rw < vfs, "{}", out.stdout);
+    assert_eq!(hist_total(&out.stdout[rw..vfs]), 300, "{}", out.stdout);
+    assert_eq!(hist_total(&out.stdout[vfs..]), 300, "{}", out.stdout);
+    assert!(out.stdout.contains(", count: 600\n"), "{}", out.stdout);
+}
+
+#[test]
+#[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
+fn vfsreadlat_histogram_covers_the_reads() {
+    let out = time_reads(&tool("vfsreadlat"), 400, &["--debug", "1"]);
+    assert!(
+        out.stdout
+            .starts_with("Tracing... Hit Ctrl-C to end.\n\n     usecs               : count     distribution\n"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(hist_total(&out.stdout), 400, "{}", out.stdout);
+    assert!(
+        out.stderr
+            .contains("attach mode: kernel functions: fentry + fexit (1 functions"),
+        "{}",
+        out.stderr
+    );
+    assert_nothing_left("vfsreadlat");
+}
+
+#[test]
+#[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
+fn funclatency_leaves_nothing_after_sigterm_and_kill() {
+    let mut modes = vec!["auto", "single"];
+    if expect_kprobe_multi() {
+        modes.extend(["session", "multi"]);
+    }
+    for mode in modes {
+        for sig in [libc::SIGTERM, libc::SIGKILL] {
+            let mut t = spawn(&funclatency(), &["--attach-mode", mode, "vfs_read", "vfs_write"]);
+            t.wait_ready();
+            assert!(bpf_links().0 > 0);
+            t.signal(sig);
+            let out = t.finish(T);
+            if sig == libc::SIGTERM {
+                assert_eq!(out.code(), 0, "{}", out.stderr);
+                assert!(out.stdout.ends_with("Detaching...\n"), "{}", out.stdout);
+            }
+            assert_nothing_left(&format!("funclatency: signal {sig} in {mode} mode"));
+        }
+    }
+}

@@ -68,6 +68,12 @@ impl Attached {
         self.links.len()
     }
 
+    /// The kernel's missed-hit count over every link (see [`crate::missed`]).
+    pub fn missed(&self) -> u64 {
+        use std::os::fd::AsFd;
+        crate::missed::missed(self.links.iter().map(|l| l.as_fd()))
+    }
+
     fn add(&mut self, link: Link, cookies: impl IntoIterator<Item = u64>) {
         self.links.push(link);
         for c in cookies {

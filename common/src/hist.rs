@@ -1,13 +1,14 @@
 //! Log2 histograms as BCC prints them (table.py `print_log2_hist`), byte for byte,
-//! plus their JSON form. The slots come from bpf/hist.h: slot `i` (1..64) holds
-//! values in [2^(i-1), 2^i - 1], slot 1 also 0, exactly BCC's `bpf_log2l`.
+//! plus their JSON form. The slots come from bpf/hist.h: slot `i` (1..63) holds
+//! values in [2^(i-1), 2^i - 1], slot 1 also 0, as BCC's `bpf_log2l` does.
 
 use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
-/// Slots per histogram row in bpf/hist.h (`LOG2_SLOTS`).
-pub const LOG2_SLOTS: usize = 65;
+/// Slots per histogram row in bpf/hist.h (`LOG2_SLOTS`); the last also holds
+/// everything above it.
+pub const LOG2_SLOTS: usize = 64;
 
 /// The unit latencies are measured in; the BPF side divides before taking log2.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -8,6 +8,7 @@ pub mod counters;
 pub mod features;
 pub mod hist;
 pub mod kfuncs;
+pub mod missed;
 pub mod output;
 pub mod pattern;
 pub mod plan;

@@ -207,7 +207,8 @@ impl Running {
 
     /// Waits until the tool is attached (its "Tracing ..." status line).
     pub fn wait_ready(&mut self) {
-        self.wait_line(|l| l.starts_with("Tracing "), Duration::from_secs(60));
+        // "Tracing N functions for ..." or, as BCC's examples print, "Tracing...".
+        self.wait_line(|l| l.starts_with("Tracing"), Duration::from_secs(60));
     }
 
     pub fn signal(&self, sig: i32) {

@@ -85,6 +85,7 @@ pub fn run(mut cfg: Config) -> Result<()> {
         );
     }
     let mut lost = PerCpuCounters::new(&skel.maps.pairing_lost, 3)?;
+    let mut missed_before = 0;
     let json = session.json;
     session.run(cfg.schedule, |last| {
         let cells = table.deltas()?;
@@ -101,6 +102,15 @@ pub fn run(mut cfg: Config) -> Result<()> {
             })
             .collect();
         report_lost(&lost.deltas()?);
+        let missed = session.attached().map_or(0, |a| a.missed());
+        if missed > missed_before {
+            warn(&format!(
+                "the kernel missed {} probe hits (kretprobe instances used up, or \
+                 recursion): those calls are not in the histogram",
+                missed - missed_before
+            ));
+        }
+        missed_before = missed;
         let sections = sections(&hists, &labels, cfg.per_function);
         emit(&if json {
             json_summary(&sections, cfg.unit, last)
