@@ -39,7 +39,10 @@ static __always_inline void hist_add(struct log2_hist *h, __u64 ns, __u64 v)
 
 	if (slot > LOG2_SLOTS - 1)
 		slot = LOG2_SLOTS - 1;
-	/* The mask keeps older verifiers (6.1) sure of the bound. */
+	/* Hide the clamp from the compiler, so the mask stays in the code on the
+	 * register used as the index: older verifiers (6.1) lose a bound checked on
+	 * a copy. */
+	barrier_var(slot);
 	h->slots[slot & (LOG2_SLOTS - 1)] += 1;
 	h->total += ns;
 	h->count += 1;

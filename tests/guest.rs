@@ -376,13 +376,20 @@ fn time_reads(tool: &std::path::Path, n: u64, args: &[&str]) -> Output {
 #[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
 fn funclatency_times_every_read() {
     // Each mechanism the kernel has, named by -D, times exactly the reads made.
-    let mut modes = vec![("auto", "fentry + fexit"), ("single", "single kprobes + kretprobes")];
+    let mut modes = vec![
+        ("auto", "fentry + fexit"),
+        ("single", "single kprobes + kretprobes"),
+    ];
     if expect_kprobe_multi() {
         modes.push(("session", "kprobe.session"));
         modes.push(("multi", "kprobe_multi + kretprobe_multi"));
     }
     for (mode, mechanism) in modes {
-        let out = time_reads(&funclatency(), 500, &["-D", "--attach-mode", mode, "vfs_read"]);
+        let out = time_reads(
+            &funclatency(),
+            500,
+            &["-D", "--attach-mode", mode, "vfs_read"],
+        );
         assert!(
             out.stderr.contains(&format!(
                 "attach mode: kernel functions: {mechanism} (1 functions"
@@ -425,8 +432,9 @@ fn funclatency_times_nested_functions() {
 fn vfsreadlat_histogram_covers_the_reads() {
     let out = time_reads(&tool("vfsreadlat"), 400, &["--debug", "1"]);
     assert!(
-        out.stdout
-            .starts_with("Tracing... Hit Ctrl-C to end.\n\n     usecs               : count     distribution\n"),
+        out.stdout.starts_with(
+            "Tracing... Hit Ctrl-C to end.\n\n     usecs               : count     distribution\n"
+        ),
         "{}",
         out.stdout
     );
@@ -449,7 +457,10 @@ fn funclatency_leaves_nothing_after_sigterm_and_kill() {
     }
     for mode in modes {
         for sig in [libc::SIGTERM, libc::SIGKILL] {
-            let mut t = spawn(&funclatency(), &["--attach-mode", mode, "vfs_read", "vfs_write"]);
+            let mut t = spawn(
+                &funclatency(),
+                &["--attach-mode", mode, "vfs_read", "vfs_write"],
+            );
             t.wait_ready();
             assert!(bpf_links().0 > 0);
             t.signal(sig);
