@@ -67,9 +67,13 @@ impl Attached {
     }
 
     fn skip(&mut self, label: &str, errno: i32) {
+        self.skip_why(label, errno_reason(errno));
+    }
+
+    fn skip_why(&mut self, label: &str, reason: String) {
         self.skipped.push(Skipped {
             label: label.to_string(),
-            reason: errno_reason(errno),
+            reason,
         });
     }
 }
@@ -135,6 +139,23 @@ pub fn errno_reason(errno: i32) -> String {
         libc::EBUSY => "EBUSY: already probed exclusively",
         libc::EADDRNOTAVAIL => "ambiguous: several kernel functions have this name",
         libc::EOPNOTSUPP | 524 => "not supported by this kernel",
+        libc::EMFILE | libc::ENFILE => "out of file descriptors",
+        libc::EPERM | libc::EACCES => "permission denied",
+        _ => return std::io::Error::from_raw_os_error(errno).to_string(),
+    };
+    why.to_string()
+}
+
+/// Describes an errno from attaching a uprobe or USDT probe (a user function), for the user.
+pub fn user_errno_reason(errno: i32) -> String {
+    let why = match errno {
+        libc::EINVAL => "the kernel refused a probe at this address (EINVAL)",
+        libc::ENOENT => "the kernel could not find the file or offset (ENOENT)",
+        libc::ESRCH => "the traced process is gone (ESRCH)",
+        libc::EOPNOTSUPP | 524 => {
+            "the kernel refuses to single-step its first instruction (ENOTSUPP)"
+        }
+        libc::EBUSY => "another probe holds this address exclusively (EBUSY)",
         libc::EMFILE | libc::ENFILE => "out of file descriptors",
         libc::EPERM | libc::EACCES => "permission denied",
         _ => return std::io::Error::from_raw_os_error(errno).to_string(),
@@ -303,12 +324,13 @@ fn collect<T>(
     results: Vec<Option<Result<Link, i32>>>,
     cookie: impl Fn(&T) -> usize,
     label: impl Fn(&T) -> &str,
+    reason: fn(i32) -> String,
     out: &mut Attached,
 ) {
     for (item, r) in items.iter().zip(results) {
         match r {
             Some(Ok(link)) => out.add(link, [cookie(item) as u64]),
-            Some(Err(e)) => out.skip(label(item), e),
+            Some(Err(e)) => out.skip_why(label(item), reason(e)),
             None => {}
         }
     }
@@ -353,7 +375,7 @@ pub(crate) fn kprobes(
         // SAFETY: strings and opts outlive the call; a NULL name means offset is an address.
         take_link(unsafe { sys::bpf_program__attach_kprobe_opts(prog.ptr(), func, &opts) })
     });
-    collect(&sites, results, |s| s.0, |s| s.1, out);
+    collect(&sites, results, |s| s.0, |s| s.1, errno_reason, out);
 }
 
 /// A user function site: probe index, name, file offset.
@@ -385,7 +407,7 @@ pub(crate) fn uprobe_multi(
             None => {
                 let errno = e.kind().into_errno();
                 for s in sites {
-                    out.skip(s.1, errno);
+                    out.skip_why(s.1, user_errno_reason(errno));
                 }
             }
         },
@@ -441,7 +463,7 @@ pub(crate) fn uprobes(
             )
         })
     });
-    collect(sites, results, |s| s.0, |s| s.1, out);
+    collect(sites, results, |s| s.0, |s| s.1, user_errno_reason, out);
 }
 
 /// Tracepoint sites: probe index, category, event, label.
@@ -470,7 +492,7 @@ pub(crate) fn tracepoints(
             sys::bpf_program__attach_tracepoint_opts(prog.ptr(), cat.as_ptr(), ev.as_ptr(), &opts)
         })
     });
-    collect(sites, results, |s| s.0, |s| s.3, out);
+    collect(sites, results, |s| s.0, |s| s.3, errno_reason, out);
 }
 
 /// USDT sites: probe index, binary, provider, name. libbpf resolves every call site
@@ -493,7 +515,7 @@ pub(crate) fn usdts(
         match prog.attach_usdt_with_opts(pid.map_or(-1, |p| p as i32), binary, provider, name, opts)
         {
             Ok(link) => out.add(link, [i as u64]),
-            Err(e) => out.skip(name, e.kind().into_errno()),
+            Err(e) => out.skip_why(name, user_errno_reason(e.kind().into_errno())),
         }
     }
 }

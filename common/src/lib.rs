@@ -5,7 +5,10 @@
 pub mod attach;
 pub mod cli;
 pub mod counters;
+pub mod elf;
 pub mod features;
+pub mod ifunc;
+pub mod insn;
 pub mod kfuncs;
 pub mod output;
 pub mod pattern;

@@ -51,3 +51,30 @@ pub fn unix_time() -> f64 {
         .map(|d| d.as_secs_f64())
         .unwrap_or_default()
 }
+
+/// `bytes` as text safe to print on one line of a terminal: control characters
+/// (including ESC and newlines) and invalid UTF-8 become `\xNN`.
+pub fn escape(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c.is_control() {
+                let mut buf = [0u8; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    out.push_str(&format!("\\x{b:02x}"));
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// [`escape`] for a string.
+pub fn escape_str(s: &str) -> String {
+    escape(s.as_bytes())
+}
