@@ -17,18 +17,12 @@ use object::elf;
 use object::read::elf::{ElfFile64, FileHeader, ProgramHeader, Sym};
 use object::{Endianness, Object};
 
-use crate::output::escape;
+use crate::output::shorten;
 
 /// A path as messages show it: control bytes and invalid UTF-8 escaped (`\x1b`),
 /// very long paths shortened.
 pub fn shown(path: &Path) -> String {
-    const MAX: usize = 160;
-    let bytes = path.as_os_str().as_bytes();
-    if bytes.len() > MAX {
-        format!("{}... ({} bytes)", escape(&bytes[..MAX / 2]), bytes.len())
-    } else {
-        escape(bytes)
-    }
+    shorten(path.as_os_str().as_bytes())
 }
 
 /// Describes an error from looking at or opening `path`, in words.

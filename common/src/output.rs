@@ -74,7 +74,17 @@ pub fn escape(bytes: &[u8]) -> String {
     out
 }
 
-/// [`escape`] for a string.
+/// [`escape`] for a string, shortened when very long (a 10,000-byte path is not read
+/// by anyone): its start, then `... (N bytes)`.
 pub fn escape_str(s: &str) -> String {
-    escape(s.as_bytes())
+    shorten(s.as_bytes())
+}
+
+pub(crate) fn shorten(bytes: &[u8]) -> String {
+    const MAX: usize = 160;
+    if bytes.len() > MAX {
+        format!("{}... ({} bytes)", escape(&bytes[..MAX / 2]), bytes.len())
+    } else {
+        escape(bytes)
+    }
 }

@@ -4,6 +4,7 @@
 //! Probe `i` of a plan is attached with cookie `i`, so BPF programs index their
 //! per-probe state by `bpf_get_attach_cookie()`.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -159,14 +160,28 @@ impl Plan {
         let mut binaries = Binaries::default();
         let mut skipped = Vec::new();
         let mut probes = Vec::new();
-        let mut seen = HashSet::new();
+        let mut seen: HashMap<String, usize> = HashMap::new();
         let mut matches = Vec::new();
         for spec in specs {
             let found = expand(spec, opts.pid, &mut kfuncs, &mut binaries, &mut skipped)?;
             matches.push((spec.raw.clone(), found.len()));
             for p in found {
-                if seen.insert(site_key(&p.site)) {
-                    probes.push(p);
+                match seen.entry(site_key(&p.site)) {
+                    Entry::Vacant(v) => {
+                        v.insert(probes.len());
+                        probes.push(p);
+                    }
+                    // Two patterns name one user function: show its preferred name.
+                    Entry::Occupied(o) => {
+                        let old: &mut Probe = &mut probes[*o.get()];
+                        if let (Site::User { func: new, .. }, Site::User { func: was, .. }) =
+                            (&p.site, &old.site)
+                        {
+                            if new.better_name_than(was) {
+                                *old = p;
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -572,9 +587,13 @@ fn no_user_function(spec: &ProbeSpec, bin: &Binary, skipped: &[(String, String)]
     match skipped {
         [] if !bin.has_symtab => format!(
             "no function in {path} matches \"{spec}\": {path} has no symbol table (it is \
-             stripped: only its {} exported functions are visible); install its debug symbols \
-             (the -dbgsym or -dbg package) or trace an unstripped build",
-            bin.exported()
+             stripped, and {}); install its debug symbols (the -dbgsym or -dbg package) or \
+             trace an unstripped build",
+            match bin.exported() {
+                0 => "exports no functions".to_string(),
+                1 => "only its 1 exported function is visible".to_string(),
+                n => format!("only its {n} exported functions are visible"),
+            }
         ),
         [] => format!("no function in {path} matches \"{spec}\""),
         [(name, why)] => format!("{name} in {path} cannot be traced: {why}"),

@@ -145,6 +145,20 @@ pub struct UserFunc {
     pub name: String,
     /// File offset of the entry, what uprobes attach to.
     pub offset: u64,
+    /// `name` is exported (see [`elf::Name`]): preferred when patterns meet.
+    pub exported: bool,
+}
+
+impl UserFunc {
+    /// True when `self`'s name is preferred over `other`'s for the same function
+    /// (exported, then plainest: [`elf::preferred`]'s order).
+    pub fn better_name_than(&self, other: &UserFunc) -> bool {
+        let rank = |f: &UserFunc| {
+            let underscores = f.name.len() - f.name.trim_start_matches('_').len();
+            (!f.exported, underscores, f.name.len(), f.name.clone())
+        };
+        rank(self) < rank(other)
+    }
 }
 
 /// The functions of a binary matching a pattern.
@@ -209,6 +223,7 @@ pub fn functions(bin: &Binary, m: &Matcher) -> Found {
                 _ => n.name.clone(),
             },
             offset,
+            exported: n.exported,
         })
         .collect();
     found
