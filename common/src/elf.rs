@@ -269,6 +269,13 @@ impl Binary {
         })
     }
 
+    /// The symbol tables alone: the file's contents are released ([`Binary::bytes_at`]
+    /// then returns nothing), for long-lived caches.
+    pub fn without_code(mut self) -> Binary {
+        self.data = Vec::new();
+        self
+    }
+
     pub fn functions(&self) -> &[Func] {
         &self.funcs
     }
