@@ -655,6 +655,7 @@ fn files_that_are_not_binaries_say_what_they_are() {
     let elf = std::fs::read(workload()).unwrap();
     let truncated = file("truncated", &elf[..100]);
     let empty = file("empty", b"");
+    let magic_only = file("magic-only", b"\x7fELF");
     let cases: Vec<(String, String)> = vec![
         (
             "/etc".into(),
@@ -679,6 +680,10 @@ fn files_that_are_not_binaries_say_what_they_are() {
         (
             empty.clone(),
             format!("{empty} is an empty file, not an ELF file"),
+        ),
+        (
+            magic_only.clone(),
+            format!("{magic_only} is a truncated or corrupt ELF file (no valid ELF class)"),
         ),
         (
             "/no/such/dir/x".into(),
@@ -753,4 +758,25 @@ fn fifo_as_the_binary_fails_at_once() {
             )
         );
     }
+}
+
+/// The libc this test process runs with, from its own memory map.
+fn own_libc() -> PathBuf {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.contains("/libc.so"))
+        .map(PathBuf::from)
+        .expect("libc in /proc/self/maps")
+}
+
+#[test]
+fn one_file_by_two_paths_is_one_probe() {
+    let dir = Scratch::new();
+    let link = dir.0.join("libc-link.so");
+    std::os::unix::fs::symlink(own_libc(), &link).unwrap();
+    let spec = format!("{}:malloc", link.display());
+    let out = trace_workload(&funccount(), libc_workload(), &["c:malloc", &spec], T);
+    assert_eq!(last_table(&out.stdout), rows(&[("malloc", LIBC_N)]));
 }

@@ -519,3 +519,29 @@ pub(crate) fn usdts(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_function_reasons_are_not_kernel_function_reasons() {
+        for e in [
+            libc::EINVAL,
+            libc::ENOENT,
+            libc::ESRCH,
+            libc::EOPNOTSUPP,
+            524,
+            libc::EBUSY,
+        ] {
+            let r = user_errno_reason(e);
+            for kernel_words in ["running kernel", "notrace", "inlined", "kernel functions"] {
+                assert!(!r.contains(kernel_words), "{e}: {r}");
+            }
+        }
+        assert_eq!(
+            user_errno_reason(524),
+            "the kernel refuses to single-step its first instruction (ENOTSUPP)"
+        );
+    }
+}

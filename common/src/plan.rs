@@ -558,6 +558,9 @@ fn site_key(site: &Site) -> String {
 struct Binaries {
     paths: HashMap<String, PathBuf>,
     read: HashMap<PathBuf, Rc<Binary>>,
+    /// By device and inode: `c:malloc` and `/usr/lib/.../libc.so.6:malloc` are one
+    /// file, and one probe.
+    files: HashMap<(u64, u64), Rc<Binary>>,
 }
 
 impl Binaries {
@@ -575,6 +578,7 @@ impl Binaries {
             return Ok(b.clone());
         }
         let b = Rc::new(Binary::read(path)?);
+        let b = self.files.entry((b.dev, b.ino)).or_insert(b).clone();
         self.read.insert(path.clone(), b.clone());
         Ok(b)
     }
@@ -658,7 +662,7 @@ fn expand(
                 .map(|func| Probe {
                     label: func.name.clone(),
                     site: Site::User {
-                        binary: binary.clone(),
+                        binary: bin.path.clone(),
                         func,
                     },
                 })
