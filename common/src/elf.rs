@@ -7,15 +7,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File, Metadata};
-use std::io::{self, Read};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 use object::elf;
 use object::read::elf::{ElfFile64, FileHeader, ProgramHeader, Sym};
-use object::{Endianness, Object};
+use object::{Endianness, Object, ReadCache, ReadRef};
 
 use crate::output::shorten;
 
@@ -62,63 +62,101 @@ fn not_regular(path: &Path, meta: &Metadata) -> Option<String> {
     ))
 }
 
-/// A binary's contents, checked to be a 64-bit ELF file for this machine.
+/// A binary opened for tracing: a regular, 64-bit ELF file of this machine.
+pub struct Opened {
+    pub file: File,
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// Opens `path` for tracing, failing with one clear line when it is not a regular,
+/// readable, 64-bit ELF file of this machine. Never blocks on a FIFO or device.
+/// Only the headers are read.
+pub fn open_binary(path: &Path) -> Result<Opened> {
+    let io = |e: io::Error| anyhow::anyhow!(io_error(path, &e));
+    let meta = fs::metadata(path).map_err(io)?;
+    if let Some(why) = not_regular(path, &meta) {
+        bail!(why);
+    }
+    // O_NONBLOCK: should the file have been replaced by a FIFO since the stat.
+    let file = File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if let Some(why) = not_regular(path, &meta) {
+        bail!(why);
+    }
+    let mut head = [0u8; 64];
+    let n = read_up_to(&file, 0, &mut head).map_err(io)?;
+    check_ident(path, &head[..n])?;
+    let cache = ReadCache::new(&file);
+    check_header(path, &cache)?;
+    Ok(Opened {
+        file,
+        dev: meta.dev(),
+        ino: meta.ino(),
+    })
+}
+
+/// A binary's whole contents, checked as by [`open_binary`].
 pub struct ElfData {
     pub data: Vec<u8>,
     pub dev: u64,
     pub ino: u64,
 }
 
-/// Reads `path` for tracing, failing with one clear line when it is not a regular,
-/// readable, 64-bit ELF file of this machine. Never blocks on a FIFO or device.
+/// Reads all of `path`, checked as by [`open_binary`].
 pub fn read_binary(path: &Path) -> Result<ElfData> {
-    let meta = fs::metadata(path).map_err(|e| anyhow::anyhow!(io_error(path, &e)))?;
-    if let Some(why) = not_regular(path, &meta) {
-        bail!(why);
-    }
-    // O_NONBLOCK: should the file have been replaced by a FIFO since the stat.
-    let mut file = File::options()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
+    let Opened { mut file, dev, ino } = open_binary(path)?;
+    let mut data = Vec::new();
+    file.seek(SeekFrom::Start(0))
+        .and_then(|_| file.read_to_end(&mut data))
         .map_err(|e| anyhow::anyhow!(io_error(path, &e)))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| anyhow::anyhow!(io_error(path, &e)))?;
-    if let Some(why) = not_regular(path, &meta) {
-        bail!(why);
-    }
-    let mut data = Vec::with_capacity(meta.len() as usize);
-    file.read_to_end(&mut data)
-        .map_err(|e| anyhow::anyhow!(io_error(path, &e)))?;
-    check_elf(path, &data)?;
-    Ok(ElfData {
-        data,
-        dev: meta.dev(),
-        ino: meta.ino(),
-    })
+    Ok(ElfData { data, dev, ino })
 }
 
-fn check_elf(path: &Path, data: &[u8]) -> Result<()> {
+/// Reads into `buf` from `offset` until it is full or the file ends.
+fn read_up_to(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read_at(&mut buf[n..], offset + n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Checks the first bytes of a file: ELF, 64-bit.
+fn check_ident(path: &Path, head: &[u8]) -> Result<()> {
     let p = shown(path);
-    if data.is_empty() {
+    if head.is_empty() {
         bail!("{p} is an empty file, not an ELF file");
     }
-    if !data.starts_with(b"\x7fELF") {
-        if data.starts_with(b"#!") {
+    if !head.starts_with(b"\x7fELF") {
+        if head.starts_with(b"#!") {
             bail!("{p} is not an ELF file (it is a script: trace its interpreter)");
         }
         bail!("{p} is not an ELF file");
     }
     // e_ident[EI_CLASS]
-    match data.get(4) {
-        Some(&c) if c == elf::ELFCLASS64.0 => {}
+    match head.get(4) {
+        Some(&c) if c == elf::ELFCLASS64.0 => Ok(()),
         Some(&c) if c == elf::ELFCLASS32.0 => {
             bail!("{p} is a 32-bit ELF file; only 64-bit binaries can be traced")
         }
         _ => bail!("{p} is a truncated or corrupt ELF file (no valid ELF class)"),
     }
-    let file = ElfFile64::<Endianness>::parse(data)
+}
+
+/// Checks that the ELF headers parse and are for this machine.
+fn check_header(path: &Path, data: &ReadCache<&File>) -> Result<()> {
+    let p = shown(path);
+    let file = ElfFile64::<Endianness, _>::parse(data)
         .map_err(|e| anyhow::anyhow!("{p} is a truncated or corrupt ELF file ({e})"))?;
     let machine = file.elf_header().e_machine(file.endian());
     if cfg!(target_arch = "x86_64") && machine != elf::EM_X86_64 {
@@ -190,7 +228,8 @@ pub struct Binary {
     pub path: PathBuf,
     pub dev: u64,
     pub ino: u64,
-    data: Vec<u8>,
+    /// For reading code at function entries; `None` once released.
+    file: Option<File>,
     /// Sorted by address; an IFUNC and a plain function at one address are two entries.
     funcs: Vec<Func>,
     /// Name to indexes in `funcs`.
@@ -216,14 +255,16 @@ struct RawSym {
 type Segments = Vec<(u64, u64, u64)>;
 
 impl Binary {
-    /// Reads `path` (see [`read_binary`]) and its symbols.
+    /// Opens `path` (see [`open_binary`]) and reads its symbols, and those of its
+    /// debug file. Only the headers and symbol tables are read.
     pub fn read(path: &Path) -> Result<Binary> {
-        let ElfData { data, dev, ino } = read_binary(path)?;
+        let Opened { file: f, dev, ino } = open_binary(path)?;
         let p = shown(path);
         let corrupt = |e: object::read::Error| {
             anyhow::anyhow!("{p} is a truncated or corrupt ELF file ({e})")
         };
-        let file = ElfFile64::<Endianness>::parse(&*data).map_err(corrupt)?;
+        let cache = ReadCache::new(&f);
+        let file = ElfFile64::<Endianness, _>::parse(&cache).map_err(corrupt)?;
         let endian = file.endian();
         let mut segments: Segments = Vec::new();
         for ph in file.elf_program_headers() {
@@ -238,8 +279,9 @@ impl Binary {
         let mut debug_file = None;
         if let Some(dbg) = find_debug_file(path, &file) {
             // A debug file that cannot be read adds nothing; the binary's own tables stand.
-            if let Ok(d) = read_binary(&dbg) {
-                if let Ok(df) = ElfFile64::<Endianness>::parse(&*d.data) {
+            if let Ok(d) = open_binary(&dbg) {
+                let cache = ReadCache::new(&d.file);
+                if let Ok(df) = ElfFile64::<Endianness, _>::parse(&cache) {
                     let mut more = Vec::new();
                     if let Ok(true) = symbols(&df, elf::SHT_SYMTAB, &mut more) {
                         syms.extend(more);
@@ -250,6 +292,7 @@ impl Binary {
             }
         }
         drop(file);
+        drop(cache);
         let funcs = group(syms, &segments);
         let mut by_name: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, f) in funcs.iter().enumerate() {
@@ -261,7 +304,7 @@ impl Binary {
             path: path.to_path_buf(),
             dev,
             ino,
-            data,
+            file: Some(f),
             funcs,
             by_name,
             has_symtab,
@@ -269,10 +312,10 @@ impl Binary {
         })
     }
 
-    /// The symbol tables alone: the file's contents are released ([`Binary::bytes_at`]
-    /// then returns nothing), for long-lived caches.
+    /// The symbol tables alone: the file is closed ([`Binary::bytes_at`] then
+    /// returns nothing), for long-lived caches.
     pub fn without_code(mut self) -> Binary {
-        self.data = Vec::new();
+        self.file = None;
         self
     }
 
@@ -305,11 +348,16 @@ impl Binary {
             .find(|f| !f.ifunc && f.offset == Some(offset))
     }
 
-    /// Up to `len` bytes of the file at `offset`.
-    pub fn bytes_at(&self, offset: u64, len: usize) -> &[u8] {
-        let start = (offset as usize).min(self.data.len());
-        let end = start.saturating_add(len).min(self.data.len());
-        &self.data[start..end]
+    /// Up to `len` bytes of the file at `offset` (fewer at its end or on errors).
+    pub fn bytes_at(&self, offset: u64, len: usize) -> Vec<u8> {
+        let mut buf = vec![0u8; len];
+        let n = self
+            .file
+            .as_ref()
+            .and_then(|f| read_up_to(f, offset, &mut buf).ok())
+            .unwrap_or(0);
+        buf.truncate(n);
+        buf
     }
 
     /// How many functions have an exported name.
@@ -322,8 +370,8 @@ impl Binary {
 }
 
 /// Appends the defined functions of the `sh_type` table; returns whether it exists.
-fn symbols(
-    file: &ElfFile64<'_, Endianness>,
+fn symbols<'data, R: ReadRef<'data>>(
+    file: &ElfFile64<'data, Endianness, R>,
     sh_type: elf::SectionType,
     out: &mut Vec<RawSym>,
 ) -> object::read::Result<bool> {
@@ -443,9 +491,17 @@ const DEBUG_ROOT: &str = "/usr/lib/debug";
 
 /// The separate debug file of `path`: by build ID under /usr/lib/debug/.build-id,
 /// else by `.gnu_debuglink` in /usr/lib/debug<dir>, <dir> and <dir>/.debug.
-fn find_debug_file(path: &Path, file: &ElfFile64<'_, Endianness>) -> Option<PathBuf> {
-    let build_id = file.build_id().ok().flatten().filter(|b| b.len() >= 2);
-    if let Some(id) = build_id {
+fn find_debug_file<'data, R: ReadRef<'data>>(
+    path: &Path,
+    file: &ElfFile64<'data, Endianness, R>,
+) -> Option<PathBuf> {
+    let build_id: Option<Vec<u8>> = file
+        .build_id()
+        .ok()
+        .flatten()
+        .filter(|b| b.len() >= 2)
+        .map(<[u8]>::to_vec);
+    if let Some(id) = &build_id {
         let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
         let p = Path::new(DEBUG_ROOT)
             .join(".build-id")
@@ -474,16 +530,18 @@ fn find_debug_file(path: &Path, file: &ElfFile64<'_, Endianness>) -> Option<Path
             && c != &real
             // A debug file made for another build of this binary has other addresses.
             && match build_id {
-                Some(id) => debug_build_id(c).is_none_or(|d| d == id),
+                Some(ref id) => debug_build_id(c).is_none_or(|d| &d == id),
                 None => true,
             }
     })
 }
 
 fn debug_build_id(path: &Path) -> Option<Vec<u8>> {
-    let d = read_binary(path).ok()?;
-    let f = ElfFile64::<Endianness>::parse(&*d.data).ok()?;
-    f.build_id().ok().flatten().map(<[u8]>::to_vec)
+    let d = open_binary(path).ok()?;
+    let cache = ReadCache::new(&d.file);
+    let f = ElfFile64::<Endianness, _>::parse(&cache).ok()?;
+    let id = f.build_id().ok().flatten().map(<[u8]>::to_vec);
+    id
 }
 
 #[cfg(test)]
@@ -682,7 +740,7 @@ mod tests {
 
     #[test]
     fn file_checks_in_words() {
-        let err = |p: &str| read_binary(Path::new(p)).err().unwrap().to_string();
+        let err = |p: &str| open_binary(Path::new(p)).err().unwrap().to_string();
         assert_eq!(
             err("/etc"),
             "/etc is a directory, not an executable or library"

@@ -204,7 +204,7 @@ pub fn functions(bin: &Binary, m: &Matcher) -> Found {
     let mut chosen: Vec<(&Name, u64)> = Vec::new();
     for (offset, names) in at {
         let best = elf::preferred(names).expect("at least one name per offset");
-        match insn::check_entry(bin.bytes_at(offset, 16)) {
+        match insn::check_entry(&bin.bytes_at(offset, 16)) {
             Ok(()) => chosen.push((best, offset)),
             Err(why) => found.skipped.push((best.name.clone(), why)),
         }
