@@ -582,6 +582,33 @@ fn stripped_binary_exports_only() {
 }
 
 #[test]
+fn stripped_binary_with_its_debug_file_by_debuglink() {
+    // As distributions split them: the symbols in a .debug file, found through the
+    // binary's .gnu_debuglink in <dir>/.debug/ (its build ID is in no debug root).
+    let dir = Scratch::new();
+    let bin = build_userfuncs(&dir, "split", &["-g"]);
+    std::fs::create_dir(dir.0.join(".debug")).unwrap();
+    let debug = dir.0.join(".debug").join("split.debug");
+    let stripped = dir.0.join("split-stripped");
+    for args in [
+        vec!["--only-keep-debug".into(), bin.clone(), debug.clone()],
+        vec![
+            "--strip-all".into(),
+            format!("--add-gnu-debuglink={}", debug.display()).into(),
+            bin.clone(),
+            stripped.clone(),
+        ],
+    ] {
+        let st = Command::new("objcopy").args(&args).status().unwrap();
+        assert!(st.success());
+    }
+    let w = Workload::start(&stripped, &["plain", "321"]);
+    let spec = format!("{}:uf_target", stripped.display());
+    let out = trace_workload(&funccount(), w, &[&spec], T);
+    assert_eq!(last_table(&out.stdout), rows(&[("uf_target", 321)]));
+}
+
+#[test]
 fn entries_a_uprobe_cannot_step_are_skipped_with_the_reason() {
     let dir = Scratch::new();
     let bin = build_userfuncs(&dir, "entries", &[]);
