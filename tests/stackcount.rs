@@ -162,6 +162,10 @@ fn svg_flame_graph_has_both_paths() {
         assert!(text.contains(&frame), "SVG lacks {frame:?}");
     }
     assert!(!text.contains("<title> ("), "empty root frame in the SVG");
+    assert!(
+        !text.contains("via_helper"),
+        "inlined frames are off by default"
+    );
 }
 
 #[test]
@@ -355,4 +359,30 @@ fn bad_flags_fail_before_tracing() {
         &["-d", "5", "t:sched:sched_switch"],
         "stackcount takes one PATTERN, got 2: -d is --delimited here; the duration is -D SECS (as in BCC's stackcount)",
     );
+}
+
+/// Stacks of the workload's `libc` mode (malloc N, read 3N times through libc).
+fn libc_stacks(args: &[&str], n: u64) -> Vec<(Vec<String>, u64)> {
+    let w = Workload::start(&prog("workload"), &["libc", &n.to_string()]);
+    let out = trace_workload(&stackcount(), w, args, T);
+    parse_stacks(&out.stdout)
+}
+
+#[test]
+fn libc_frames_are_named_as_bcc_names_them() {
+    // At the entry of libc's malloc (a uprobe): the leaf frame is `malloc`, not the
+    // debug file's __GI___libc_malloc.
+    let stacks = libc_stacks(&["-U", "c:malloc"], 300);
+    assert!(!stacks.is_empty());
+    for (frames, _) in &stacks {
+        assert_eq!(frames[0], "malloc", "{frames:?}");
+    }
+    assert_eq!(stacks.iter().map(|s| s.1).sum::<u64>(), 300, "{stacks:?}");
+    // Inside libc's read (the syscall instruction): `read`, not __GI___libc_read.
+    let stacks = libc_stacks(&["-U", "t:syscalls:sys_enter_read"], 200);
+    assert!(!stacks.is_empty());
+    for (frames, _) in &stacks {
+        assert_eq!(frames[0], "read", "{frames:?}");
+    }
+    assert_eq!(stacks.iter().map(|s| s.1).sum::<u64>(), 600, "{stacks:?}");
 }

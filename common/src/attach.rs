@@ -82,9 +82,13 @@ impl Attached {
     }
 
     fn skip(&mut self, label: &str, errno: i32) {
+        self.skip_why(label, errno_reason(errno));
+    }
+
+    fn skip_why(&mut self, label: &str, reason: String) {
         self.skipped.push(Skipped {
             label: label.to_string(),
-            reason: errno_reason(errno),
+            reason,
         });
     }
 }
@@ -150,6 +154,23 @@ pub fn errno_reason(errno: i32) -> String {
         libc::EBUSY => "EBUSY: already probed exclusively",
         libc::EADDRNOTAVAIL => "ambiguous: several kernel functions have this name",
         libc::EOPNOTSUPP | 524 => "not supported by this kernel",
+        libc::EMFILE | libc::ENFILE => "out of file descriptors",
+        libc::EPERM | libc::EACCES => "permission denied",
+        _ => return std::io::Error::from_raw_os_error(errno).to_string(),
+    };
+    why.to_string()
+}
+
+/// Describes an errno from attaching a uprobe or USDT probe (a user function), for the user.
+pub fn user_errno_reason(errno: i32) -> String {
+    let why = match errno {
+        libc::EINVAL => "the kernel refused a probe at this address (EINVAL)",
+        libc::ENOENT => "the kernel could not find the file or offset (ENOENT)",
+        libc::ESRCH => "the traced process is gone (ESRCH)",
+        libc::EOPNOTSUPP | 524 => {
+            "the kernel refuses to single-step its first instruction (ENOTSUPP)"
+        }
+        libc::EBUSY => "another probe holds this address exclusively (EBUSY)",
         libc::EMFILE | libc::ENFILE => "out of file descriptors",
         libc::EPERM | libc::EACCES => "permission denied",
         _ => return std::io::Error::from_raw_os_error(errno).to_string(),
@@ -322,12 +343,13 @@ fn collect<T>(
     results: Vec<Option<Result<Link, i32>>>,
     cookie: impl Fn(&T) -> usize,
     label: impl Fn(&T) -> &str,
+    reason: fn(i32) -> String,
     out: &mut Attached,
 ) {
     for (item, r) in items.iter().zip(results) {
         match r {
             Some(Ok(link)) => out.add(link, [cookie(item) as u64]),
-            Some(Err(e)) => out.skip(label(item), e),
+            Some(Err(e)) => out.skip_why(label(item), reason(e)),
             None => {}
         }
     }
@@ -374,7 +396,7 @@ pub(crate) fn kprobes(
         // SAFETY: strings and opts outlive the call; a NULL name means offset is an address.
         take_link(unsafe { sys::bpf_program__attach_kprobe_opts(prog.ptr(), func, &opts) })
     });
-    collect(&sites, results, |s| s.0, |s| s.1, out);
+    collect(&sites, results, |s| s.0, |s| s.1, errno_reason, out);
 }
 
 /// A user function site: probe index, name, file offset.
@@ -410,7 +432,7 @@ pub(crate) fn uprobe_multi(
             None => {
                 let errno = e.kind().into_errno();
                 for s in sites {
-                    out.skip(s.1, errno);
+                    out.skip_why(s.1, user_errno_reason(errno));
                 }
             }
         },
@@ -468,7 +490,7 @@ pub(crate) fn uprobes(
             )
         })
     });
-    collect(sites, results, |s| s.0, |s| s.1, out);
+    collect(sites, results, |s| s.0, |s| s.1, user_errno_reason, out);
 }
 
 /// Tracepoint sites: probe index, category, event, label.
@@ -497,7 +519,7 @@ pub(crate) fn tracepoints(
             sys::bpf_program__attach_tracepoint_opts(prog.ptr(), cat.as_ptr(), ev.as_ptr(), &opts)
         })
     });
-    collect(sites, results, |s| s.0, |s| s.3, out);
+    collect(sites, results, |s| s.0, |s| s.3, errno_reason, out);
 }
 
 /// USDT sites: probe index, binary, provider, name. libbpf resolves every call site
@@ -520,7 +542,7 @@ pub(crate) fn usdts(
         match prog.attach_usdt_with_opts(pid.map_or(-1, |p| p as i32), binary, provider, name, opts)
         {
             Ok(link) => out.add(link, [i as u64]),
-            Err(e) => out.skip(name, e.kind().into_errno()),
+            Err(e) => out.skip_why(name, user_errno_reason(e.kind().into_errno())),
         }
     }
 }
@@ -534,5 +556,31 @@ pub(crate) fn trampoline(prog: &Program, sites: &[(usize, &KernelFunc)], out: &m
     match prog.attach_trace() {
         Ok(link) => out.add(link, [i as u64]),
         Err(e) => out.skip(&f.name, e.kind().into_errno()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_function_reasons_are_not_kernel_function_reasons() {
+        for e in [
+            libc::EINVAL,
+            libc::ENOENT,
+            libc::ESRCH,
+            libc::EOPNOTSUPP,
+            524,
+            libc::EBUSY,
+        ] {
+            let r = user_errno_reason(e);
+            for kernel_words in ["running kernel", "notrace", "inlined", "kernel functions"] {
+                assert!(!r.contains(kernel_words), "{e}: {r}");
+            }
+        }
+        assert_eq!(
+            user_errno_reason(524),
+            "the kernel refuses to single-step its first instruction (ENOTSUPP)"
+        );
     }
 }

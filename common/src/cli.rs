@@ -51,23 +51,10 @@ pub fn warn(msg: &str) {
     ));
 }
 
-/// `s` with control characters escaped (`\n`, `\x1b`, ...), so that user input
+/// `s` with control characters escaped (`\x1b`, `\x0a`, ...), so that user input
 /// echoed in a message can neither break it over lines nor drive the terminal.
 pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if (c as u32) < 0x80 && c.is_control() => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c if c.is_control() => out.extend(c.escape_unicode()),
-            c => out.push(c),
-        }
-    }
-    out
+    crate::output::escape(s.as_bytes())
 }
 
 /// A message kept to one line: control characters in it are escaped.
@@ -244,7 +231,7 @@ mod tests {
 
     #[test]
     fn escapes_control_bytes() {
-        assert_eq!(escape("a\x1b[31mb\nc\x01"), "a\\x1b[31mb\\nc\\x01");
+        assert_eq!(escape("a\x1b[31mb\nc\x01"), "a\\x1b[31mb\\x0ac\\x01");
         assert_eq!(escape("vfs_*"), "vfs_*");
     }
 }

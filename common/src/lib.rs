@@ -5,8 +5,11 @@
 pub mod attach;
 pub mod cli;
 pub mod counters;
+pub mod elf;
 pub mod features;
 pub mod hist;
+pub mod ifunc;
+pub mod insn;
 pub mod kfuncs;
 pub mod missed;
 pub mod output;

@@ -64,6 +64,43 @@ pub fn banner<S: AsRef<str>>(probes: usize, patterns: &[S]) -> String {
     format!("Tracing {probes} functions for {patterns}... Hit Ctrl-C to end.")
 }
 
+/// `bytes` as text safe to print on one line of a terminal: control characters
+/// (including ESC and newlines) and invalid UTF-8 become `\xNN`.
+pub fn escape(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c.is_control() {
+                let mut buf = [0u8; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    out.push_str(&format!("\\x{b:02x}"));
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// [`escape`] for a string, shortened when very long (a 10,000-byte path is not read
+/// by anyone): its start, then `... (N bytes)`.
+pub fn escape_str(s: &str) -> String {
+    shorten(s.as_bytes())
+}
+
+pub(crate) fn shorten(bytes: &[u8]) -> String {
+    const MAX: usize = 160;
+    if bytes.len() > MAX {
+        format!("{}... ({} bytes)", escape(&bytes[..MAX / 2]), bytes.len())
+    } else {
+        escape(bytes)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

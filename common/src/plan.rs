@@ -4,17 +4,21 @@
 //! Probe `i` of a plan is attached with cookie `i`, so BPF programs index their
 //! per-probe state by `bpf_get_attach_cookie()`.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::rc::Rc;
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{Object, OpenObject, ProgramMut};
 
-use crate::attach::{self, Attached};
+use crate::attach::{self, Attached, Skipped};
 use crate::cli::warn;
+use crate::elf::{self, Binary};
 use crate::features;
 use crate::kfuncs::{KernelFunc, KernelFuncs};
+use crate::output::escape_str;
 use crate::run::Stop;
 use crate::spec::{ProbeSpec, Source};
 use crate::system::{self, PidNs};
@@ -246,6 +250,9 @@ pub struct Plan {
     pub kernel_via: Option<Via>,
     /// How user functions are attached (`None`: the plan has none).
     pub user_via: Option<Via>,
+    /// Matching user functions that are not probed, with the reason (reported with
+    /// the probes that fail to attach).
+    pub skipped: Vec<Skipped>,
     kernel_table: Option<(&'static str, usize, usize)>,
 }
 
@@ -256,15 +263,31 @@ impl Plan {
             system::check_pid(pid)?;
         }
         let mut kfuncs: Option<KernelFuncs> = None;
+        let mut binaries = Binaries::default();
+        let mut skipped = Vec::new();
         let mut probes = Vec::new();
-        let mut seen = HashSet::new();
+        let mut seen: HashMap<String, usize> = HashMap::new();
         let mut matches = Vec::new();
         for spec in specs {
-            let found = expand(spec, opts.pid, &mut kfuncs)?;
+            let found = expand(spec, opts.pid, &mut kfuncs, &mut binaries, &mut skipped)?;
             matches.push((spec.raw.clone(), found.len()));
             for p in found {
-                if seen.insert(site_key(&p.site)) {
-                    probes.push(p);
+                match seen.entry(site_key(&p.site)) {
+                    Entry::Vacant(v) => {
+                        v.insert(probes.len());
+                        probes.push(p);
+                    }
+                    // Two patterns name one user function: show its preferred name.
+                    Entry::Occupied(o) => {
+                        let old: &mut Probe = &mut probes[*o.get()];
+                        if let (Site::User { func: new, .. }, Site::User { func: was, .. }) =
+                            (&p.site, &old.site)
+                        {
+                            if new.better_name_than(was) {
+                                *old = p;
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -278,6 +301,7 @@ impl Plan {
             hooks: opts.hooks,
             kernel_via,
             user_via,
+            skipped,
         })
     }
 
@@ -361,6 +385,7 @@ impl Plan {
                 .with_context(|| format!("internal error: no loaded program for {k:?} probes"))
         };
         let mut out = Attached::new(self.probes.len());
+        out.skipped.extend(self.skipped.iter().cloned());
         let pid = self.pid;
 
         let kernel: Vec<(usize, &KernelFunc)> = self
@@ -710,10 +735,70 @@ fn site_key(site: &Site) -> String {
     }
 }
 
+/// The binaries of one plan build, each found and read once however many patterns
+/// name it (1,500 `c:NAME` patterns parse libc once).
+#[derive(Default)]
+struct Binaries {
+    paths: HashMap<String, PathBuf>,
+    read: HashMap<PathBuf, Rc<Binary>>,
+    /// By device and inode: `c:malloc` and `/usr/lib/.../libc.so.6:malloc` are one
+    /// file, and one probe.
+    files: HashMap<(u64, u64), Rc<Binary>>,
+}
+
+impl Binaries {
+    fn resolve(&mut self, target: &str, pid: Option<u32>) -> Result<PathBuf> {
+        if let Some(p) = self.paths.get(target) {
+            return Ok(p.clone());
+        }
+        let p = ufuncs::resolve(target, pid)?;
+        self.paths.insert(target.to_string(), p.clone());
+        Ok(p)
+    }
+
+    fn read(&mut self, path: &PathBuf) -> Result<Rc<Binary>> {
+        if let Some(b) = self.read.get(path) {
+            return Ok(b.clone());
+        }
+        let b = Rc::new(Binary::read(path)?);
+        let b = self.files.entry((b.dev, b.ino)).or_insert(b).clone();
+        self.read.insert(path.clone(), b.clone());
+        Ok(b)
+    }
+}
+
+/// Why `spec` selects no user function of `bin`, in words.
+fn no_user_function(spec: &ProbeSpec, bin: &Binary, skipped: &[(String, String)]) -> String {
+    let path = elf::shown(&bin.path);
+    let spec = escape_str(&spec.raw);
+    match skipped {
+        [] if !bin.has_symtab => format!(
+            "no function in {path} matches \"{spec}\": {path} has no symbol table (it is \
+             stripped, and {}); install its debug symbols (the -dbgsym or -dbg package) or \
+             trace an unstripped build",
+            match bin.exported() {
+                0 => "exports no functions".to_string(),
+                1 => "only its 1 exported function is visible".to_string(),
+                n => format!("only its {n} exported functions are visible"),
+            }
+        ),
+        [] => format!("no function in {path} matches \"{spec}\""),
+        [(name, why)] => format!("{name} in {path} cannot be traced: {why}"),
+        [(name, why), rest @ ..] => format!(
+            "none of the {} functions in {path} matching \"{spec}\" can be traced: {name}: {why} \
+             (and {} more; -D lists them)",
+            rest.len() + 1,
+            rest.len()
+        ),
+    }
+}
+
 fn expand(
     spec: &ProbeSpec,
     pid: Option<u32>,
     kfuncs: &mut Option<KernelFuncs>,
+    binaries: &mut Binaries,
+    skipped: &mut Vec<Skipped>,
 ) -> Result<Vec<Probe>> {
     let m = &spec.matcher;
     let probes: Vec<Probe> = match &spec.source {
@@ -741,22 +826,30 @@ fn expand(
             found
         }
         Source::User { target } => {
-            let binary =
-                ufuncs::resolve(target, pid).with_context(|| format!("probe \"{spec}\""))?;
-            let found: Vec<Probe> = ufuncs::functions(&binary, m)?
+            let in_spec = || format!("probe \"{}\"", escape_str(&spec.raw));
+            let binary = binaries.resolve(target, pid).with_context(in_spec)?;
+            let bin = binaries.read(&binary).with_context(in_spec)?;
+            let found = ufuncs::functions(&bin, m);
+            if found.funcs.is_empty() {
+                bail!(no_user_function(spec, &bin, &found.skipped));
+            }
+            skipped.extend(
+                found
+                    .skipped
+                    .into_iter()
+                    .map(|(label, reason)| Skipped { label, reason }),
+            );
+            found
+                .funcs
                 .into_iter()
                 .map(|func| Probe {
                     label: func.name.clone(),
                     site: Site::User {
-                        binary: binary.clone(),
+                        binary: bin.path.clone(),
                         func,
                     },
                 })
-                .collect();
-            if found.is_empty() {
-                bail!("no function in {} matches \"{spec}\"", binary.display());
-            }
-            found
+                .collect()
         }
         Source::Tracepoint => {
             let found: Vec<Probe> = tracepoints::matching(m)?
@@ -772,9 +865,10 @@ fn expand(
             found
         }
         Source::Usdt { target } => {
-            let binary =
-                ufuncs::resolve(target, pid).with_context(|| format!("probe \"{spec}\""))?;
-            let found: Vec<Probe> = ufuncs::usdt_probes(&binary)?
+            let in_spec = || format!("probe \"{}\"", escape_str(&spec.raw));
+            let binary = binaries.resolve(target, pid).with_context(in_spec)?;
+            let found: Vec<Probe> = ufuncs::usdt_probes(&binary)
+                .with_context(in_spec)?
                 .into_iter()
                 .filter(|p| m.is_match(&p.name))
                 .map(|probe| Probe {
@@ -786,7 +880,11 @@ fn expand(
                 })
                 .collect();
             if found.is_empty() {
-                bail!("no USDT probe in {} matches \"{spec}\"", binary.display());
+                bail!(
+                    "no USDT probe in {} matches \"{}\"",
+                    elf::shown(&binary),
+                    escape_str(&spec.raw)
+                );
             }
             found
         }

@@ -1,18 +1,18 @@
 //! User-space targets: finding the binary for `lib:` / `/path:` / `u:lib:` specs, its
 //! function symbols (for uprobes) and its USDT probes.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::env;
 use std::fs;
-use std::ops::ControlFlow;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
-use blazesym::inspect::{self, Inspector};
-use blazesym::SymType;
+use anyhow::{bail, Result};
 use object::read::elf::{FileHeader, SectionHeader};
 
+use crate::elf::{self, Binary, Func, Name};
+use crate::ifunc;
+use crate::insn;
 use crate::pattern::Matcher;
 
 /// Finds the file a user spec names: a path as given; else, with a PID, the library
@@ -21,9 +21,10 @@ use crate::pattern::Matcher;
 pub fn resolve(target: &str, pid: Option<u32>) -> Result<PathBuf> {
     if target.contains('/') {
         let path = PathBuf::from(target);
-        if path.exists() {
-            return Ok(path);
-        }
+        let err = match fs::metadata(&path) {
+            Ok(_) => return Ok(path),
+            Err(e) => e,
+        };
         if let Some(p) = pid
             .filter(|_| path.is_absolute())
             .map(|p| in_root_of(p, &path))
@@ -32,7 +33,7 @@ pub fn resolve(target: &str, pid: Option<u32>) -> Result<PathBuf> {
                 return Ok(p);
             }
         }
-        bail!("{target}: no such file");
+        bail!(elf::io_error(&path, &err));
     }
     if let Some(pid) = pid {
         if let Some(p) = mapped_by(pid, target) {
@@ -144,42 +145,105 @@ pub struct UserFunc {
     pub name: String,
     /// File offset of the entry, what uprobes attach to.
     pub offset: u64,
+    /// `name` is exported (see [`elf::Name`]): preferred when patterns meet.
+    pub exported: bool,
 }
 
-/// Function symbols of `binary` (symtab and dynsym) matching `m`, one per address:
-/// aliases such as `write`/`__write` collapse to the plainest name. Sorted by name.
-pub fn functions(binary: &Path, m: &Matcher) -> Result<Vec<UserFunc>> {
-    let src = inspect::source::Source::Elf(inspect::source::Elf::new(binary));
-    let mut by_offset: HashMap<u64, String> = HashMap::new();
-    Inspector::new()
-        .for_each(&src, |sym| {
-            if sym.sym_type == SymType::Function && sym.addr != 0 && m.is_match(&sym.name) {
-                if let Some(off) = sym.file_offset {
-                    let plainer = |old: &String| name_rank(&sym.name) < name_rank(old);
-                    by_offset
-                        .entry(off)
-                        .and_modify(|old| {
-                            if plainer(old) {
-                                *old = sym.name.to_string();
-                            }
-                        })
-                        .or_insert_with(|| sym.name.to_string());
-                }
-            }
-            ControlFlow::Continue(())
+impl UserFunc {
+    /// True when `self`'s name is preferred over `other`'s for the same function
+    /// (exported, then plainest: [`elf::preferred`]'s order).
+    pub fn better_name_than(&self, other: &UserFunc) -> bool {
+        let rank = |f: &UserFunc| {
+            let underscores = f.name.len() - f.name.trim_start_matches('_').len();
+            (!f.exported, underscores, f.name.len(), f.name.clone())
+        };
+        rank(self) < rank(other)
+    }
+}
+
+/// The functions of a binary matching a pattern.
+#[derive(Debug, Default)]
+pub struct Found {
+    /// One per entry address, sorted by name.
+    pub funcs: Vec<UserFunc>,
+    /// Matching functions that cannot be probed: (name, reason).
+    pub skipped: Vec<(String, String)>,
+}
+
+/// Functions of `bin` with a name matching `m`, one per entry address (aliases
+/// collapse), each shown by its preferred matching name (see [`elf::preferred`]).
+/// IFUNCs lead to the implementation this machine's dynamic linker picks; functions
+/// whose entry cannot carry a uprobe are skipped with the reason.
+pub fn functions(bin: &Binary, m: &Matcher) -> Found {
+    let candidates: Vec<&Func> = match m.literal() {
+        Some(name) => bin.named(name).collect(),
+        None => bin
+            .functions()
+            .iter()
+            .filter(|f| f.names.iter().any(|n| m.is_match(&n.name)))
+            .collect(),
+    };
+    let mut at: BTreeMap<u64, Vec<&Name>> = BTreeMap::new();
+    let mut found = Found::default();
+    for f in candidates {
+        let matched: Vec<&Name> = f.names.iter().filter(|n| m.is_match(&n.name)).collect();
+        let Some(label) = elf::preferred(matched.iter().copied()) else {
+            continue;
+        };
+        let offset = if f.ifunc {
+            ifunc_target(bin, f)
+        } else {
+            f.offset
+                .ok_or_else(|| "its address is not in an executable segment of the file".into())
+        };
+        match offset {
+            Ok(off) => at.entry(off).or_default().extend(matched),
+            Err(why) => found.skipped.push((label.name.clone(), why)),
+        }
+    }
+    let mut chosen: Vec<(&Name, u64)> = Vec::new();
+    for (offset, names) in at {
+        let best = elf::preferred(names).expect("at least one name per offset");
+        match insn::check_entry(&bin.bytes_at(offset, 16)) {
+            Ok(()) => chosen.push((best, offset)),
+            Err(why) => found.skipped.push((best.name.clone(), why)),
+        }
+    }
+    // `memcpy@GLIBC_2.2.5` (old programs) and `memcpy` (the default version) are two
+    // functions: the old one is shown with its version.
+    let mut count: HashMap<&str, usize> = HashMap::new();
+    for (n, _) in &chosen {
+        *count.entry(n.name.as_str()).or_default() += 1;
+    }
+    found.funcs = chosen
+        .iter()
+        .map(|&(n, offset)| UserFunc {
+            name: match &n.version {
+                Some(v) if n.hidden && count[n.name.as_str()] > 1 => format!("{}@{v}", n.name),
+                _ => n.name.clone(),
+            },
+            offset,
+            exported: n.exported,
         })
-        .with_context(|| format!("reading symbols of {}", binary.display()))?;
-    let mut funcs: Vec<UserFunc> = by_offset
-        .into_iter()
-        .map(|(offset, name)| UserFunc { name, offset })
         .collect();
-    funcs.sort_by(|a, b| a.name.cmp(&b.name).then(a.offset.cmp(&b.offset)));
-    Ok(funcs)
+    found
+        .funcs
+        .sort_by(|a, b| a.name.cmp(&b.name).then(a.offset.cmp(&b.offset)));
+    found.skipped.sort();
+    found.skipped.dedup();
+    found
 }
 
-fn name_rank(name: &str) -> (usize, usize, &str) {
-    let underscores = name.len() - name.trim_start_matches('_').len();
-    (underscores, name.len(), name)
+/// The file offset an IFUNC's calls go to on this machine.
+fn ifunc_target(bin: &Binary, f: &Func) -> Result<u64, String> {
+    let Some(name) = elf::preferred(f.names.iter().filter(|n| n.exported)) else {
+        return Err(
+            "an IFUNC whose implementation is chosen when the program loads, and it is not \
+             exported, so which one cannot be looked up; trace the implementation by its own name"
+                .to_string(),
+        );
+    };
+    ifunc::implementation(bin.dev, bin.ino, &name.name, name.version.as_deref())
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -190,7 +254,7 @@ pub struct UsdtProbe {
 
 /// The distinct USDT probes (`.note.stapsdt`) of a 64-bit ELF file.
 pub fn usdt_probes(binary: &Path) -> Result<Vec<UsdtProbe>> {
-    let data = fs::read(binary).with_context(|| format!("reading {}", binary.display()))?;
+    let data = elf::read_binary(binary)?.data;
     let parse = || -> object::read::Result<Vec<UsdtProbe>> {
         let header = object::elf::FileHeader64::<object::Endianness>::parse(&*data)?;
         let endian = header.endian()?;
@@ -216,8 +280,12 @@ pub fn usdt_probes(binary: &Path) -> Result<Vec<UsdtProbe>> {
         }
         Ok(probes)
     };
-    let mut probes =
-        parse().with_context(|| format!("{}: not a readable 64-bit ELF file", binary.display()))?;
+    let mut probes = parse().map_err(|e| {
+        anyhow::anyhow!(
+            "{} is a truncated or corrupt ELF file ({e})",
+            elf::shown(binary)
+        )
+    })?;
     probes.sort();
     probes.dedup();
     Ok(probes)
@@ -259,12 +327,79 @@ mod tests {
         assert!(e.contains("cannot find \"no-such-lib-xyz\""), "{e}");
     }
 
+    fn libc() -> Binary {
+        Binary::read(&resolve("c", None).unwrap()).unwrap()
+    }
+
+    fn find(b: &Binary, pattern: &str) -> Found {
+        functions(b, &Matcher::glob(pattern).unwrap())
+    }
+
+    fn names(f: &Found) -> Vec<&str> {
+        f.funcs.iter().map(|f| f.name.as_str()).collect()
+    }
+
     #[test]
     fn libc_functions() {
-        let libc = resolve("c", None).unwrap();
-        let funcs = functions(&libc, &Matcher::glob("getpid").unwrap()).unwrap();
-        assert_eq!(funcs.len(), 1);
-        assert_eq!(funcs[0].name, "getpid");
-        assert!(funcs[0].offset > 0);
+        let b = libc();
+        let f = find(&b, "getpid");
+        assert_eq!(names(&f), ["getpid"]);
+        assert!(f.funcs[0].offset > 0);
+        for name in [
+            "malloc",
+            "free",
+            "read",
+            "write",
+            "pthread_mutex_lock",
+            "strlen",
+        ] {
+            assert_eq!(names(&find(&b, name)), [name]);
+        }
+        // An internal name is shown as asked for.
+        assert_eq!(names(&find(&b, "__libc_malloc")), ["__libc_malloc"]);
+        assert_eq!(
+            find(&b, "__libc_malloc").funcs[0].offset,
+            find(&b, "malloc").funcs[0].offset
+        );
+    }
+
+    #[test]
+    fn a_glob_shows_each_address_once_by_its_exported_name() {
+        let b = libc();
+        let f = find(&b, "*malloc*");
+        let malloc = find(&b, "malloc").funcs[0].offset;
+        let at: Vec<&UserFunc> = f.funcs.iter().filter(|u| u.offset == malloc).collect();
+        assert_eq!(at.len(), 1);
+        assert_eq!(at[0].name, "malloc");
+        let mut offsets: Vec<u64> = f.funcs.iter().map(|u| u.offset).collect();
+        offsets.sort();
+        offsets.dedup();
+        assert_eq!(offsets.len(), f.funcs.len());
+    }
+
+    #[test]
+    fn ifuncs_lead_to_this_cpus_implementation() {
+        let b = libc();
+        let strlen = &find(&b, "strlen").funcs[0];
+        let resolver = b.named("strlen").find(|f| f.ifunc).unwrap();
+        assert_ne!(Some(strlen.offset), resolver.offset);
+        // The implementation's own name at that offset collapses into `strlen`.
+        let f = find(&b, "*strlen*");
+        assert_eq!(
+            f.funcs.iter().filter(|u| u.offset == strlen.offset).count(),
+            1
+        );
+        assert!(names(&f).contains(&"strlen"));
+    }
+
+    #[test]
+    fn old_symbol_versions_are_shown_with_their_version() {
+        // glibc has memcpy@@GLIBC_2.14 (an IFUNC) and memcpy@GLIBC_2.2.5 (for
+        // programs linked before 2.14, an alias of memmove's SSE2 version).
+        let b = libc();
+        let f = find(&b, "memcpy");
+        if f.funcs.len() == 2 {
+            assert_eq!(names(&f), ["memcpy", "memcpy@GLIBC_2.2.5"]);
+        }
     }
 }

@@ -8,7 +8,11 @@
 //! Modes: `funcs` calls tk_alpha N, tk_beta 2N and tk_gamma 3N times; `getpid` and
 //! `getppid` call those libc functions N times; `thread-getppid` calls getppid N
 //! times from a second thread, started before `ready`; `usdt` fires USDT tracekit:tick N
-//! times; `read` reads one byte of FILE N times with pread(2) (N vfs_read calls).
+//! times; `read` reads one byte of FILE N times with pread(2) (N vfs_read calls);
+//! `libc` calls libc's malloc N, free N, strlen 2N, read 3N (one byte of /dev/zero),
+//! pthread_mutex_lock 4N and pthread_mutex_unlock 4N times, through their exported
+//! names as any C program does (strlen is an IFUNC); `zlib` calls zlib's crc32 N
+//! times (libz.so.1 opened with dlopen before `ready`; crc32 tail-calls crc32_z).
 
 use std::ffi::CString;
 use std::hint::black_box;
@@ -35,6 +39,22 @@ pub extern "C" fn tk_gamma(x: u64) -> u64 {
     black_box(x ^ 0x55)
 }
 
+/// zlib's `uLong crc32(uLong crc, const Bytef *buf, uInt len)`.
+type Crc32 = unsafe extern "C" fn(u64, *const u8, u32) -> u64;
+
+/// Opens the system's libz.so.1 (a Debian library nobody here built) and finds crc32.
+fn zlib_crc32() -> Crc32 {
+    // SAFETY: dlopen/dlsym with valid strings; the library stays loaded; crc32 has
+    // the signature of `Crc32`.
+    unsafe {
+        let h = libc::dlopen(c"libz.so.1".as_ptr(), libc::RTLD_NOW);
+        assert!(!h.is_null(), "dlopen libz.so.1");
+        let f = libc::dlsym(h, c"crc32".as_ptr());
+        assert!(!f.is_null(), "dlsym crc32");
+        std::mem::transmute::<*mut libc::c_void, Crc32>(f)
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let hold = args.iter().any(|a| a == "--hold");
@@ -52,14 +72,19 @@ fn main() {
             assert!(fd >= 0, "open failed");
             fd
         }
-        "funcs" | "getpid" | "getppid" | "thread-getppid" | "usdt" => -1,
+        // SAFETY: valid path string.
+        "libc" => unsafe { libc::open(c"/dev/zero".as_ptr(), libc::O_RDONLY) },
+        "funcs" | "getpid" | "getppid" | "thread-getppid" | "usdt" | "zlib" => -1,
         _ => {
             eprintln!(
-                "usage: workload funcs|getpid|getppid|thread-getppid|usdt|read N [FILE] [--hold]"
+                "usage: workload funcs|getpid|getppid|thread-getppid|usdt|read|libc|zlib N [FILE] [--hold]"
             );
             std::process::exit(2);
         }
     };
+    let crc32 = (mode == "zlib").then(zlib_crc32);
+    let mut mutex = libc::PTHREAD_MUTEX_INITIALIZER;
+    let text = c"tracekit";
     let ready = ready::Ready::blocked();
     // The thread exists (and inherits the blocked SIGUSR1) before `ready` is read.
     let (go, gate) = std::sync::mpsc::channel::<()>();
@@ -77,6 +102,7 @@ fn main() {
     let start = std::time::Instant::now();
     let calls = match mode {
         "funcs" => 6 * n,
+        "libc" => 18 * n,
         _ => n,
     };
     match mode {
@@ -99,6 +125,35 @@ fn main() {
             sink ^= worker.expect("started above").join().unwrap();
         }
         "usdt" => (0..n).for_each(|i| probe::probe!(tracekit, tick, i)),
+        "libc" => {
+            let mut b = [0u8; 1];
+            // SAFETY: plain libc calls on valid pointers; every allocation is freed.
+            unsafe {
+                for _ in 0..n {
+                    let p = libc::malloc(black_box(16));
+                    black_box(p);
+                    libc::free(p);
+                }
+                for _ in 0..2 * n {
+                    sink ^= libc::strlen(black_box(text.as_ptr())) as u64;
+                }
+                for _ in 0..3 * n {
+                    assert_eq!(libc::read(fd, b.as_mut_ptr().cast(), 1), 1, "read");
+                }
+                for _ in 0..4 * n {
+                    libc::pthread_mutex_lock(&mut mutex);
+                    libc::pthread_mutex_unlock(&mut mutex);
+                }
+            }
+        }
+        "zlib" => {
+            let crc32 = crc32.expect("zlib's crc32");
+            let data = b"tracekit";
+            for _ in 0..n {
+                // SAFETY: crc32(crc, buf, len) reads len bytes of buf.
+                sink ^= unsafe { crc32(sink, data.as_ptr(), data.len() as u32) };
+            }
+        }
         "read" => {
             let mut b = [0u8; 1];
             for _ in 0..n {
@@ -118,4 +173,8 @@ fn main() {
     if hold {
         ready.wait();
     }
+    // Leave without exit-time cleanup (Rust's drops, glibc's _dl_fini), which calls
+    // malloc, free and pthread_mutex_lock itself: the counts are the work's alone.
+    // SAFETY: nothing is left to flush (stdout was flushed above).
+    unsafe { libc::_exit(0) }
 }

@@ -250,10 +250,17 @@ impl Running {
 /// the workload run, and returns the tool's output once both have exited with
 /// success (with -p the tool ends by itself when the traced process exits).
 pub fn trace_workload(tool: &Path, w: Workload, args: &[&str], timeout: Duration) -> Output {
+    trace_workload_via(&[tool.to_str().unwrap()], w, args, timeout)
+}
+
+/// [`trace_workload`] with the tool started by a command prefix (`cmd[0]` runs
+/// `cmd[1..]`, the last of which is the tool), e.g. [`without_debug_files`].
+pub fn trace_workload_via(cmd: &[&str], w: Workload, args: &[&str], timeout: Duration) -> Output {
     let pid = w.pid.to_string();
-    let mut all = vec!["-p", pid.as_str()];
+    let mut all: Vec<&str> = cmd[1..].to_vec();
+    all.extend(["-p", pid.as_str()]);
     all.extend_from_slice(args);
-    let mut t = spawn(tool, &all);
+    let mut t = spawn(Path::new(cmd[0]), &all);
     t.wait_ready();
     w.go();
     let out = t.finish(timeout);
@@ -354,4 +361,52 @@ pub fn kernel_symbols() -> std::collections::HashSet<String> {
         .lines()
         .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
         .collect()
+}
+
+/// A command prefix that runs `tool` as on a machine without debug packages: in a
+/// private mount namespace with an empty tmpfs over /usr/lib/debug (libc6-dbg and
+/// every other debug file hidden). For [`trace_workload_via`] and [`spawn`].
+pub fn without_debug_files(tool: &Path) -> Vec<String> {
+    [
+        "unshare",
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        "mount -t tmpfs none /usr/lib/debug && exec \"$0\" \"$@\"",
+        tool.to_str().unwrap(),
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
+/// Compiles tests/progs/userfuncs.c with gcc and `flags` (no -g unless given) into
+/// `dir` as `name`: a C binary built at test time, as distributions build them.
+pub fn build_userfuncs(dir: &Scratch, name: &str, flags: &[&str]) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs/userfuncs.c");
+    let out = dir.0.join(name);
+    let st = Command::new("gcc")
+        .args(["-O1", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .args(flags)
+        .status()
+        .expect("gcc");
+    assert!(st.success(), "gcc failed");
+    out
+}
+
+/// A copy of `bin` without .symtab or debug sections (`objcopy --strip-all`), as
+/// distributions ship binaries: only .dynsym is left.
+pub fn stripped_copy(dir: &Scratch, bin: &Path, name: &str) -> PathBuf {
+    let out = dir.0.join(name);
+    let st = Command::new("objcopy")
+        .arg("--strip-all")
+        .arg(bin)
+        .arg(&out)
+        .status()
+        .expect("objcopy");
+    assert!(st.success(), "objcopy failed");
+    out
 }

@@ -178,7 +178,7 @@ fn run(mut args: Args) -> Result<()> {
         delimit: args.delimited && !args.kernel_stacks_only && !args.user_stacks_only,
     };
 
-    let mut symbols = Symbols::new();
+    let mut symbols = Symbols::with_inlined(args.inline);
     if let Some(pid) = args.common.pid {
         // Snapshot its memory map now: it may exit before the summary.
         symbols.remember(pid);
@@ -408,9 +408,6 @@ fn strip(frames: Vec<Frame>, args: &Args) -> Vec<Frame> {
             }
             if !args.verbose {
                 f.addr = 0;
-            }
-            if !args.inline {
-                f.inlined.clear();
             }
             f
         })

@@ -16,8 +16,10 @@ pub const BUILD: &[&str] = &[
     "linux-libc-dev",
 ];
 
-/// Host tests (setpriv, unshare and taskset are in util-linux).
-pub const TEST: &[&str] = &["util-linux"];
+/// Host tests (setpriv, unshare and taskset are in util-linux; libc6-dbg gives libc's
+/// local function names, which user-function tests check with and without; binutils'
+/// objcopy strips a test binary; zlib1g is the Debian library the tests trace).
+pub const TEST: &[&str] = &["util-linux", "libc6-dbg", "binutils", "zlib1g"];
 
 /// Booting guest kernels.
 pub const GUEST: &[&str] = &[
