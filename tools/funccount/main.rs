@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use common::cli::{self, parse_secs, CommonArgs, SummaryArgs};
+use common::cli::{parse_secs, CommonArgs, SummaryArgs};
 use common::counters::PerCpuCounters;
-use common::output::{self, emit, status, timestamp, unix_time};
-use common::run::{run_loop, Schedule, Stop};
-use common::{plan, system, Plan, ProbeSpec};
+use common::output::{emit, timestamp, unix_time};
+use common::run::Schedule;
+use common::session::{How, Session};
+use common::ProbeSpec;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 
 mod skel {
@@ -62,21 +63,9 @@ fn main() {
 }
 
 fn run(mut args: Args) -> Result<()> {
-    system::require_root()?;
     let specs = ProbeSpec::parse_all(&args.patterns, args.summary.regexp)?;
-    args.common.check()?;
-    let stop = Stop::install()?;
-    let plan = Plan::build(
-        &specs,
-        &plan::Options {
-            pid: args.common.pid,
-            mode: args.common.attach_mode,
-            ..Default::default()
-        },
-    )?;
-    if args.debug {
-        cli::stderr(&plan.describe());
-    }
+    let mut session = Session::prepare(&specs, &mut args.common, How::default(), args.debug)?;
+    let plan = &session.plan;
 
     let mut obj = MaybeUninit::uninit();
     let mut open = common::open_skeleton!(
@@ -88,25 +77,17 @@ fn run(mut args: Args) -> Result<()> {
     );
     open.maps.counts.set_max_entries(plan.probes.len() as u32)?;
     let skel = open.load().context("loading the BPF programs")?;
+    let labels: Vec<String> = plan.probes.iter().map(|p| p.label.clone()).collect();
 
-    let attached = plan.attach_and_report(skel.object(), stop, args.debug)?;
-    let mut counters = PerCpuCounters::new(&skel.maps.counts, plan.probes.len())?;
-    if let Some(pid) = args.common.pid {
-        stop.watch_pid(pid)?;
-    }
-
-    let json = args.common.json;
-    status(
-        json,
-        &output::banner(attached.probes_attached(), &args.patterns),
-    )?;
-
-    let labels: Vec<&str> = plan.probes.iter().map(|p| p.label.as_str()).collect();
+    session.attach(skel.object())?;
+    let mut counters = PerCpuCounters::new(&skel.maps.counts, labels.len())?;
+    session.announce(&args.patterns)?;
+    let json = session.json;
     let schedule = Schedule {
         interval: args.summary.interval,
         duration: args.duration,
     };
-    run_loop(schedule, stop, |last| {
+    session.run(schedule, |last| {
         let rows = rows(&labels, &counters.deltas()?);
         emit(&if json {
             json_summary(&rows, last)
@@ -114,18 +95,16 @@ fn run(mut args: Args) -> Result<()> {
             table(&rows, args.summary.timestamp)
         })
     })?;
-    status(json, "Detaching...")?;
-    drop(attached);
-    Ok(())
+    session.finish(false)
 }
 
 /// Non-zero counts, ascending (BCC order; ties by name for stable output).
-fn rows<'a>(labels: &[&'a str], counts: &[u64]) -> Vec<(&'a str, u64)> {
+fn rows<'a>(labels: &'a [String], counts: &[u64]) -> Vec<(&'a str, u64)> {
     let mut rows: Vec<(&str, u64)> = labels
         .iter()
         .zip(counts)
         .filter(|(_, c)| **c > 0)
-        .map(|(l, c)| (*l, *c))
+        .map(|(l, c)| (l.as_str(), *c))
         .collect();
     rows.sort_by(|a, b| a.1.cmp(&b.1).then(a.0.cmp(b.0)));
     rows
@@ -163,7 +142,8 @@ mod tests {
 
     #[test]
     fn table_matches_bcc_layout() {
-        let r = rows(&["vfs_write", "vfs_read", "vfs_open"], &[4, 30, 0]);
+        let labels = ["vfs_write", "vfs_read", "vfs_open"].map(String::from);
+        let r = rows(&labels, &[4, 30, 0]);
         assert_eq!(
             table(&r, false),
             "\nFUNC                                    COUNT\n\

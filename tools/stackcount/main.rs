@@ -12,12 +12,13 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use common::cli::{self, parse_secs, warn, CommonArgs, SummaryArgs};
 use common::counters::PerCpuCounters;
-use common::output::{self, emit, status, timestamp, unix_time};
+use common::output::{emit, timestamp, unix_time};
 use common::plan::Site;
-use common::run::{run_loop_with, Schedule, Stop};
+use common::run::Schedule;
+use common::session::{How, Session};
 use common::stacks::{self, Batch};
 use common::symbolize::{Frame, Symbols};
-use common::{plan, system, Plan, ProbeSpec};
+use common::ProbeSpec;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
 
@@ -141,28 +142,21 @@ struct Shape {
 }
 
 fn run(mut args: Args) -> Result<()> {
-    system::require_root()?;
     let pattern = one_pattern(&args)?;
     let spec = ProbeSpec::parse(&pattern, args.summary.regexp)?;
-    args.common.check()?;
+    let mut session = Session::prepare(
+        std::slice::from_ref(&spec),
+        &mut args.common,
+        How::default(),
+        args.debug,
+    )?;
     // Fail on an unwritable SVG path now, not after the whole trace.
     let svg = args
         .svg
         .as_ref()
         .map(|p| File::create(p).with_context(|| format!("creating {}", p.display())))
         .transpose()?;
-    let stop = Stop::install()?;
-    let plan = Plan::build(
-        std::slice::from_ref(&spec),
-        &plan::Options {
-            pid: args.common.pid,
-            mode: args.common.attach_mode,
-            ..Default::default()
-        },
-    )?;
-    if args.debug {
-        cli::stderr(&plan.describe());
-    }
+    let plan = &session.plan;
     // User-space probes have no interesting kernel stack (it is the uprobe trap).
     let user_probe = plan
         .probes
@@ -198,16 +192,10 @@ fn run(mut args: Args) -> Result<()> {
     open.maps.stacks.set_max_entries(args.stack_storage_size)?;
     let skel = open.load().context("loading the BPF programs")?;
 
-    let attached = plan.attach_and_report(skel.object(), stop, args.debug)?;
-    if let Some(pid) = args.common.pid {
-        stop.watch_pid(pid)?;
-    }
-    let json = args.common.json;
+    session.attach(skel.object())?;
+    let json = session.json;
     if !args.folded {
-        status(
-            json,
-            &output::banner(attached.probes_attached(), std::slice::from_ref(&pattern)),
-        )?;
+        session.announce(std::slice::from_ref(&pattern))?;
     }
 
     // New processes announced by BPF: snapshot their maps before they can exit.
@@ -229,15 +217,13 @@ fn run(mut args: Args) -> Result<()> {
         interval: args.summary.interval,
         duration: args.duration,
     };
-    run_loop_with(
+    session.run_polling(
         schedule,
-        |deadline| {
-            stop.poll_until(deadline, |t| {
-                let _ = rb.poll(t);
-                for pid in new_pids.borrow_mut().drain(..) {
-                    symbols.borrow_mut().remember(pid);
-                }
-            })
+        |t| {
+            let _ = rb.poll(t);
+            for pid in new_pids.borrow_mut().drain(..) {
+                symbols.borrow_mut().remember(pid);
+            }
         },
         |last| {
             let _ = rb.consume();
@@ -266,10 +252,7 @@ fn run(mut args: Args) -> Result<()> {
             })
         },
     )?;
-    if !args.folded {
-        status(json, "Detaching...")?;
-    }
-    drop(attached);
+    session.finish(args.folded)?;
     if let (Some(file), Some(path)) = (svg, &args.svg) {
         // Folded lines were keyed with count 0; put the run's totals back.
         let lines: Vec<String> = folded_run
