@@ -443,3 +443,51 @@ fn cpu_filter_counts_only_that_cpu() {
         assert_eq!(last_table(&out.stdout), want, "cpu {cpu}");
     }
 }
+
+#[test]
+fn refused_function_is_skipped_and_the_rest_stay_in_uprobe_multi() {
+    // tk_refused starts with an instruction uprobes refuse; the kernel then refuses
+    // any uprobe_multi link holding it. Only it is skipped: the others are counted
+    // exactly, in uprobe_multi links (no single uprobes).
+    let dir = Scratch::new();
+    let bin = build_c(&dir, "refused");
+    let mut p = CProg::start(&bin);
+    let pid = p.pid.to_string();
+    let spec = format!("{}:tk_*", bin.display());
+    let mut t = spawn(&funccount(), &["-D", "-p", &pid, &spec]);
+    t.wait_ready();
+    p.go();
+    let out = t.finish(T);
+    assert!(p.wait().success());
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert_eq!(
+        last_table(&out.stdout),
+        rows(&[("tk_one", 10), ("tk_two", 20), ("tk_three", 30)])
+    );
+    let attached = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("attached: "))
+        .unwrap_or_else(|| panic!("{}", out.stderr));
+    // "attached: 3 probes, N links (...)": how many links the bisection made.
+    let links: usize = attached
+        .split(", ")
+        .nth(1)
+        .and_then(|l| l.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{attached}"));
+    assert_eq!(
+        attached,
+        format!(
+            "attached: 3 probes, {links} links (0 kprobe_multi, {links} uprobe_multi), 1 skipped"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains(
+            "  skipped tk_refused: uprobes cannot probe this function: the kernel refuses to single-step its first instruction\n"
+        ),
+        "{}",
+        out.stderr
+    );
+}

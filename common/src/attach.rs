@@ -66,6 +66,19 @@ impl Attached {
         }
     }
 
+    fn add_uprobe_multi(&mut self, link: Link, sites: &[UserSite<'_>]) {
+        self.add(link, sites.iter().map(|s| s.0 as u64));
+        self.uprobe_multi_links += 1;
+    }
+
+    /// A user function the kernel would not probe.
+    fn skip_user(&mut self, label: &str, errno: i32) {
+        self.skipped.push(Skipped {
+            label: label.to_string(),
+            reason: uprobe_errno_reason(errno),
+        });
+    }
+
     fn skip(&mut self, label: &str, errno: i32) {
         self.skipped.push(Skipped {
             label: label.to_string(),
@@ -135,6 +148,22 @@ pub fn errno_reason(errno: i32) -> String {
         libc::EBUSY => "EBUSY: already probed exclusively",
         libc::EADDRNOTAVAIL => "ambiguous: several kernel functions have this name",
         libc::EOPNOTSUPP | 524 => "not supported by this kernel",
+        libc::EMFILE | libc::ENFILE => "out of file descriptors",
+        libc::EPERM | libc::EACCES => "permission denied",
+        _ => return std::io::Error::from_raw_os_error(errno).to_string(),
+    };
+    why.to_string()
+}
+
+/// Describes a uprobe attach errno for the user (the kernel-function wording of
+/// [`errno_reason`] would mislead).
+pub fn uprobe_errno_reason(errno: i32) -> String {
+    let why = match errno {
+        libc::EOPNOTSUPP | 524 => {
+            "uprobes cannot probe this function: the kernel refuses to single-step its first instruction"
+        }
+        libc::EINVAL => "EINVAL: the kernel refused this offset (not an instruction start?)",
+        libc::ENOENT => "the binary is gone",
         libc::EMFILE | libc::ENFILE => "out of file descriptors",
         libc::EPERM | libc::EACCES => "permission denied",
         _ => return std::io::Error::from_raw_os_error(errno).to_string(),
@@ -304,11 +333,12 @@ fn collect<T>(
     cookie: impl Fn(&T) -> usize,
     label: impl Fn(&T) -> &str,
     out: &mut Attached,
+    skip: fn(&mut Attached, &str, i32),
 ) {
     for (item, r) in items.iter().zip(results) {
         match r {
             Some(Ok(link)) => out.add(link, [cookie(item) as u64]),
-            Some(Err(e)) => out.skip(label(item), e),
+            Some(Err(e)) => skip(out, label(item), e),
             None => {}
         }
     }
@@ -353,42 +383,90 @@ pub(crate) fn kprobes(
         // SAFETY: strings and opts outlive the call; a NULL name means offset is an address.
         take_link(unsafe { sys::bpf_program__attach_kprobe_opts(prog.ptr(), func, &opts) })
     });
-    collect(&sites, results, |s| s.0, |s| s.1, out);
+    collect(&sites, results, |s| s.0, |s| s.1, out, Attached::skip);
 }
 
 /// A user function site: probe index, name, file offset.
 pub(crate) type UserSite<'a> = (usize, &'a str, u64);
 
-/// All functions of one binary in one uprobe_multi link. On refusal, falls back
-/// to single uprobes so that only the offending functions are skipped.
+fn uprobe_multi_link(
+    prog: Prog,
+    pid: Option<u32>,
+    path: &CString,
+    sites: &[UserSite<'_>],
+) -> Result<Link, i32> {
+    let offsets: Vec<c_ulong> = sites.iter().map(|s| s.2 as c_ulong).collect();
+    let cookies: Vec<u64> = sites.iter().map(|s| s.0 as u64).collect();
+    let opts = sys::bpf_uprobe_multi_opts {
+        sz: size_of::<sys::bpf_uprobe_multi_opts>() as _,
+        offsets: offsets.as_ptr(),
+        cookies: cookies.as_ptr(),
+        cnt: sites.len() as _,
+        ..Default::default()
+    };
+    // SAFETY: path, offsets and cookies outlive the call and hold `cnt` elements;
+    // a NULL pattern means the offsets are given.
+    take_link(unsafe {
+        sys::bpf_program__attach_uprobe_multi(
+            prog.ptr(),
+            pid.map_or(-1, |p| p as i32),
+            path.as_ptr(),
+            std::ptr::null(),
+            &opts,
+        )
+    })
+}
+
+/// All functions of one binary in one uprobe_multi link. When the kernel refuses
+/// the set (one function whose first instruction uprobes cannot step refuses the
+/// whole link), bisects it so that only the refused functions are skipped, each
+/// with its reason, and the rest stay in uprobe_multi links.
 pub(crate) fn uprobe_multi(
     prog: &Program,
-    single: Option<&Program>,
     pid: Option<u32>,
     binary: &Path,
     sites: &[UserSite<'_>],
     stop: &Stop,
     out: &mut Attached,
 ) {
-    let opts = libbpf_rs::UprobeMultiOpts {
-        offsets: sites.iter().map(|s| s.2 as usize).collect(),
-        cookies: sites.iter().map(|s| s.0 as u64).collect(),
-        ..Default::default()
-    };
-    match prog.attach_uprobe_multi_with_opts(pid.map_or(-1, |p| p as i32), binary, "", opts) {
-        Ok(link) => {
-            out.add(link, sites.iter().map(|s| s.0 as u64));
-            out.uprobe_multi_links += 1;
+    let Ok(path) = CString::new(binary.as_os_str().as_encoded_bytes()) else {
+        for s in sites {
+            out.skip_user(s.1, libc::EINVAL);
         }
-        Err(e) => match single {
-            Some(p) => uprobes(p, pid, binary, sites, stop, out),
-            None => {
-                let errno = e.kind().into_errno();
-                for s in sites {
-                    out.skip(s.1, errno);
-                }
+        return;
+    };
+    let prog = Prog::of(prog);
+    match uprobe_multi_link(prog, pid, &path, sites) {
+        Ok(link) => out.add_uprobe_multi(link, sites),
+        // Nothing to bisect: the binary itself or the permission is the problem.
+        Err(e @ (libc::EPERM | libc::EACCES | libc::ENOENT | libc::EBADF)) => {
+            for s in sites {
+                out.skip_user(s.1, e);
             }
-        },
+        }
+        Err(_) => bisect_uprobe_multi(prog, pid, &path, sites, stop, out),
+    }
+}
+
+fn bisect_uprobe_multi(
+    prog: Prog,
+    pid: Option<u32>,
+    path: &CString,
+    sites: &[UserSite<'_>],
+    stop: &Stop,
+    out: &mut Attached,
+) {
+    if stop.is_set() || sites.is_empty() {
+        return;
+    }
+    match uprobe_multi_link(prog, pid, path, sites) {
+        Ok(link) => out.add_uprobe_multi(link, sites),
+        Err(e) if sites.len() == 1 => out.skip_user(sites[0].1, e),
+        Err(_) => {
+            let (a, b) = sites.split_at(sites.len() / 2);
+            bisect_uprobe_multi(prog, pid, path, a, stop, out);
+            bisect_uprobe_multi(prog, pid, path, b, stop, out);
+        }
     }
 }
 
@@ -441,7 +519,7 @@ pub(crate) fn uprobes(
             )
         })
     });
-    collect(sites, results, |s| s.0, |s| s.1, out);
+    collect(sites, results, |s| s.0, |s| s.1, out, Attached::skip_user);
 }
 
 /// Tracepoint sites: probe index, category, event, label.
@@ -470,7 +548,7 @@ pub(crate) fn tracepoints(
             sys::bpf_program__attach_tracepoint_opts(prog.ptr(), cat.as_ptr(), ev.as_ptr(), &opts)
         })
     });
-    collect(sites, results, |s| s.0, |s| s.3, out);
+    collect(sites, results, |s| s.0, |s| s.3, out, Attached::skip);
 }
 
 /// USDT sites: probe index, binary, provider, name. libbpf resolves every call site

@@ -226,10 +226,7 @@ impl Plan {
             .flat_map(|p| match p.site {
                 Site::Kernel(_) if self.kernel_multi => vec![ProgKind::KprobeMulti],
                 Site::Kernel(_) => vec![ProgKind::Kprobe],
-                // Single uprobes stay loaded as the fallback for a refused multi link.
-                Site::User { .. } if self.user_multi => {
-                    vec![ProgKind::UprobeMulti, ProgKind::Uprobe]
-                }
+                Site::User { .. } if self.user_multi => vec![ProgKind::UprobeMulti],
                 Site::User { .. } => vec![ProgKind::Uprobe],
                 Site::Tracepoint(_) => vec![ProgKind::Tracepoint],
                 Site::Usdt { .. } => vec![ProgKind::Usdt],
@@ -319,10 +316,8 @@ impl Plan {
         }
         for (binary, sites) in by_binary {
             if self.user_multi {
-                let single = progs.get(&ProgKind::Uprobe);
                 attach::uprobe_multi(
                     prog(ProgKind::UprobeMulti)?,
-                    single,
                     pid,
                     binary,
                     &sites,

@@ -354,3 +354,61 @@ pub fn kernel_symbols() -> std::collections::HashSet<String> {
         .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
         .collect()
 }
+
+/// Compiles the C test program `tests/progs/NAME.c` with the system compiler
+/// (`cc -g -O1`) into `dir`.
+pub fn build_c(dir: &Scratch, name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/progs")
+        .join(format!("{name}.c"));
+    let out = dir.0.join(name);
+    let st = Command::new("cc")
+        .args(["-g", "-O1", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("running cc (package gcc)");
+    assert!(st.success(), "cc {} failed", src.display());
+    out
+}
+
+/// A C test program started with a piped stdin, past its "ready" line; `go`
+/// writes the line it waits for.
+pub struct CProg {
+    child: Child,
+    pub pid: u32,
+}
+
+impl CProg {
+    pub fn start(bin: &Path) -> CProg {
+        let mut child = Command::new(bin)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "{} did not start", bin.display());
+        let pid = child.id();
+        CProg { child, pid }
+    }
+
+    pub fn go(&mut self) {
+        use std::io::Write;
+        let mut stdin = self.child.stdin.take().expect("go once");
+        stdin.write_all(b"go\n").unwrap();
+    }
+
+    pub fn wait(mut self) -> ExitStatus {
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for CProg {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
