@@ -491,3 +491,40 @@ fn refused_function_is_skipped_and_the_rest_stay_in_uprobe_multi() {
         out.stderr
     );
 }
+
+#[test]
+fn second_signal_during_detach_leaves_no_breakpoint() {
+    // Single uprobes on 100 functions of a process that keeps running; a second
+    // SIGINT right after "Detaching..." must not cut the detach short: the
+    // process' code must be the file's again, and every link of the tool gone.
+    let dir = Scratch::new();
+    let bin = build_many_functions(&dir, 100);
+    let p = CProg::start(&bin);
+    let pid = p.pid.to_string();
+    let spec = format!("{}:fn_*", bin.display());
+    let mut t = spawn(
+        &funccount(),
+        &["--attach-mode", "single", "-p", &pid, &spec],
+    );
+    t.wait_ready();
+    assert_eq!(code_bytes_changed(p.pid, &bin), 100, "one int3 per probe");
+    let links = bpf_link_ids_of(t.pid());
+    assert!(!links.is_empty());
+    t.signal(libc::SIGINT);
+    t.wait_line(|l| l == "Detaching...", T);
+    t.signal(libc::SIGINT);
+    t.signal(libc::SIGTERM);
+    let out = t.finish(Duration::from_secs(300));
+    assert_eq!(
+        code_bytes_changed(p.pid, &bin),
+        0,
+        "breakpoints left behind"
+    );
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let left: Vec<u32> = links
+        .into_iter()
+        .filter(|id| bpf_link_exists(*id))
+        .collect();
+    assert!(left.is_empty(), "links left: {left:?}");
+    drop(p);
+}

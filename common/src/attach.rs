@@ -15,7 +15,7 @@ use libbpf_rs::{AsRawLibbpf, Link, ProgramMut as Program};
 use libbpf_sys as sys;
 
 use crate::kfuncs::KernelFunc;
-use crate::run::Stop;
+use crate::run::{Phase, Stop};
 
 /// A probe site that could not be attached.
 #[derive(Debug, Clone)]
@@ -89,6 +89,20 @@ impl Attached {
 
 impl Drop for Attached {
     fn drop(&mut self) {
+        // Signals during the detach must not end the process half way through it.
+        let stop = Stop::global();
+        if let Some(s) = stop {
+            s.set_phase(Phase::Detaching);
+        }
+        self.detach();
+        if let Some(s) = stop {
+            s.set_phase(Phase::Idle);
+        }
+    }
+}
+
+impl Attached {
+    fn detach(&mut self) {
         let links = std::mem::take(&mut self.links);
         if links.len() < 64 {
             return;

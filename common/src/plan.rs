@@ -15,7 +15,7 @@ use crate::attach::{self, Attached};
 use crate::cli::warn;
 use crate::features;
 use crate::kfuncs::{KernelFunc, KernelFuncs};
-use crate::run::Stop;
+use crate::run::{Phase, Stop};
 use crate::spec::{ProbeSpec, Source};
 use crate::system::{self, PidNs};
 use crate::tracepoints::{self, Tracepoint};
@@ -273,6 +273,13 @@ impl Plan {
     /// Attaches every probe to the loaded object's programs. Stops early (keeping
     /// what is attached, for the caller to drop) when `stop` is raised.
     pub fn attach(&self, obj: &Object, stop: &Stop) -> Result<Attached> {
+        stop.set_phase(Phase::Attaching);
+        let out = self.attach_all(obj, stop);
+        stop.set_phase(Phase::Tracing);
+        out
+    }
+
+    fn attach_all(&self, obj: &Object, stop: &Stop) -> Result<Attached> {
         let progs: BTreeMap<ProgKind, ProgramMut> = obj
             .progs_mut()
             .filter_map(|p| {

@@ -412,3 +412,87 @@ impl Drop for CProg {
         let _ = self.child.wait();
     }
 }
+
+/// Writes a C program with `n` functions `fn_000`.. (each a few instructions)
+/// that prints "ready" and then waits for stdin to close, and compiles it.
+pub fn build_many_functions(dir: &Scratch, n: usize) -> PathBuf {
+    let mut src = String::from("#include <stdio.h>\n");
+    for i in 0..n {
+        src.push_str(&format!(
+            "__attribute__((noinline, used)) int fn_{i:03}(int x) {{ __asm__ volatile(\"\"); return x + {i}; }}\n"
+        ));
+    }
+    src.push_str(
+        "int main(void) { char b[8]; printf(\"ready\\n\"); fflush(stdout); \
+         while (fgets(b, sizeof b, stdin)) {} return 0; }\n",
+    );
+    let c = dir.0.join("many.c");
+    std::fs::write(&c, src).unwrap();
+    let out = dir.0.join("many");
+    let st = Command::new("cc")
+        .args(["-g", "-O1", "-o"])
+        .arg(&out)
+        .arg(&c)
+        .status()
+        .expect("running cc (package gcc)");
+    assert!(st.success());
+    out
+}
+
+/// How many bytes of `bin`'s executable mappings in process `pid` differ from the
+/// file (uprobes plant an int3 at each probed instruction).
+pub fn code_bytes_changed(pid: u32, bin: &Path) -> usize {
+    use std::io::{Read, Seek, SeekFrom};
+    let file = std::fs::read(bin).unwrap();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let name = bin.to_str().unwrap();
+    let mut changed = 0;
+    for l in maps.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 6 || f[5] != name || !f[1].contains('x') {
+            continue;
+        }
+        let (start, end) = f[0].split_once('-').unwrap();
+        let start = u64::from_str_radix(start, 16).unwrap();
+        let end = u64::from_str_radix(end, 16).unwrap();
+        let off = usize::from_str_radix(f[2], 16).unwrap();
+        let mut buf = vec![0u8; (end - start) as usize];
+        mem.seek(SeekFrom::Start(start)).unwrap();
+        mem.read_exact(&mut buf).unwrap();
+        let want = &file[off..file.len().min(off + buf.len())];
+        changed += want.iter().zip(&buf).filter(|(a, b)| a != b).count();
+    }
+    changed
+}
+
+/// The ids of the BPF links process `pid` holds (from its fdinfo).
+pub fn bpf_link_ids_of(pid: u32) -> Vec<u32> {
+    let mut ids = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .flatten()
+    {
+        let info = std::fs::read_to_string(e.path()).unwrap_or_default();
+        if let Some(id) = info
+            .lines()
+            .find_map(|l| l.strip_prefix("link_id:"))
+            .and_then(|v| v.trim().parse().ok())
+        {
+            ids.push(id);
+        }
+    }
+    ids
+}
+
+/// Whether a BPF link with this id still exists.
+pub fn bpf_link_exists(id: u32) -> bool {
+    // SAFETY: plain bpf(2) wrapper; a returned fd is closed at once.
+    unsafe {
+        let fd = libbpf_sys::bpf_link_get_fd_by_id(id);
+        if fd >= 0 {
+            libc::close(fd);
+        }
+        fd >= 0
+    }
+}
