@@ -528,3 +528,61 @@ fn second_signal_during_detach_leaves_no_breakpoint() {
     assert!(left.is_empty(), "links left: {left:?}");
     drop(p);
 }
+
+#[test]
+fn too_few_file_descriptors_fail_before_attaching() {
+    // `ulimit -n 40` sets the hard limit too, so it cannot be raised: the run must
+    // fail before attaching anything, saying how many descriptors it needs.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 40 && exec {} -d 5 't:sched:*'",
+            funccount().display()
+        ))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    let need: usize = stderr
+        .strip_prefix("funccount: error: this run needs ")
+        .and_then(|r| r.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(need > 40, "{stderr}");
+    let probes = stderr
+        .split(" file descriptors (")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert_eq!(
+        stderr,
+        format!(
+            "funccount: error: this run needs {need} file descriptors ({probes} for its probes), \
+             over the open-file limit of 40: raise it with `ulimit -n {need}` (or `prlimit \
+             --nofile={need}`), or trace fewer probes\n"
+        )
+    );
+}
+
+#[test]
+fn soft_file_limit_is_raised_to_the_hard_limit() {
+    // A low soft limit under a high hard one is no obstacle: it is raised.
+    let w = Workload::start(&workload(), &["getppid", "100"]);
+    let pid = w.pid.to_string();
+    let mut t = Command::new("sh");
+    t.arg("-c").arg(format!(
+        "ulimit -S -n 20 && exec {} -p {pid} 't:sched:*' t:syscalls:sys_enter_getppid",
+        funccount().display()
+    ));
+    let mut t = spawn_cmd(t);
+    t.wait_ready();
+    w.go();
+    let out = t.finish(T);
+    assert!(w.wait().success());
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert!(
+        last_table(&out.stdout).contains(&("syscalls:sys_enter_getppid".to_string(), 100)),
+        "{}",
+        out.stdout
+    );
+}

@@ -221,3 +221,37 @@ fn kernel_and_user_only_exclude_each_other() {
     assert_eq!(out.code(), 2, "{}", out.stderr);
     assert!(out.stderr.contains("cannot be used with"), "{}", out.stderr);
 }
+
+#[test]
+fn too_few_file_descriptors_fail_before_attaching() {
+    // Without this check stackcount attached what fit, traced, and then died at
+    // the summary for want of descriptors to symbolize with, losing every stack.
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 40 && exec {} -D 5 't:sched:*'",
+            stackcount().display()
+        ))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    let need = stderr
+        .strip_prefix("stackcount: error: this run needs ")
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let probes = stderr
+        .split(" file descriptors (")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert_eq!(
+        stderr,
+        format!(
+            "stackcount: error: this run needs {need} file descriptors ({probes} for its probes), \
+             over the open-file limit of 40: raise it with `ulimit -n {need}` (or `prlimit \
+             --nofile={need}`), or trace fewer probes\n"
+        )
+    );
+}

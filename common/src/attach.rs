@@ -376,7 +376,6 @@ pub(crate) fn kprobes(
             addrs.into_iter().map(move |a| (i, f.name.as_str(), a))
         })
         .collect();
-    crate::system::raise_fd_limit(sites.len() * 2 + 64);
     let prog = Prog::of(prog);
     // One at a time: the kernel serializes kprobe registration anyway, and arming
     // ftrace-based kprobes concurrently with thousands of others has crashed
@@ -511,7 +510,6 @@ pub(crate) fn uprobes(
     stop: &Stop,
     out: &mut Attached,
 ) {
-    crate::system::raise_fd_limit(sites.len() * 2 + 64);
     let Ok(path) = CString::new(binary.as_os_str().as_encoded_bytes()) else {
         return;
     };
@@ -543,7 +541,6 @@ pub(crate) fn tracepoints(
     stop: &Stop,
     out: &mut Attached,
 ) {
-    crate::system::raise_fd_limit(sites.len() * 2 + 64);
     let prog = Prog::of(prog);
     let results = parallel(sites, ATTACH_THREADS, stop, |&(i, cat, ev, _)| {
         let (cat, ev) = (

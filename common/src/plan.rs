@@ -140,6 +140,9 @@ pub struct Plan {
     pub pid: Option<u32>,
     pub kernel_multi: bool,
     pub user_multi: bool,
+    /// File descriptors to keep free beyond the probes' own (symbolization opens
+    /// files after attaching); checked against RLIMIT_NOFILE before attaching.
+    pub fd_reserve: usize,
     kernel_table: Option<(&'static str, usize, usize)>,
 }
 
@@ -215,6 +218,7 @@ impl Plan {
             pid: opts.pid,
             kernel_multi,
             user_multi,
+            fd_reserve: DEFAULT_FD_RESERVE,
         })
     }
 
@@ -273,6 +277,7 @@ impl Plan {
     /// Attaches every probe to the loaded object's programs. Stops early (keeping
     /// what is attached, for the caller to drop) when `stop` is raised.
     pub fn attach(&self, obj: &Object, stop: &Stop) -> Result<Attached> {
+        system::check_fd_limit(self.fds_needed(), self.fd_reserve)?;
         stop.set_phase(Phase::Attaching);
         let out = self.attach_all(obj, stop);
         stop.set_phase(Phase::Tracing);
@@ -456,6 +461,35 @@ impl Plan {
         s
     }
 
+    /// How many file descriptors attaching this plan holds: one per BPF link, and
+    /// one more per perf event for the kinds attached through perf events.
+    pub fn fds_needed(&self) -> usize {
+        /// Links a refused multi set may be split into by bisection.
+        const BISECT_SLACK: usize = 8;
+        let mut binaries = HashSet::new();
+        let mut n = 0;
+        let mut kernel = 0;
+        for p in &self.probes {
+            match &p.site {
+                Site::Kernel(f) if !self.kernel_multi => n += 2 * f.addrs.len().max(1),
+                Site::Kernel(_) => kernel += 1,
+                Site::User { binary, .. } if self.user_multi => {
+                    if binaries.insert(binary) {
+                        n += 1 + BISECT_SLACK;
+                    }
+                }
+                Site::User { .. } => n += 2,
+                Site::Tracepoint(_) => n += 2,
+                // One uprobe per call site without uprobe_multi: at least two.
+                Site::Usdt { .. } => n += 2,
+            }
+        }
+        if kernel > 0 {
+            n += 1 + BISECT_SLACK;
+        }
+        n
+    }
+
     fn count(&self, f: impl Fn(&Site) -> bool) -> usize {
         self.probes.iter().filter(|p| f(&p.site)).count()
     }
@@ -510,6 +544,9 @@ impl Attached {
 /// to attach and detach, and ftrace-based kprobes on every function have crashed
 /// the 6.1 and 6.12 guest kernels. kprobe_multi links have no such limit.
 pub const DEFAULT_MAX_KPROBES: usize = 5000;
+
+/// [`Plan::fd_reserve`] unless a tool sets more: libbpf, tracefs and output files.
+pub const DEFAULT_FD_RESERVE: usize = 16;
 
 fn max_single_kprobes() -> usize {
     std::env::var("TRACEKIT_MAX_KPROBES")

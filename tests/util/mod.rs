@@ -140,13 +140,19 @@ impl Output {
 }
 
 pub fn spawn(bin: &Path, args: &[&str]) -> Running {
-    let mut child = Command::new(bin)
-        .args(args)
+    let mut cmd = Command::new(bin);
+    cmd.args(args);
+    spawn_cmd(cmd)
+}
+
+/// [`spawn`] for a prepared command (a shell that sets limits, say).
+pub fn spawn_cmd(mut cmd: Command) -> Running {
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
     let (tx, lines) = channel();
     let tx_err = tx.clone();
     let stdout = Arc::new(Mutex::new(String::new()));

@@ -146,13 +146,15 @@ fn run(mut args: Args) -> Result<()> {
     }
     let spec = ProbeSpec::parse(&args.pattern, args.regexp)?;
     let stop = Stop::install()?;
-    let plan = Plan::build(
+    let mut plan = Plan::build(
         std::slice::from_ref(&spec),
         &plan::Options {
             pid: args.pid,
             mode: args.attach_mode,
         },
     )?;
+    // Symbolizing at the summary opens the traced processes' binaries and maps.
+    plan.fd_reserve = 64;
     if args.debug {
         eprint!("{}", plan.describe());
     }
