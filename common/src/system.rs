@@ -130,7 +130,7 @@ pub fn raise_fd_soft_limit() -> u64 {
             lim.rlim_cur = lim.rlim_max;
         }
     }
-    lim.rlim_cur as u64
+    lim.rlim_cur
 }
 
 /// How many file descriptors this process has open.
