@@ -586,3 +586,91 @@ fn soft_file_limit_is_raised_to_the_hard_limit() {
         out.stdout
     );
 }
+
+/// The `-D` line saying how tracepoints were attached.
+fn tracepoint_mechanisms(stderr: &str) -> &str {
+    stderr
+        .lines()
+        .find(|l| l.starts_with("tracepoints: "))
+        .unwrap_or_else(|| panic!("no tracepoints line in:\n{stderr}"))
+}
+
+#[test]
+fn syscall_events_share_one_raw_link_per_direction() {
+    let out = count_with_pid(
+        &["getppid", "321"],
+        &[
+            "-D",
+            "t:syscalls:sys_enter_*",
+            "t:syscalls:sys_exit_getppid",
+        ],
+    );
+    let table = last_table(&out.stdout);
+    assert!(
+        table.contains(&("syscalls:sys_enter_getppid".to_string(), 321))
+            && table.contains(&("syscalls:sys_exit_getppid".to_string(), 321)),
+        "{table:?}"
+    );
+    let n: usize = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Tracing ")?.split(' ').next()?.parse().ok())
+        .unwrap();
+    assert_eq!(
+        tracepoint_mechanisms(&out.stderr),
+        format!("tracepoints: 0 as raw tracepoint links, {n} syscall events through 2 raw sys_enter/sys_exit links, 0 as perf events")
+    );
+}
+
+#[test]
+fn syscall_exit_counted_exactly_without_kernel_reads() {
+    // As under lockdown=confidentiality: sys_exit cannot read the syscall number
+    // from the registers, so sys_enter remembers it per thread.
+    let w = Workload::start(&workload(), &["getppid", "432"]);
+    let pid = w.pid.to_string();
+    let mut cmd = Command::new(funccount());
+    cmd.env("TRACEKIT_NO_KERNEL_READS", "1").args([
+        "-D",
+        "-p",
+        &pid,
+        "t:syscalls:sys_exit_getppid",
+    ]);
+    let mut t = spawn_cmd(cmd);
+    t.wait_ready();
+    w.go();
+    let out = t.finish(T);
+    assert!(w.wait().success());
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert_eq!(
+        last_table(&out.stdout),
+        rows(&[("syscalls:sys_exit_getppid", 432)])
+    );
+    assert_eq!(
+        tracepoint_mechanisms(&out.stderr),
+        "tracepoints: 0 as raw tracepoint links, 1 syscall events through 2 raw sys_enter/sys_exit links, 0 as perf events"
+    );
+}
+
+#[test]
+fn raw_tracepoint_counted_exactly() {
+    // task:task_rename fires once per prctl(PR_SET_NAME) of the workload.
+    let out = count_with_pid(&["rename", "345"], &["-D", "t:task:task_rename"]);
+    assert_eq!(last_table(&out.stdout), rows(&[("task:task_rename", 345)]));
+    let raw = if common_raw_tp_cookies() { 1 } else { 0 };
+    assert_eq!(
+        tracepoint_mechanisms(&out.stderr),
+        format!(
+            "tracepoints: {raw} as raw tracepoint links, 0 syscall events through 0 raw sys_enter/sys_exit links, {} as perf events",
+            1 - raw
+        )
+    );
+}
+
+/// Whether this kernel has raw tracepoint cookies (6.10+): the host's does.
+fn common_raw_tp_cookies() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut v = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    (v.next().unwrap(), v.next().unwrap()) >= (6, 10)
+}

@@ -187,7 +187,21 @@ fn offsets_and_addresses() {
 #[test]
 fn kernel_stacks_at_a_tracepoint() {
     let w = Workload::start(&prog("workload"), &["getppid", "333"]);
-    let out = trace_workload(&stackcount(), w, &["-K", "t:syscalls:sys_enter_getppid"], T);
+    let out = trace_workload(
+        &stackcount(),
+        w,
+        &["--debug", "-K", "t:syscalls:sys_enter_getppid"],
+        T,
+    );
+    // stackcount stays on perf-event tracepoints: a raw tracepoint's kernel stack
+    // would start with BPF trampoline frames.
+    assert!(
+        out.stderr.contains(
+            "tracepoints: 0 as raw tracepoint links, 0 syscall events through 0 raw sys_enter/sys_exit links, 1 as perf events\n"
+        ),
+        "{}",
+        out.stderr
+    );
     let stacks = parse_stacks(&out.stdout);
     assert_eq!(stacks.len(), 1, "{}", out.stdout);
     let (frames, count) = &stacks[0];

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use libbpf_rs::{Object, OpenObject, ProgramMut};
+use libbpf_rs::{MapCore, Object, OpenObject, ProgramMut};
 
 use crate::attach::{self, Attached};
 use crate::cli::warn;
@@ -74,11 +74,24 @@ pub enum ProgKind {
     UprobeMulti,
     Uprobe,
     Tracepoint,
+    /// Raw tracepoint links with cookies (Linux 6.10+), for tools whose BPF object
+    /// has such a program (`SEC("raw_tp")`); others use perf-event tracepoints.
+    RawTracepoint,
+    /// The raw `sys_enter` / `sys_exit` tracepoints serving every
+    /// syscalls:sys_enter_* / sys_exit_* event (`SEC("raw_tp/sys_enter")`, ...).
+    SyscallEnter,
+    SyscallExit,
     Usdt,
 }
 
 impl ProgKind {
     fn of(prog_section: &str) -> Option<Self> {
+        match prog_section {
+            "raw_tp/sys_enter" => return Some(ProgKind::SyscallEnter),
+            "raw_tp/sys_exit" => return Some(ProgKind::SyscallExit),
+            "raw_tp" | "raw_tracepoint" => return Some(ProgKind::RawTracepoint),
+            _ => {}
+        }
         Some(match prog_section.split('/').next()? {
             "kprobe.multi" => ProgKind::KprobeMulti,
             "kprobe" => ProgKind::Kprobe,
@@ -242,9 +255,16 @@ impl Plan {
     }
 
     /// Loads only the programs this plan needs: a kprobe.multi program would fail
-    /// to load on a kernel without that attach type, and unused ones cost verifier time.
+    /// to load on a kernel without that attach type, and unused ones cost verifier
+    /// time. Raw tracepoint programs are loaded when the object has them and the
+    /// kernel takes them; perf-event tracepoints stay loaded as their fallback.
     pub fn configure(&self, obj: &mut OpenObject) -> Result<()> {
-        let need = self.prog_kinds();
+        let present: HashSet<ProgKind> = obj
+            .progs()
+            .filter_map(|p| p.section().to_str().and_then(ProgKind::of))
+            .collect();
+        let mut need = self.prog_kinds();
+        need.extend(self.raw_tracepoint_kinds(&present));
         let mut have = HashSet::new();
         for mut prog in obj.progs_mut() {
             let Some(kind) = prog.section().to_str().and_then(ProgKind::of) else {
@@ -262,6 +282,47 @@ impl Plan {
         Ok(())
     }
 
+    /// The raw tracepoint programs worth loading for this plan's tracepoints, of
+    /// those the object has (`present`).
+    fn raw_tracepoint_kinds(&self, present: &HashSet<ProgKind>) -> Vec<ProgKind> {
+        let mut kinds = Vec::new();
+        let tps = || {
+            self.probes.iter().filter_map(|p| match &p.site {
+                Site::Tracepoint(t) => Some(t),
+                _ => None,
+            })
+        };
+        let syscalls = |exit: bool| tps().any(|t| syscall_event(t).is_some_and(|(x, _)| x == exit));
+        let (enter, exit) = (syscalls(false), syscalls(true));
+        if present.contains(&ProgKind::SyscallExit) && exit {
+            kinds.push(ProgKind::SyscallExit);
+        }
+        // Without kernel reads, sys_enter remembers numbers for sys_exit.
+        if present.contains(&ProgKind::SyscallEnter)
+            && (enter || (kinds.contains(&ProgKind::SyscallExit) && !features::kernel_reads()))
+        {
+            kinds.push(ProgKind::SyscallEnter);
+        }
+        if present.contains(&ProgKind::RawTracepoint)
+            && tps().any(|t| t.category != "syscalls")
+            && features::raw_tp_cookie()
+        {
+            kinds.push(ProgKind::RawTracepoint);
+        }
+        kinds
+    }
+
+    /// Whether the syscall exit link needs sys_enter to remember syscall numbers
+    /// (the BPF program cannot read them from the registers): tools set their
+    /// `remember_nr` switch from it.
+    pub fn remember_syscall_nrs(&self) -> bool {
+        !features::kernel_reads()
+            && self.probes.iter().any(|p| match &p.site {
+                Site::Tracepoint(t) => syscall_event(t).is_some_and(|(exit, _)| exit),
+                _ => false,
+            })
+    }
+
     /// Filter values for bpf/filter.h: the target PID (in our pid namespace when we
     /// run in a container) and CPU.
     pub fn filter(&self, cpu: Option<u32>) -> Filter {
@@ -277,7 +338,12 @@ impl Plan {
     /// Attaches every probe to the loaded object's programs. Stops early (keeping
     /// what is attached, for the caller to drop) when `stop` is raised.
     pub fn attach(&self, obj: &Object, stop: &Stop) -> Result<Attached> {
-        system::check_fd_limit(self.fds_needed(), self.fd_reserve)?;
+        let loaded: HashSet<ProgKind> = obj
+            .progs()
+            .filter(|p| p.autoload())
+            .filter_map(|p| p.section().to_str().and_then(ProgKind::of))
+            .collect();
+        system::check_fd_limit(self.fds_needed(&loaded), self.fd_reserve)?;
         stop.set_phase(Phase::Attaching);
         let out = self.attach_all(obj, stop);
         stop.set_phase(Phase::Tracing);
@@ -341,19 +407,17 @@ impl Plan {
             }
         }
 
-        let tps: Vec<(usize, &str, &str, &str)> = self
+        let tps: Vec<(usize, &Tracepoint, &str)> = self
             .probes
             .iter()
             .enumerate()
             .filter_map(|(i, p)| match &p.site {
-                Site::Tracepoint(t) => {
-                    Some((i, t.category.as_str(), t.event.as_str(), p.label.as_str()))
-                }
+                Site::Tracepoint(t) => Some((i, t, p.label.as_str())),
                 _ => None,
             })
             .collect();
         if !tps.is_empty() {
-            attach::tracepoints(prog(ProgKind::Tracepoint)?, &tps, stop, &mut out);
+            self.attach_tracepoints(&progs, &tps, obj, stop, &mut out)?;
         }
 
         let usdts: Vec<(usize, &std::path::Path, &str, &str)> = self
@@ -381,6 +445,81 @@ impl Plan {
             }
         }
         Ok(out)
+    }
+
+    /// Tracepoints: syscall events through the raw sys_enter/sys_exit links, other
+    /// tracepoints through raw tracepoint links, where the object has those
+    /// programs loaded; perf-event tracepoints for the rest and for any that the
+    /// kernel refuses as raw tracepoints (before Linux 6.10, say).
+    fn attach_tracepoints(
+        &self,
+        progs: &BTreeMap<ProgKind, ProgramMut>,
+        tps: &[(usize, &Tracepoint, &str)],
+        obj: &Object,
+        stop: &Stop,
+        out: &mut Attached,
+    ) -> Result<()> {
+        let mut syscalls = Vec::new();
+        let mut raw = Vec::new();
+        let mut perf = Vec::new();
+        let dynamic = tracepoints::dynamic_events();
+        for &(i, t, label) in tps {
+            let sys = syscall_event(t).filter(|(exit, _)| {
+                progs.contains_key(if *exit {
+                    &ProgKind::SyscallExit
+                } else {
+                    &ProgKind::SyscallEnter
+                })
+            });
+            if let Some((exit, nr)) = sys {
+                syscalls.push(attach::SyscallSite { probe: i, nr, exit });
+            } else if progs.contains_key(&ProgKind::RawTracepoint)
+                && t.category != "syscalls"
+                && !dynamic.contains(&(t.category.clone(), t.event.clone()))
+            {
+                raw.push((i, t, label));
+            } else {
+                perf.push((i, t, label));
+            }
+        }
+        if !syscalls.is_empty() {
+            let map = obj
+                .maps()
+                .find(|m| m.name() == "syscall_probes")
+                .context("internal error: the BPF object has no syscall_probes map")?;
+            let refused = attach::syscalls(
+                progs.get(&ProgKind::SyscallEnter),
+                progs.get(&ProgKind::SyscallExit),
+                &map,
+                &syscalls,
+                self.remember_syscall_nrs(),
+                out,
+            );
+            perf.extend(refused.into_iter().map(|s| {
+                let (i, t, l) = tps.iter().find(|(i, _, _)| *i == s.probe).expect("a site");
+                (*i, *t, *l)
+            }));
+        }
+        if !raw.is_empty() {
+            let sites: Vec<(usize, &str, &str)> = raw
+                .iter()
+                .map(|(i, t, l)| (*i, t.event.as_str(), *l))
+                .collect();
+            let refused =
+                attach::raw_tracepoints(&progs[&ProgKind::RawTracepoint], &sites, stop, out);
+            perf.extend(refused.into_iter().map(|k| raw[k]));
+        }
+        if !perf.is_empty() {
+            let sites: Vec<(usize, &str, &str, &str)> = perf
+                .iter()
+                .map(|(i, t, l)| (*i, t.category.as_str(), t.event.as_str(), *l))
+                .collect();
+            let prog = progs
+                .get(&ProgKind::Tracepoint)
+                .context("internal error: no loaded program for Tracepoint probes")?;
+            attach::tracepoints(prog, &sites, stop, out);
+        }
+        Ok(())
     }
 
     /// [`Plan::attach`], then what every tool reports: with `debug` the links and
@@ -461,9 +600,10 @@ impl Plan {
         s
     }
 
-    /// How many file descriptors attaching this plan holds: one per BPF link, and
-    /// one more per perf event for the kinds attached through perf events.
-    pub fn fds_needed(&self) -> usize {
+    /// How many file descriptors attaching this plan holds with the `loaded`
+    /// program kinds: one per BPF link, and one more per perf event for the kinds
+    /// attached through perf events.
+    pub fn fds_needed(&self, loaded: &HashSet<ProgKind>) -> usize {
         /// Links a refused multi set may be split into by bisection.
         const BISECT_SLACK: usize = 8;
         let mut binaries = HashSet::new();
@@ -479,6 +619,8 @@ impl Plan {
                     }
                 }
                 Site::User { .. } => n += 2,
+                Site::Tracepoint(t) if syscall_event(t).is_some() => {}
+                Site::Tracepoint(_) if loaded.contains(&ProgKind::RawTracepoint) => n += 1,
                 Site::Tracepoint(_) => n += 2,
                 // One uprobe per call site without uprobe_multi: at least two.
                 Site::Usdt { .. } => n += 2,
@@ -486,6 +628,21 @@ impl Plan {
         }
         if kernel > 0 {
             n += 1 + BISECT_SLACK;
+        }
+        // The raw sys_enter/sys_exit links, or one perf event pair per syscall event.
+        for (kind, exit) in [
+            (ProgKind::SyscallEnter, false),
+            (ProgKind::SyscallExit, true),
+        ] {
+            let events = self.count(|s| match s {
+                Site::Tracepoint(t) => syscall_event(t).is_some_and(|(x, _)| x == exit),
+                _ => false,
+            });
+            n += match (events, loaded.contains(&kind)) {
+                (0, _) => 0,
+                (_, true) => 1,
+                (e, false) => 2 * e,
+            };
         }
         n
     }
@@ -506,6 +663,18 @@ impl Attached {
             self.uprobe_multi_links,
             self.skipped.len()
         );
+        let tracepoints = self.raw_tracepoint_links + self.syscall_events + self.perf_tracepoints;
+        if tracepoints > 0 {
+            let _ = writeln!(
+                s,
+                "tracepoints: {} as raw tracepoint links, {} syscall events through {} raw sys_enter/sys_exit link{}, {} as perf events",
+                self.raw_tracepoint_links,
+                self.syscall_events,
+                self.syscall_links,
+                if self.syscall_links == 1 { "" } else { "s" },
+                self.perf_tracepoints
+            );
+        }
         for k in &self.skipped {
             let _ = writeln!(s, "  skipped {}: {}", k.label, k.reason);
         }
@@ -553,6 +722,19 @@ fn max_single_kprobes() -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(DEFAULT_MAX_KPROBES)
+}
+
+/// A syscalls:sys_enter_NAME / sys_exit_NAME event: (is exit, syscall number).
+/// Events whose syscall this architecture's table does not name stay on perf.
+fn syscall_event(t: &Tracepoint) -> Option<(bool, u32)> {
+    if t.category != "syscalls" {
+        return None;
+    }
+    let (exit, name) = match t.event.strip_prefix("sys_enter_") {
+        Some(n) => (false, n),
+        None => (true, t.event.strip_prefix("sys_exit_")?),
+    };
+    Some((exit, tracepoints::syscall_nr(name)?))
 }
 
 fn site_key(site: &Site) -> String {

@@ -1,5 +1,6 @@
 //! Kernel tracepoints, listed from tracefs `events/<category>/<event>/`.
 
+use std::collections::HashSet;
 use std::fs;
 
 use anyhow::{Context, Result};
@@ -57,4 +58,58 @@ pub fn matching(m: &Matcher) -> Result<Vec<Tracepoint>> {
     }
     found.sort();
     Ok(found)
+}
+
+/// The (group, event) of every dynamic event (kprobe, uprobe, synthetic, ...
+/// events defined through tracefs): they have no kernel tracepoint of their own,
+/// whatever their name.
+pub fn dynamic_events() -> HashSet<(String, String)> {
+    let Ok(dir) = tracefs::tracefs() else {
+        return HashSet::new();
+    };
+    // dynamic_events (Linux 5.0+) lists them all; each read waits for the kernel's
+    // event_mutex, so read no more files than needed.
+    let files: &[&str] = if dir.join("dynamic_events").exists() {
+        &["dynamic_events"]
+    } else {
+        &["kprobe_events", "uprobe_events"]
+    };
+    files
+        .iter()
+        .filter_map(|f| fs::read_to_string(dir.join(f)).ok())
+        .flat_map(|text| {
+            text.lines()
+                .filter_map(|l| {
+                    // "p:GROUP/EVENT ...", "s:GROUP/EVENT ..." (synthetic: "s:EVENT")
+                    let def = l.split_whitespace().next()?.split_once(':')?.1;
+                    let (g, e) = def.split_once('/').unwrap_or(("synthetic", def));
+                    Some((g.to_string(), e.to_string()))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The x86_64 number of the syscall an ftrace syscall event is named after
+/// (`sys_enter_NAME`). The events carry the kernel's entry-point names, which
+/// differ from the syscall names in six cases.
+pub fn syscall_nr(event_name: &str) -> Option<u32> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let name = match event_name {
+            "newstat" => "stat",
+            "newfstat" => "fstat",
+            "newlstat" => "lstat",
+            "newuname" => "uname",
+            "sendfile64" => "sendfile",
+            "umount" => "umount2",
+            n => n,
+        };
+        name.parse::<syscalls::Sysno>().ok().map(|s| s.id() as u32)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = event_name;
+        None
+    }
 }

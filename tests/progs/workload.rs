@@ -7,7 +7,8 @@
 //!
 //! Modes: `funcs` calls tk_alpha N, tk_beta 2N and tk_gamma 3N times; `getpid` and
 //! `getppid` call those libc functions N times; `usdt` fires USDT tracekit:tick N
-//! times; `read` reads one byte of FILE N times with pread(2) (N vfs_read calls).
+//! times; `read` reads one byte of FILE N times with pread(2) (N vfs_read calls);
+//! `rename` renames its thread N times with prctl(PR_SET_NAME) (N task:task_rename).
 
 use std::ffi::CString;
 use std::hint::black_box;
@@ -51,9 +52,9 @@ fn main() {
             assert!(fd >= 0, "open failed");
             fd
         }
-        "funcs" | "getpid" | "getppid" | "usdt" => -1,
+        "funcs" | "getpid" | "getppid" | "usdt" | "rename" => -1,
         _ => {
-            eprintln!("usage: workload funcs|getpid|getppid|usdt|read N [FILE] [--hold]");
+            eprintln!("usage: workload funcs|getpid|getppid|usdt|read|rename N [FILE] [--hold]");
             std::process::exit(2);
         }
     };
@@ -82,6 +83,14 @@ fn main() {
         "getpid" => (0..n).for_each(|_| sink ^= unsafe { libc::getpid() } as u64),
         "getppid" => (0..n).for_each(|_| sink ^= unsafe { libc::getppid() } as u64),
         "usdt" => (0..n).for_each(|i| probe::probe!(tracekit, tick, i)),
+        "rename" => {
+            for i in 0..n {
+                let name = CString::new(format!("tk{}", i % 2)).unwrap();
+                // SAFETY: PR_SET_NAME with a valid NUL-terminated string.
+                let r = unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+                assert_eq!(r, 0, "prctl");
+            }
+        }
         "read" => {
             let mut b = [0u8; 1];
             for _ in 0..n {
