@@ -85,9 +85,10 @@ fn single_uprobes_count_the_same() {
         "{}",
         out.stderr
     );
+    // The three functions' page offsets differ: one tracefs uprobe group.
     assert!(
         out.stderr
-            .contains("attached: 3 probes, 3 links (0 kprobe_multi, 0 uprobe_multi), 0 skipped"),
+            .contains("attached: 3 probes, 1 links (0 kprobe_multi, 0 uprobe_multi), 0 skipped\nuser functions: 3 in 1 tracefs uprobe group, 0 as single perf-event uprobes\n"),
         "{}",
         out.stderr
     );
@@ -449,21 +450,7 @@ fn refused_function_is_skipped_and_the_rest_stay_in_uprobe_multi() {
     // tk_refused starts with an instruction uprobes refuse; the kernel then refuses
     // any uprobe_multi link holding it. Only it is skipped: the others are counted
     // exactly, in uprobe_multi links (no single uprobes).
-    let dir = Scratch::new();
-    let bin = build_c(&dir, "refused");
-    let mut p = CProg::start(&bin);
-    let pid = p.pid.to_string();
-    let spec = format!("{}:tk_*", bin.display());
-    let mut t = spawn(&funccount(), &["-D", "-p", &pid, &spec]);
-    t.wait_ready();
-    p.go();
-    let out = t.finish(T);
-    assert!(p.wait().success());
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    assert_eq!(
-        last_table(&out.stdout),
-        rows(&[("tk_one", 10), ("tk_two", 20), ("tk_three", 30)])
-    );
+    let out = trace_refused(&[]);
     let attached = out
         .stderr
         .lines()
@@ -483,6 +470,53 @@ fn refused_function_is_skipped_and_the_rest_stay_in_uprobe_multi() {
         "{}",
         out.stderr
     );
+}
+
+#[test]
+fn refused_function_is_skipped_from_uprobe_groups() {
+    // Without uprobe_multi the group holding tk_refused is refused as a whole and
+    // bisected the same way.
+    let out = trace_refused(&["--attach-mode", "single"]);
+    let groups: usize = out
+        .stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("user functions: 3 in ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("{}", out.stderr));
+    assert!(
+        out.stderr.contains(&format!(
+            "attached: 3 probes, {groups} links (0 kprobe_multi, 0 uprobe_multi), 1 skipped\n"
+        )),
+        "{}",
+        out.stderr
+    );
+}
+
+/// funccount -D ARGS on the `refused` C program's tk_* functions: exact counts
+/// for the three it calls, tk_refused skipped with the reason.
+fn trace_refused(args: &[&str]) -> Output {
+    let dir = Scratch::new();
+    let bin = build_c(&dir, "refused");
+    let mut p = CProg::start(&bin);
+    let pid = p.pid.to_string();
+    let spec = format!("{}:tk_*", bin.display());
+    let mut all = vec!["-D", "-p", &pid, &spec];
+    all.extend_from_slice(args);
+    let mut t = spawn(&funccount(), &all);
+    t.wait_ready();
+    p.go();
+    let out = t.finish(T);
+    assert!(p.wait().success());
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert_eq!(
+        last_table(&out.stdout),
+        rows(&[("tk_one", 10), ("tk_two", 20), ("tk_three", 30)])
+    );
     assert!(
         out.stderr.contains(
             "  skipped tk_refused: uprobes cannot probe this function: the kernel refuses to single-step its first instruction\n"
@@ -490,6 +524,7 @@ fn refused_function_is_skipped_and_the_rest_stay_in_uprobe_multi() {
         "{}",
         out.stderr
     );
+    out
 }
 
 #[test]
@@ -497,36 +532,44 @@ fn second_signal_during_detach_leaves_no_breakpoint() {
     // Single uprobes on 100 functions of a process that keeps running; a second
     // SIGINT right after "Detaching..." must not cut the detach short: the
     // process' code must be the file's again, and every link of the tool gone.
-    let dir = Scratch::new();
-    let bin = build_many_functions(&dir, 100);
-    let p = CProg::start(&bin);
-    let pid = p.pid.to_string();
-    let spec = format!("{}:fn_*", bin.display());
-    let mut t = spawn(
-        &funccount(),
-        &["--attach-mode", "single", "-p", &pid, &spec],
-    );
-    t.wait_ready();
-    assert_eq!(code_bytes_changed(p.pid, &bin), 100, "one int3 per probe");
-    let links = bpf_link_ids_of(t.pid());
-    assert!(!links.is_empty());
-    t.signal(libc::SIGINT);
-    t.wait_line(|l| l == "Detaching...", T);
-    t.signal(libc::SIGINT);
-    t.signal(libc::SIGTERM);
-    let out = t.finish(Duration::from_secs(300));
-    assert_eq!(
-        code_bytes_changed(p.pid, &bin),
-        0,
-        "breakpoints left behind"
-    );
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    let left: Vec<u32> = links
-        .into_iter()
-        .filter(|id| bpf_link_exists(*id))
-        .collect();
-    assert!(left.is_empty(), "links left: {left:?}");
-    drop(p);
+    // Single perf-event uprobes take about 100 ms each to detach, so there the
+    // second signal lands in the middle of it; tracefs uprobe groups are checked too.
+    for perf_uprobes in ["1", "0"] {
+        let dir = Scratch::new();
+        let bin = build_many_functions(&dir, 100);
+        let p = CProg::start(&bin);
+        let pid = p.pid.to_string();
+        let spec = format!("{}:fn_*", bin.display());
+        let mut cmd = Command::new(funccount());
+        cmd.env("TRACEKIT_PERF_UPROBES", perf_uprobes).args([
+            "--attach-mode",
+            "single",
+            "-p",
+            &pid,
+            &spec,
+        ]);
+        let mut t = spawn_cmd(cmd);
+        t.wait_ready();
+        assert_eq!(code_bytes_changed(p.pid, &bin), 100, "one int3 per probe");
+        let links = bpf_link_ids_of(t.pid());
+        assert!(!links.is_empty());
+        t.signal(libc::SIGINT);
+        t.wait_line(|l| l == "Detaching...", T);
+        t.signal(libc::SIGINT);
+        t.signal(libc::SIGTERM);
+        let out = t.finish(Duration::from_secs(300));
+        assert_eq!(
+            code_bytes_changed(p.pid, &bin),
+            0,
+            "breakpoints left behind"
+        );
+        assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+        let left: Vec<u32> = links
+            .into_iter()
+            .filter(|id| bpf_link_exists(*id))
+            .collect();
+        assert!(left.is_empty(), "links left: {left:?}");
+    }
 }
 
 #[test]
@@ -673,4 +716,57 @@ fn common_raw_tp_cookies() -> bool {
         .split(|c: char| !c.is_ascii_digit())
         .map(|p| p.parse::<u32>().unwrap_or(0));
     (v.next().unwrap(), v.next().unwrap()) >= (6, 10)
+}
+
+#[test]
+fn thousands_of_single_uprobes_count_exactly_in_groups() {
+    // 3,000 tiny functions: many share a page offset, so they need several
+    // tracefs uprobe groups; each function is counted exactly, and the groups'
+    // events are gone afterwards.
+    let dir = Scratch::new();
+    let bin = build_many_functions(&dir, 3000);
+    let mut p = CProg::start(&bin);
+    let pid = p.pid.to_string();
+    let spec = format!("{}:fn_*", bin.display());
+    let mut t = spawn(
+        &funccount(),
+        &["-D", "--attach-mode", "single", "-p", &pid, &spec],
+    );
+    t.wait_ready();
+    let tool = t.pid();
+    assert_eq!(
+        code_bytes_changed(p.pid, &bin),
+        3000,
+        "one int3 per function"
+    );
+    p.go();
+    let out = t.finish(T);
+    assert!(p.wait().success());
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let table = last_table(&out.stdout);
+    let want: Vec<(String, u64)> = (0..3000).map(|i| (format!("fn_{i:04}"), 1)).collect();
+    let mut got = table.clone();
+    got.sort();
+    assert_eq!(got, want);
+    let groups: usize = out
+        .stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("user functions: 3000 in ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("{}", out.stderr));
+    assert!(groups > 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "attached: 3000 probes, {groups} links (0 kprobe_multi, 0 uprobe_multi), 0 skipped\n"
+        )),
+        "{}",
+        out.stderr
+    );
+    let events = std::fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap();
+    assert!(!events.contains(&format!("tracekit_{tool}/")), "{events}");
 }

@@ -279,6 +279,12 @@ impl Plan {
         if let Some(missing) = need.iter().find(|k| !have.contains(k)) {
             bail!("internal error: the BPF object has no program for {missing:?} probes");
         }
+        let user = self.count(|s| matches!(s, Site::User { .. }));
+        for mut map in obj.maps_mut() {
+            if map.name() == "uprobe_groups" {
+                map.set_max_entries(user.max(1) as u32)?;
+            }
+        }
         Ok(())
     }
 
@@ -402,8 +408,22 @@ impl Plan {
                     stop,
                     &mut out,
                 );
-            } else {
+            } else if std::env::var_os("TRACEKIT_PERF_UPROBES").is_some_and(|v| v != "0") {
                 attach::uprobes(prog(ProgKind::Uprobe)?, pid, binary, &sites, stop, &mut out);
+            } else {
+                let index = obj.maps().find(|m| m.name() == "uprobe_groups");
+                let rest = attach::uprobe_groups(
+                    prog(ProgKind::Uprobe)?,
+                    index.as_ref(),
+                    pid,
+                    binary,
+                    &sites,
+                    stop,
+                    &mut out,
+                );
+                if !rest.is_empty() {
+                    attach::uprobes(prog(ProgKind::Uprobe)?, pid, binary, &rest, stop, &mut out);
+                }
             }
         }
 
@@ -618,7 +638,8 @@ impl Plan {
                         n += 1 + BISECT_SLACK;
                     }
                 }
-                Site::User { .. } => n += 2,
+                // Grouped (see fds for groups below).
+                Site::User { .. } => {}
                 Site::Tracepoint(t) if syscall_event(t).is_some() => {}
                 Site::Tracepoint(_) if loaded.contains(&ProgKind::RawTracepoint) => n += 1,
                 Site::Tracepoint(_) => n += 2,
@@ -628,6 +649,25 @@ impl Plan {
         }
         if kernel > 0 {
             n += 1 + BISECT_SLACK;
+        }
+        // Without uprobe_multi: a perf event and a link per uprobe group, of which a
+        // binary has as many as functions share a page offset (+ bisection).
+        if !self.user_multi {
+            let mut depth: BTreeMap<(&PathBuf, u64), usize> = BTreeMap::new();
+            for p in &self.probes {
+                if let Site::User { binary, func } = &p.site {
+                    *depth.entry((binary, func.offset & 0xfff)).or_default() += 1;
+                }
+            }
+            let mut per_binary: BTreeMap<&PathBuf, usize> = BTreeMap::new();
+            for ((b, _), d) in depth {
+                let m = per_binary.entry(b).or_default();
+                *m = (*m).max(d);
+            }
+            n += per_binary
+                .values()
+                .map(|d| 2 * (d + BISECT_SLACK))
+                .sum::<usize>();
         }
         // The raw sys_enter/sys_exit links, or one perf event pair per syscall event.
         for (kind, exit) in [
@@ -663,6 +703,17 @@ impl Attached {
             self.uprobe_multi_links,
             self.skipped.len()
         );
+        let user = self.grouped_uprobes + self.single_uprobes;
+        if user > 0 {
+            let _ = writeln!(
+                s,
+                "user functions: {} in {} tracefs uprobe group{}, {} as single perf-event uprobes",
+                self.grouped_uprobes,
+                self.uprobe_groups,
+                if self.uprobe_groups == 1 { "" } else { "s" },
+                self.single_uprobes
+            );
+        }
         let tracepoints = self.raw_tracepoint_links + self.syscall_events + self.perf_tracepoints;
         if tracepoints > 0 {
             let _ = writeln!(

@@ -419,18 +419,24 @@ impl Drop for CProg {
     }
 }
 
-/// Writes a C program with `n` functions `fn_000`.. (each a few instructions)
-/// that prints "ready" and then waits for stdin to close, and compiles it.
+/// Writes a C program with `n` functions `fn_0000`.. (a few instructions each, so
+/// thousands share page offsets) and compiles it. It prints "ready", then calls
+/// every function once per line read from stdin, and exits at end of input.
 pub fn build_many_functions(dir: &Scratch, n: usize) -> PathBuf {
     let mut src = String::from("#include <stdio.h>\n");
     for i in 0..n {
         src.push_str(&format!(
-            "__attribute__((noinline, used)) int fn_{i:03}(int x) {{ __asm__ volatile(\"\"); return x + {i}; }}\n"
+            "__attribute__((noinline, used)) int fn_{i:04}(int x) {{ __asm__ volatile(\"\"); return x + {i}; }}\n"
         ));
     }
+    src.push_str("int (*const fns[])(int) = {");
+    for i in 0..n {
+        src.push_str(&format!("fn_{i:04},"));
+    }
     src.push_str(
-        "int main(void) { char b[8]; printf(\"ready\\n\"); fflush(stdout); \
-         while (fgets(b, sizeof b, stdin)) {} return 0; }\n",
+        "};\nint main(void) { char b[8]; volatile int s = 0; printf(\"ready\\n\"); fflush(stdout);\n\
+         while (fgets(b, sizeof b, stdin)) for (unsigned i = 0; i < sizeof fns / sizeof *fns; i++) s += fns[i](i);\n\
+         return 0; }\n",
     );
     let c = dir.0.join("many.c");
     std::fs::write(&c, src).unwrap();
