@@ -370,6 +370,9 @@ impl Plan {
                 .with_context(|| format!("internal error: no loaded program for {k:?} probes"))
         };
         let mut out = Attached::new(self.probes.len());
+        if stop.is_set() {
+            return Ok(out); // stopped before attaching began
+        }
         let pid = self.pid;
 
         let kernel: Vec<(usize, &KernelFunc)> = self
@@ -482,8 +485,22 @@ impl Plan {
         let mut syscalls = Vec::new();
         let mut raw = Vec::new();
         let mut perf = Vec::new();
-        let dynamic = tracepoints::dynamic_events();
+        let candidates: Vec<&Tracepoint> = tps
+            .iter()
+            .filter(|(_, t, _)| t.category != "syscalls")
+            .map(|(_, t, _)| *t)
+            .collect();
+        let attachable = if progs.contains_key(&ProgKind::RawTracepoint) {
+            tracepoints::raw_attachable(&candidates)
+        } else {
+            Vec::new()
+        };
+        let mut candidate = 0;
         for &(i, t, label) in tps {
+            let raw_ok = t.category != "syscalls" && {
+                candidate += 1;
+                attachable.get(candidate - 1).copied().unwrap_or(false)
+            };
             let sys = syscall_event(t).filter(|(exit, _)| {
                 progs.contains_key(if *exit {
                     &ProgKind::SyscallExit
@@ -493,16 +510,13 @@ impl Plan {
             });
             if let Some((exit, nr)) = sys {
                 syscalls.push(attach::SyscallSite { probe: i, nr, exit });
-            } else if progs.contains_key(&ProgKind::RawTracepoint)
-                && t.category != "syscalls"
-                && !dynamic.contains(&(t.category.clone(), t.event.clone()))
-            {
+            } else if raw_ok {
                 raw.push((i, t, label));
             } else {
                 perf.push((i, t, label));
             }
         }
-        if !syscalls.is_empty() {
+        if !syscalls.is_empty() && !stop.is_set() {
             let map = obj
                 .maps()
                 .find(|m| m.name() == "syscall_probes")

@@ -1,6 +1,5 @@
 //! Kernel tracepoints, listed from tracefs `events/<category>/<event>/`.
 
-use std::collections::HashSet;
 use std::fs;
 
 use anyhow::{Context, Result};
@@ -60,32 +59,40 @@ pub fn matching(m: &Matcher) -> Result<Vec<Tracepoint>> {
     Ok(found)
 }
 
-/// The (group, event) of every dynamic event (kprobe, uprobe, synthetic, ...
-/// events defined through tracefs): they have no kernel tracepoint of their own,
-/// whatever their name.
-pub fn dynamic_events() -> HashSet<(String, String)> {
-    let Ok(dir) = tracefs::tracefs() else {
-        return HashSet::new();
-    };
-    // dynamic_events (Linux 5.0+) lists them all; each read waits for the kernel's
-    // event_mutex, so read no more files than needed.
-    let files: &[&str] = if dir.join("dynamic_events").exists() {
-        &["dynamic_events"]
-    } else {
-        &["kprobe_events", "uprobe_events"]
-    };
-    files
+/// Whether an event can be attached as the kernel tracepoint of the same name (a
+/// raw tracepoint is found by name alone). Tracepoint names are unique, so an
+/// event name found in several categories, or an event in a group of dynamic
+/// events (kprobe, uprobe, synthetic, ... events defined through tracefs, which
+/// have no tracepoint of their own), is not. Decided from the tracefs directory
+/// alone: the lists of dynamic events would wait for the kernel's event_mutex,
+/// which other tools hold for seconds while they detach perf events.
+pub fn raw_attachable(events: &[&Tracepoint]) -> Vec<bool> {
+    const DYNAMIC_GROUPS: &[&str] = &[
+        "kprobes",
+        "uprobes",
+        "synthetic",
+        "eprobes",
+        "fprobes",
+        "tracepoints",
+        "ftrace",
+    ];
+    let mut categories: std::collections::HashMap<String, usize> = Default::default();
+    if let Ok(cats) = tracefs::tracefs().and_then(|d| Ok(fs::read_dir(d.join("events"))?)) {
+        for cat in cats.flatten() {
+            for ev in fs::read_dir(cat.path()).into_iter().flatten().flatten() {
+                if let Ok(name) = ev.file_name().into_string() {
+                    if ev.file_type().is_ok_and(|t| t.is_dir()) {
+                        *categories.entry(name).or_default() += 1;
+                    }
+                }
+            }
+        }
+    }
+    events
         .iter()
-        .filter_map(|f| fs::read_to_string(dir.join(f)).ok())
-        .flat_map(|text| {
-            text.lines()
-                .filter_map(|l| {
-                    // "p:GROUP/EVENT ...", "s:GROUP/EVENT ..." (synthetic: "s:EVENT")
-                    let def = l.split_whitespace().next()?.split_once(':')?.1;
-                    let (g, e) = def.split_once('/').unwrap_or(("synthetic", def));
-                    Some((g.to_string(), e.to_string()))
-                })
-                .collect::<Vec<_>>()
+        .map(|t| {
+            !DYNAMIC_GROUPS.contains(&t.category.as_str())
+                && categories.get(&t.event).copied().unwrap_or(1) == 1
         })
         .collect()
 }
