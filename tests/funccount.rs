@@ -719,12 +719,12 @@ fn common_raw_tp_cookies() -> bool {
 }
 
 #[test]
-fn thousands_of_single_uprobes_count_exactly_in_groups() {
-    // 3,000 tiny functions: many share a page offset, so they need several
+fn many_single_uprobes_count_exactly_in_groups() {
+    // 1,500 tiny functions: many share a page offset, so they need several
     // tracefs uprobe groups; each function is counted exactly, and the groups'
     // events are gone afterwards.
     let dir = Scratch::new();
-    let bin = build_many_functions(&dir, 3000);
+    let bin = build_many_functions(&dir, 1500);
     let mut p = CProg::start(&bin);
     let pid = p.pid.to_string();
     let spec = format!("{}:fn_*", bin.display());
@@ -736,7 +736,7 @@ fn thousands_of_single_uprobes_count_exactly_in_groups() {
     let tool = t.pid();
     assert_eq!(
         code_bytes_changed(p.pid, &bin),
-        3000,
+        1500,
         "one int3 per function"
     );
     p.go();
@@ -744,7 +744,7 @@ fn thousands_of_single_uprobes_count_exactly_in_groups() {
     assert!(p.wait().success());
     assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
     let table = last_table(&out.stdout);
-    let want: Vec<(String, u64)> = (0..3000).map(|i| (format!("fn_{i:04}"), 1)).collect();
+    let want: Vec<(String, u64)> = (0..1500).map(|i| (format!("fn_{i:04}"), 1)).collect();
     let mut got = table.clone();
     got.sort();
     assert_eq!(got, want);
@@ -752,7 +752,7 @@ fn thousands_of_single_uprobes_count_exactly_in_groups() {
         .stderr
         .lines()
         .find_map(|l| {
-            l.strip_prefix("user functions: 3000 in ")?
+            l.strip_prefix("user functions: 1500 in ")?
                 .split(' ')
                 .next()?
                 .parse()
@@ -762,7 +762,7 @@ fn thousands_of_single_uprobes_count_exactly_in_groups() {
     assert!(groups > 1, "{}", out.stderr);
     assert!(
         out.stderr.contains(&format!(
-            "attached: 3000 probes, {groups} links (0 kprobe_multi, 0 uprobe_multi), 0 skipped\n"
+            "attached: 1500 probes, {groups} links (0 kprobe_multi, 0 uprobe_multi), 0 skipped\n"
         )),
         "{}",
         out.stderr

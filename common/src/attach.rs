@@ -572,8 +572,8 @@ fn uprobe_event_group() -> String {
     format!("tracekit_{}", std::process::id())
 }
 
-/// Writes one command to tracefs `uprobe_events` (one write per line: the kernel
-/// does not join a line split across writes).
+/// Writes commands (lines) to tracefs `uprobe_events` in one write: the kernel
+/// does not join a line split across writes.
 fn uprobe_events_command(cmd: &str) -> Result<(), i32> {
     use std::io::Write;
     let path = crate::tracefs::tracefs()
@@ -727,9 +727,15 @@ fn uprobe_group(
     let group = out.next_group;
     out.next_group += 1;
     let event = format!("{}/g{group}", uprobe_event_group());
-    for (created, s) in sites.iter().enumerate() {
-        if let Err(e) = uprobe_events_command(&format!("p:{event} {path}:0x{:x}", s.2)) {
-            if created > 0 {
+    // Complete lines, many per write (the kernel splits them; a line must not be
+    // split across writes).
+    let lines: Vec<String> = sites
+        .iter()
+        .map(|s| format!("p:{event} {path}:0x{:x}", s.2))
+        .collect();
+    for (k, batch) in lines.chunks(256).enumerate() {
+        if let Err(e) = uprobe_events_command(&batch.join("\n")) {
+            if k > 0 || batch.len() > 1 {
                 remove_uprobe_events(std::slice::from_ref(&event));
             }
             return Err(e);
