@@ -284,6 +284,10 @@ impl Plan {
             if map.name() == "uprobe_groups" {
                 map.set_max_entries(user.max(1) as u32)?;
             }
+            // Threads in a syscall at once; only needed to remember numbers.
+            if map.name() == "syscall_nrs" && !self.remember_syscall_nrs() {
+                map.set_max_entries(1)?;
+            }
         }
         Ok(())
     }
