@@ -770,3 +770,43 @@ fn many_single_uprobes_count_exactly_in_groups() {
     let events = std::fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap();
     assert!(!events.contains(&format!("tracekit_{tool}/")), "{events}");
 }
+
+#[test]
+fn ctrl_c_while_attaching_stops_and_detaches_promptly() {
+    // SIGINT as soon as the plan is printed (before the BPF object is loaded):
+    // attaching stops short of the whole set, everything attached is detached and
+    // the summary printed, all within seconds.
+    let mut t = spawn(&funccount(), &["-D", "t:*:*"]);
+    let matched: usize = t
+        .wait_line(|l| l.starts_with("pattern \"t:*:*\": "), T)
+        .split(": ")
+        .nth(1)
+        .and_then(|n| n.split(' ').next()?.parse().ok())
+        .unwrap();
+    t.wait_line(|l| l.starts_with(&format!("  probe {}: ", matched - 1)), T);
+    t.signal(libc::SIGINT);
+    let sent = std::time::Instant::now();
+    let links = bpf_link_ids_of(t.pid());
+    let out = t.finish(T);
+    let took = sent.elapsed();
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    let attached: usize = out
+        .stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("attached: ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("{}", out.stderr));
+    assert!(attached < matched, "{attached} of {matched} attached");
+    assert!(out.stdout.ends_with("Detaching...\n"), "{}", out.stdout);
+    let left: Vec<u32> = links
+        .into_iter()
+        .filter(|id| bpf_link_exists(*id))
+        .collect();
+    assert!(left.is_empty(), "links left: {left:?}");
+}
