@@ -5,6 +5,7 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 #include <bpf/usdt.bpf.h>
 #include "filter.h"
 
@@ -47,10 +48,34 @@ int count_uprobe_multi(struct pt_regs *ctx)
 	return count(bpf_get_attach_cookie(ctx));
 }
 
+/* Without uprobe_multi, the functions of a binary are grouped under one tracefs
+ * uprobe event per group (one perf event, so one detach, for the whole group).
+ * A group's cookie is UPROBE_GROUP | group << 12; within a group no two functions
+ * share the low 12 bits of their file offset, which are those of their address
+ * in any process (mappings are page aligned), so group and page offset of the
+ * probed address find the probe. */
+#define UPROBE_GROUP (1ULL << 63)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1); /* resized to the number of user functions */
+	__type(key, __u64);	/* group << 12 | page offset */
+	__type(value, __u32);	/* probe index */
+} uprobe_groups SEC(".maps");
+
 SEC("uprobe")
 int count_uprobe(struct pt_regs *ctx)
 {
-	return count(bpf_get_attach_cookie(ctx));
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 key;
+	__u32 *probe;
+
+	if (!(cookie & UPROBE_GROUP))
+		return count(cookie);
+	/* At a uprobe the instruction pointer is the probed address. */
+	key = (cookie & ~UPROBE_GROUP) | (PT_REGS_IP(ctx) & 0xfff);
+	probe = bpf_map_lookup_elem(&uprobe_groups, &key);
+	return probe ? count(*probe) : 0;
 }
 
 SEC("tracepoint")
@@ -63,6 +88,109 @@ SEC("usdt")
 int count_usdt(struct pt_regs *ctx)
 {
 	return count(bpf_usdt_cookie(ctx));
+}
+
+/* Raw tracepoint links (cookies from Linux 6.10) detach without the per-event
+ * event_mutex and RCU waits of perf-event tracepoints. */
+SEC("raw_tp")
+int count_raw_tp(struct bpf_raw_tracepoint_args *ctx)
+{
+	return count(bpf_get_attach_cookie(ctx));
+}
+
+/* The syscalls:sys_enter_* and sys_exit_* events are ftrace events on top of the
+ * raw_syscalls sys_enter/sys_exit tracepoints: one raw link on each serves all of
+ * them, mapping the syscall number to the probe index (plus one; 0: not traced).
+ * Exit slots follow the SYSCALL_SLOTS entry slots. */
+#define SYSCALL_SLOTS 1024
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * SYSCALL_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} syscall_probes SEC(".maps");
+
+/* Whether this kernel lets BPF read kernel memory (not under lockdown=
+ * confidentiality). Without it the verifier prunes the reads below: compat
+ * (ia32) syscalls cannot be told apart, and the number of a syscall at its exit
+ * is remembered from its entry in syscall_nrs instead of read from the registers. */
+const volatile bool kernel_reads = false;
+/* Whether sys_enter must remember syscall numbers for sys_exit (set when exit
+ * events are traced without kernel reads). */
+const volatile bool remember_nr = false;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);	/* thread id */
+	__type(value, __u32);	/* syscall number */
+} syscall_nrs SEC(".maps");
+
+#define TS_COMPAT 0x0002 /* arch/x86/include/asm/thread_info.h */
+
+/* The syscall events exclude compat syscalls (their numbers are ia32 ones). */
+static __always_inline bool compat_syscall(void)
+{
+	struct task_struct *task;
+
+	if (!kernel_reads)
+		return false;
+	task = (struct task_struct *)bpf_get_current_task();
+	return BPF_CORE_READ(task, thread_info.status) & TS_COMPAT;
+}
+
+static __always_inline int count_syscall(__u64 nr, __u32 base)
+{
+	__u32 slot, *probe;
+
+	if (nr >= SYSCALL_SLOTS)
+		return 0;
+	slot = base + (__u32)nr;
+	probe = bpf_map_lookup_elem(&syscall_probes, &slot);
+	if (probe && *probe)
+		return count(*probe - 1);
+	return 0;
+}
+
+SEC("raw_tp/sys_enter")
+int count_sys_enter(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u64 nr = ctx->args[1]; /* sys_enter(struct pt_regs *regs, long id) */
+
+	if (compat_syscall())
+		return 0;
+	if (remember_nr) {
+		__u32 tid = (__u32)bpf_get_current_pid_tgid();
+		__u32 n = nr;
+
+		bpf_map_update_elem(&syscall_nrs, &tid, &n, BPF_ANY);
+	}
+	return count_syscall(nr, 0);
+}
+
+SEC("raw_tp/sys_exit")
+int count_sys_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u64 nr;
+
+	if (compat_syscall())
+		return 0;
+	if (kernel_reads) {
+		/* sys_exit(struct pt_regs *regs, long ret): the number is orig_ax. */
+		struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
+
+		nr = BPF_CORE_READ(regs, orig_ax);
+	} else {
+		__u32 tid = (__u32)bpf_get_current_pid_tgid();
+		__u32 *n = bpf_map_lookup_elem(&syscall_nrs, &tid);
+
+		if (!n)
+			return 0; /* entered before we attached */
+		nr = *n;
+		bpf_map_delete_elem(&syscall_nrs, &tid);
+	}
+	return count_syscall(nr, SYSCALL_SLOTS);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -85,9 +85,10 @@ fn single_uprobes_count_the_same() {
         "{}",
         out.stderr
     );
+    // The three functions' page offsets differ: one tracefs uprobe group.
     assert!(
         out.stderr
-            .contains("attached: 3 probes, 3 links (0 kprobe_multi, 0 uprobe_multi), 0 skipped"),
+            .contains("attached: 3 probes, 1 links (0 kprobe_multi, 0 uprobe_multi), 0 skipped\nuser functions: 3 in 1 tracefs uprobe group, 0 as single perf-event uprobes\n"),
         "{}",
         out.stderr
     );
@@ -900,4 +901,380 @@ fn control_bytes_are_escaped_in_messages() {
         &["x\x1b[31m:a\nb:c"],
         "bad probe \"x\\x1b[31m:a\\x0ab:c\": probe type must be 'p', 't' or 'u', not 'x\\x1b[31m'",
     );
+}
+
+#[test]
+fn refused_function_is_skipped_and_the_rest_stay_in_uprobe_multi() {
+    // tk_refused starts with an instruction uprobes refuse; the kernel then refuses
+    // any uprobe_multi link holding it. Only it is skipped: the others are counted
+    // exactly, in uprobe_multi links (no single uprobes).
+    let out = trace_refused(&[]);
+    let attached = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("attached: "))
+        .unwrap_or_else(|| panic!("{}", out.stderr));
+    // "attached: 3 probes, N links (...)": how many links the bisection made.
+    let links: usize = attached
+        .split(", ")
+        .nth(1)
+        .and_then(|l| l.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{attached}"));
+    assert_eq!(
+        attached,
+        format!(
+            "attached: 3 probes, {links} links (0 kprobe_multi, {links} uprobe_multi), 1 skipped"
+        ),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn refused_function_is_skipped_from_uprobe_groups() {
+    // Without uprobe_multi the group holding tk_refused is refused as a whole and
+    // bisected the same way.
+    let out = trace_refused(&["--attach-mode", "single"]);
+    let groups: usize = out
+        .stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("user functions: 3 in ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("{}", out.stderr));
+    assert!(
+        out.stderr.contains(&format!(
+            "attached: 3 probes, {groups} links (0 kprobe_multi, 0 uprobe_multi), 1 skipped\n"
+        )),
+        "{}",
+        out.stderr
+    );
+}
+
+/// funccount -D ARGS on the `refused` C program's tk_* functions: exact counts
+/// for the three it calls, tk_refused skipped with the reason.
+fn trace_refused(args: &[&str]) -> Output {
+    let dir = Scratch::new();
+    let bin = build_c(&dir, "refused");
+    let mut p = CProg::start(&bin);
+    let pid = p.pid.to_string();
+    let spec = format!("{}:tk_*", bin.display());
+    // The kernel's own refusal is what these tests exercise: funccount's check of
+    // first instructions (which skips tk_refused up front) is switched off.
+    let fc = funccount();
+    let mut all = vec![
+        "TRACEKIT_NO_INSN_CHECK=1",
+        fc.to_str().unwrap(),
+        "-D",
+        "-p",
+        &pid,
+        &spec,
+    ];
+    all.extend_from_slice(args);
+    let mut t = spawn(std::path::Path::new("env"), &all);
+    t.wait_ready();
+    p.go();
+    let out = t.finish(T);
+    assert!(p.wait().success());
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert_eq!(
+        last_table(&out.stdout),
+        rows(&[("tk_one", 10), ("tk_two", 20), ("tk_three", 30)])
+    );
+    assert!(
+        out.stderr.contains(
+            "  skipped tk_refused: the kernel refuses to single-step its first instruction (ENOTSUPP)\n"
+        ),
+        "{}",
+        out.stderr
+    );
+    out
+}
+
+#[test]
+fn second_signal_during_detach_leaves_no_breakpoint() {
+    // Single uprobes on 100 functions of a process that keeps running; a second
+    // SIGINT right after "Detaching..." must not cut the detach short: the
+    // process' code must be the file's again, and every link of the tool gone.
+    // Single perf-event uprobes take about 100 ms each to detach, so there the
+    // second signal lands in the middle of it; tracefs uprobe groups are checked too.
+    for perf_uprobes in ["1", "0"] {
+        let dir = Scratch::new();
+        let bin = build_many_functions(&dir, 100);
+        let p = CProg::start(&bin);
+        let pid = p.pid.to_string();
+        let spec = format!("{}:fn_*", bin.display());
+        let mut cmd = Command::new(funccount());
+        cmd.env("TRACEKIT_PERF_UPROBES", perf_uprobes).args([
+            "--attach-mode",
+            "single",
+            "-p",
+            &pid,
+            &spec,
+        ]);
+        let mut t = spawn_cmd(cmd);
+        t.wait_ready();
+        assert_eq!(code_bytes_changed(p.pid, &bin), 100, "one int3 per probe");
+        let links = bpf_link_ids_of(t.pid());
+        assert!(!links.is_empty());
+        t.signal(libc::SIGINT);
+        t.wait_line(|l| l == "Detaching...", T);
+        t.signal(libc::SIGINT);
+        t.signal(libc::SIGTERM);
+        let out = t.finish(Duration::from_secs(300));
+        assert_eq!(
+            code_bytes_changed(p.pid, &bin),
+            0,
+            "breakpoints left behind"
+        );
+        assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+        let left: Vec<u32> = links
+            .into_iter()
+            .filter(|id| bpf_link_exists(*id))
+            .collect();
+        assert!(left.is_empty(), "links left: {left:?}");
+    }
+}
+
+#[test]
+fn too_few_file_descriptors_fail_before_attaching() {
+    // `ulimit -n 40` sets the hard limit too, so it cannot be raised: the run must
+    // fail before attaching anything, saying how many descriptors it needs.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 40 && exec {} -d 5 't:sched:*'",
+            funccount().display()
+        ))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    let need: usize = stderr
+        .strip_prefix("funccount: error: this run needs ")
+        .and_then(|r| r.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(need > 40, "{stderr}");
+    let probes = stderr
+        .split(" file descriptors (")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert_eq!(
+        stderr,
+        format!(
+            "funccount: error: this run needs {need} file descriptors ({probes} for its probes), \
+             over the open-file limit of 40: raise it with `ulimit -n {need}` (or `prlimit \
+             --nofile={need}`), or trace fewer probes\n"
+        )
+    );
+}
+
+#[test]
+fn soft_file_limit_is_raised_to_the_hard_limit() {
+    // A low soft limit under a high hard one is no obstacle: it is raised.
+    let w = Workload::start(&workload(), &["getppid", "100"]);
+    let pid = w.pid.to_string();
+    let mut t = Command::new("sh");
+    t.arg("-c").arg(format!(
+        "ulimit -S -n 20 && exec {} -p {pid} 't:sched:*' t:syscalls:sys_enter_getppid",
+        funccount().display()
+    ));
+    let mut t = spawn_cmd(t);
+    t.wait_ready();
+    w.go();
+    let out = t.finish(T);
+    assert!(w.wait().success());
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert!(
+        last_table(&out.stdout).contains(&("syscalls:sys_enter_getppid".to_string(), 100)),
+        "{}",
+        out.stdout
+    );
+}
+
+/// The `-D` line saying how tracepoints were attached.
+fn tracepoint_mechanisms(stderr: &str) -> &str {
+    stderr
+        .lines()
+        .find(|l| l.starts_with("tracepoints: "))
+        .unwrap_or_else(|| panic!("no tracepoints line in:\n{stderr}"))
+}
+
+#[test]
+fn syscall_events_share_one_raw_link_per_direction() {
+    let out = count_with_pid(
+        &["getppid", "321"],
+        &[
+            "-D",
+            "t:syscalls:sys_enter_*",
+            "t:syscalls:sys_exit_getppid",
+        ],
+    );
+    let table = last_table(&out.stdout);
+    assert!(
+        table.contains(&("syscalls:sys_enter_getppid".to_string(), 321))
+            && table.contains(&("syscalls:sys_exit_getppid".to_string(), 321)),
+        "{table:?}"
+    );
+    let n: usize = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Tracing ")?.split(' ').next()?.parse().ok())
+        .unwrap();
+    assert_eq!(
+        tracepoint_mechanisms(&out.stderr),
+        format!("tracepoints: 0 as raw tracepoint links, {n} syscall events through 2 raw sys_enter/sys_exit links, 0 as perf events")
+    );
+}
+
+#[test]
+fn syscall_exit_counted_exactly_without_kernel_reads() {
+    // As under lockdown=confidentiality: sys_exit cannot read the syscall number
+    // from the registers, so sys_enter remembers it per thread.
+    let w = Workload::start(&workload(), &["getppid", "432"]);
+    let pid = w.pid.to_string();
+    let mut cmd = Command::new(funccount());
+    cmd.env("TRACEKIT_NO_KERNEL_READS", "1").args([
+        "-D",
+        "-p",
+        &pid,
+        "t:syscalls:sys_exit_getppid",
+    ]);
+    let mut t = spawn_cmd(cmd);
+    t.wait_ready();
+    w.go();
+    let out = t.finish(T);
+    assert!(w.wait().success());
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert_eq!(
+        last_table(&out.stdout),
+        rows(&[("syscalls:sys_exit_getppid", 432)])
+    );
+    assert_eq!(
+        tracepoint_mechanisms(&out.stderr),
+        "tracepoints: 0 as raw tracepoint links, 1 syscall events through 2 raw sys_enter/sys_exit links, 0 as perf events"
+    );
+}
+
+#[test]
+fn raw_tracepoint_counted_exactly() {
+    // task:task_rename fires once per prctl(PR_SET_NAME) of the workload.
+    let out = count_with_pid(&["rename", "345"], &["-D", "t:task:task_rename"]);
+    assert_eq!(last_table(&out.stdout), rows(&[("task:task_rename", 345)]));
+    let raw = if common_raw_tp_cookies() { 1 } else { 0 };
+    assert_eq!(
+        tracepoint_mechanisms(&out.stderr),
+        format!(
+            "tracepoints: {raw} as raw tracepoint links, 0 syscall events through 0 raw sys_enter/sys_exit links, {} as perf events",
+            1 - raw
+        )
+    );
+}
+
+/// Whether this kernel has raw tracepoint cookies (6.10+): the host's does.
+fn common_raw_tp_cookies() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut v = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    (v.next().unwrap(), v.next().unwrap()) >= (6, 10)
+}
+
+#[test]
+fn many_single_uprobes_count_exactly_in_groups() {
+    // 1,500 tiny functions: many share a page offset, so they need several
+    // tracefs uprobe groups; each function is counted exactly, and the groups'
+    // events are gone afterwards.
+    let dir = Scratch::new();
+    let bin = build_many_functions(&dir, 1500);
+    let mut p = CProg::start(&bin);
+    let pid = p.pid.to_string();
+    let spec = format!("{}:fn_*", bin.display());
+    let mut t = spawn(
+        &funccount(),
+        &["-D", "--attach-mode", "single", "-p", &pid, &spec],
+    );
+    t.wait_ready();
+    let tool = t.pid();
+    assert_eq!(
+        code_bytes_changed(p.pid, &bin),
+        1500,
+        "one int3 per function"
+    );
+    p.go();
+    let out = t.finish(T);
+    assert!(p.wait().success());
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let table = last_table(&out.stdout);
+    let want: Vec<(String, u64)> = (0..1500).map(|i| (format!("fn_{i:04}"), 1)).collect();
+    let mut got = table.clone();
+    got.sort();
+    assert_eq!(got, want);
+    let groups: usize = out
+        .stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("user functions: 1500 in ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("{}", out.stderr));
+    assert!(groups > 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "attached: 1500 probes, {groups} links (0 kprobe_multi, 0 uprobe_multi), 0 skipped\n"
+        )),
+        "{}",
+        out.stderr
+    );
+    let events = std::fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap();
+    assert!(!events.contains(&format!("tracekit_{tool}/")), "{events}");
+}
+
+#[test]
+fn ctrl_c_while_attaching_stops_and_detaches_promptly() {
+    // SIGINT as soon as the plan is printed (before the BPF object is loaded):
+    // attaching stops short of the whole set, everything attached is detached and
+    // the summary printed, all within seconds.
+    let mut t = spawn(&funccount(), &["-D", "t:*:*"]);
+    let matched: usize = t
+        .wait_line(|l| l.starts_with("pattern \"t:*:*\": "), T)
+        .split(": ")
+        .nth(1)
+        .and_then(|n| n.split(' ').next()?.parse().ok())
+        .unwrap();
+    t.wait_line(|l| l.starts_with(&format!("  probe {}: ", matched - 1)), T);
+    t.signal(libc::SIGINT);
+    let sent = std::time::Instant::now();
+    let links = bpf_link_ids_of(t.pid());
+    let out = t.finish(T);
+    let took = sent.elapsed();
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    let attached: usize = out
+        .stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("attached: ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("{}", out.stderr));
+    assert!(attached < matched, "{attached} of {matched} attached");
+    assert!(out.stdout.ends_with("Detaching...\n"), "{}", out.stdout);
+    let left: Vec<u32> = links
+        .into_iter()
+        .filter(|id| bpf_link_exists(*id))
+        .collect();
+    assert!(left.is_empty(), "links left: {left:?}");
 }

@@ -48,7 +48,7 @@ fn avg_line(stdout: &str) -> &str {
 
 #[test]
 fn recursion_measures_every_call_in_every_mode() {
-    // 10 calls of depth 3, the innermost sleeping 20 ms: 30 calls of 20 ms and a
+    // 10 calls of depth 3, the innermost sleeping 35 ms: 30 calls of 35 ms and a
     // bit. Keying entries by thread alone (BCC, bpftrace) would record 10.
     for (mode, mechanism) in [
         ("auto", "uprobe.session"),
@@ -65,7 +65,7 @@ fn recursion_measures_every_call_in_every_mode() {
         );
         assert_eq!(
             buckets(&out.stdout),
-            vec![(16777216, 33554431, 30)],
+            vec![(33554432, 67108863, 30)],
             "{mode}: {}",
             out.stdout
         );
@@ -86,13 +86,16 @@ fn bccs_layout_byte_for_byte() {
          \x20    msecs               : count     distribution\n\
          \x20        0 -> 1          : 0        |                                        |\n\
          \x20        2 -> 3          : 0        |                                        |\n\
-         \x20        4 -> 7          : 20       |****************************************|\n\
+         \x20        4 -> 7          : 0        |                                        |\n\
+         \x20        8 -> 15         : 0        |                                        |\n\
+         \x20       16 -> 31         : 0        |                                        |\n\
+         \x20       32 -> 63         : 20       |****************************************|\n\
          \navg = ",
         bin.display()
     );
     assert!(out.stdout.starts_with(&want_head), "{}", out.stdout);
-    // 20 sleeps of 5 ms (each in [4, 7] ms, as the histogram shows): BCC's line
-    // with the average truncated from total / count.
+    // 20 sleeps of 35 ms (each in [32, 63] ms, as the histogram shows): BCC's
+    // line with the average truncated from total / count.
     let avg = avg_line(&out.stdout);
     let nums: Vec<u64> = avg
         .split(|c: char| !c.is_ascii_digit())
@@ -105,7 +108,7 @@ fn bccs_layout_byte_for_byte() {
             nums[0], nums[1]
         )
     );
-    assert!((100..140).contains(&nums[1]), "{avg}");
+    assert!((700..1280).contains(&nums[1]), "{avg}");
     assert_eq!(nums[0], nums[1] / 20, "{avg}");
     assert!(
         out.stdout.ends_with(", count: 20\n\nDetaching...\n"),
@@ -122,14 +125,14 @@ fn units() {
         .contains("     usecs               : count     distribution\n"));
     assert_eq!(
         buckets(&out.stdout),
-        vec![(4096, 8191, 8)],
+        vec![(32768, 65535, 8)],
         "{}",
         out.stdout
     );
     let out = time_calls("sleep", 8, "tk_sleep", &[]);
     assert_eq!(
         buckets(&out.stdout),
-        vec![(4194304, 8388607, 8)],
+        vec![(33554432, 67108863, 8)],
         "{}",
         out.stdout
     );
@@ -159,10 +162,10 @@ fn one_histogram_per_function() {
         fast_rows.iter().all(|b| b.1 < 1000),
         "tk_fast under 1 ms: {fast_rows:?}"
     );
-    // 3 ms sleeps.
+    // 35 ms sleeps.
     assert_eq!(
         buckets(&out.stdout[slow..]),
-        vec![(2048, 4095, 25)],
+        vec![(32768, 65535, 25)],
         "{}",
         out.stdout
     );
@@ -203,7 +206,7 @@ fn intervals_print_deltas() {
     assert_eq!(out.stdout.matches("avg = ").count(), 1, "{}", out.stdout);
     assert_eq!(
         buckets(&out.stdout),
-        vec![(4096, 8191, 6)],
+        vec![(32768, 65535, 6)],
         "{}",
         out.stdout
     );
@@ -219,9 +222,9 @@ fn json_summary() {
     assert_eq!(last["count"], 12);
     assert_eq!(
         last["hist"],
-        serde_json::json!([{"low": 16384, "high": 32767, "count": 12}])
+        serde_json::json!([{"low": 32768, "high": 65535, "count": 12}])
     );
-    assert!(last["total_ns"].as_u64().unwrap() >= 12 * 20_000_000);
+    assert!(last["total_ns"].as_u64().unwrap() >= 12 * 35_000_000);
     assert!(
         out.stderr.starts_with("Tracing 1 functions for"),
         "{}",

@@ -473,3 +473,61 @@ fn funclatency_leaves_nothing_after_sigterm_and_kill() {
         }
     }
 }
+
+#[test]
+#[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
+fn uprobe_groups_and_raw_syscall_links_on_older_kernels() {
+    // Debian 12's 6.1 has no uprobe_multi and no raw tracepoint cookies: user
+    // functions go into tracefs uprobe groups, syscall events through the raw
+    // sys_enter/sys_exit links (no cookie needed), other tracepoints on perf.
+    let dir = Scratch::new();
+    let bin = dir.copy(&prog("workload"));
+    let w = Workload::start(&bin, &["funcs", "100"]);
+    let spec = format!("{}:tk_*", bin.display());
+    let out = trace_workload(
+        &funccount(),
+        w,
+        &["-D", "--attach-mode", "single", &spec],
+        T,
+    );
+    assert_eq!(
+        last_table(&out.stdout),
+        rows(&[("tk_alpha", 100), ("tk_beta", 200), ("tk_gamma", 300)])
+    );
+    assert!(
+        out.stderr.contains(
+            "user functions: 3 in 1 tracefs uprobe group, 0 as single perf-event uprobes\n"
+        ),
+        "{}",
+        out.stderr
+    );
+
+    let w = Workload::start(&prog("workload"), &["rename", "60"]);
+    let out = trace_workload(
+        &funccount(),
+        w,
+        &[
+            "-D",
+            "t:syscalls:sys_enter_prctl",
+            "t:syscalls:sys_exit_prctl",
+            "t:task:task_rename",
+        ],
+        T,
+    );
+    assert_eq!(
+        last_table(&out.stdout),
+        rows(&[
+            ("syscalls:sys_enter_prctl", 60),
+            ("syscalls:sys_exit_prctl", 60),
+            ("task:task_rename", 60)
+        ])
+    );
+    assert!(
+        out.stderr
+            .contains(" 2 syscall events through 2 raw sys_enter/sys_exit links, "),
+        "{}",
+        out.stderr
+    );
+    let events = std::fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap();
+    assert_eq!(events, "", "uprobe events left behind");
+}

@@ -209,7 +209,21 @@ fn offsets_and_addresses() {
 #[test]
 fn kernel_stacks_at_a_tracepoint() {
     let w = Workload::start(&prog("workload"), &["getppid", "333"]);
-    let out = trace_workload(&stackcount(), w, &["-K", "t:syscalls:sys_enter_getppid"], T);
+    let out = trace_workload(
+        &stackcount(),
+        w,
+        &["--debug", "-K", "t:syscalls:sys_enter_getppid"],
+        T,
+    );
+    // stackcount stays on perf-event tracepoints: a raw tracepoint's kernel stack
+    // would start with BPF trampoline frames.
+    assert!(
+        out.stderr.contains(
+            "tracepoints: 0 as raw tracepoint links, 0 syscall events through 0 raw sys_enter/sys_exit links, 1 as perf events\n"
+        ),
+        "{}",
+        out.stderr
+    );
     let stacks = parse_stacks(&out.stdout);
     assert_eq!(stacks.len(), 1, "{}", out.stdout);
     let (frames, count) = &stacks[0];
@@ -385,4 +399,38 @@ fn libc_frames_are_named_as_bcc_names_them() {
         assert_eq!(frames[0], "read", "{frames:?}");
     }
     assert_eq!(stacks.iter().map(|s| s.1).sum::<u64>(), 600, "{stacks:?}");
+}
+
+#[test]
+fn too_few_file_descriptors_fail_before_attaching() {
+    // Without this check stackcount attached what fit, traced, and then died at
+    // the summary for want of descriptors to symbolize with, losing every stack.
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 40 && exec {} -D 5 't:sched:*'",
+            stackcount().display()
+        ))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    let need = stderr
+        .strip_prefix("stackcount: error: this run needs ")
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let probes = stderr
+        .split(" file descriptors (")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert_eq!(
+        stderr,
+        format!(
+            "stackcount: error: this run needs {need} file descriptors ({probes} for its probes), \
+             over the open-file limit of 40: raise it with `ulimit -n {need}` (or `prlimit \
+             --nofile={need}`), or trace fewer probes\n"
+        )
+    );
 }

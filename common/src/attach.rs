@@ -15,7 +15,7 @@ use libbpf_rs::{AsRawLibbpf, Link, ProgramMut as Program};
 use libbpf_sys as sys;
 
 use crate::kfuncs::KernelFunc;
-use crate::run::Stop;
+use crate::run::{Phase, Stop};
 
 /// Where a program runs in the functions it is attached to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +42,22 @@ pub struct Attached {
     /// Number of kprobe_multi links and the kernel functions they cover.
     pub kprobe_multi_links: usize,
     pub uprobe_multi_links: usize,
+    /// Tracepoints attached as raw tracepoint links.
+    pub raw_tracepoint_links: usize,
+    /// Syscall events served by the raw sys_enter/sys_exit links, and those links.
+    pub syscall_events: usize,
+    pub syscall_links: usize,
+    /// Tracepoints attached as perf events.
+    pub perf_tracepoints: usize,
+    /// User functions in tracefs uprobe groups, and those groups (one perf event
+    /// and link each); user functions attached as single perf-event uprobes.
+    pub grouped_uprobes: usize,
+    pub uprobe_groups: usize,
+    pub single_uprobes: usize,
+    /// The tracefs uprobe events we created ("group/event"), removed after their
+    /// perf events are closed.
+    tracefs_events: Vec<String>,
+    next_group: u64,
 }
 
 impl Attached {
@@ -52,6 +68,15 @@ impl Attached {
             skipped: Vec::new(),
             kprobe_multi_links: 0,
             uprobe_multi_links: 0,
+            raw_tracepoint_links: 0,
+            syscall_events: 0,
+            syscall_links: 0,
+            perf_tracepoints: 0,
+            grouped_uprobes: 0,
+            uprobe_groups: 0,
+            single_uprobes: 0,
+            tracefs_events: Vec::new(),
+            next_group: 0,
         }
     }
 
@@ -81,6 +106,16 @@ impl Attached {
         }
     }
 
+    fn add_uprobe_multi(&mut self, link: Link, sites: &[UserSite<'_>]) {
+        self.add(link, sites.iter().map(|s| s.0 as u64));
+        self.uprobe_multi_links += 1;
+    }
+
+    /// A user function the kernel would not probe.
+    fn skip_user(&mut self, label: &str, errno: i32) {
+        self.skip_why(label, user_errno_reason(errno));
+    }
+
     fn skip(&mut self, label: &str, errno: i32) {
         self.skip_why(label, errno_reason(errno));
     }
@@ -95,6 +130,26 @@ impl Attached {
 
 impl Drop for Attached {
     fn drop(&mut self) {
+        // Signals during the detach must not end the process half way through it.
+        let stop = Stop::global();
+        if let Some(s) = stop {
+            s.set_phase(Phase::Detaching);
+        }
+        self.detach();
+        if let Some(s) = stop {
+            s.set_phase(Phase::Idle);
+        }
+    }
+}
+
+impl Attached {
+    fn detach(&mut self) {
+        self.close_links();
+        // Their perf events are closed now: the events can go.
+        remove_uprobe_events(&std::mem::take(&mut self.tracefs_events));
+    }
+
+    fn close_links(&mut self) {
         let links = std::mem::take(&mut self.links);
         if links.len() < 64 {
             return;
@@ -161,7 +216,8 @@ pub fn errno_reason(errno: i32) -> String {
     why.to_string()
 }
 
-/// Describes an errno from attaching a uprobe or USDT probe (a user function), for the user.
+/// Describes an errno from attaching a uprobe or USDT probe (a user function), for
+/// the user (the kernel-function wording of [`errno_reason`] would mislead).
 pub fn user_errno_reason(errno: i32) -> String {
     let why = match errno {
         libc::EINVAL => "the kernel refused a probe at this address (EINVAL)",
@@ -343,13 +399,13 @@ fn collect<T>(
     results: Vec<Option<Result<Link, i32>>>,
     cookie: impl Fn(&T) -> usize,
     label: impl Fn(&T) -> &str,
-    reason: fn(i32) -> String,
     out: &mut Attached,
+    skip: fn(&mut Attached, &str, i32),
 ) {
     for (item, r) in items.iter().zip(results) {
         match r {
             Some(Ok(link)) => out.add(link, [cookie(item) as u64]),
-            Some(Err(e)) => out.skip_why(label(item), reason(e)),
+            Some(Err(e)) => skip(out, label(item), e),
             None => {}
         }
     }
@@ -374,7 +430,6 @@ pub(crate) fn kprobes(
             addrs.into_iter().map(move |a| (i, f.name.as_str(), a))
         })
         .collect();
-    crate::system::raise_fd_limit(sites.len() * 2 + 64);
     let prog = Prog::of(prog);
     // One at a time: the kernel serializes kprobe registration anyway, and arming
     // ftrace-based kprobes concurrently with thousands of others has crashed
@@ -396,46 +451,95 @@ pub(crate) fn kprobes(
         // SAFETY: strings and opts outlive the call; a NULL name means offset is an address.
         take_link(unsafe { sys::bpf_program__attach_kprobe_opts(prog.ptr(), func, &opts) })
     });
-    collect(&sites, results, |s| s.0, |s| s.1, errno_reason, out);
+    collect(&sites, results, |s| s.0, |s| s.1, out, Attached::skip);
 }
 
 /// A user function site: probe index, name, file offset.
 pub(crate) type UserSite<'a> = (usize, &'a str, u64);
 
-/// All functions of one binary in one uprobe_multi link. On refusal, falls back
-/// to single uprobes so that only the offending functions are skipped.
-#[allow(clippy::too_many_arguments)]
+fn uprobe_multi_link(
+    prog: Prog,
+    hook: Hook,
+    pid: Option<u32>,
+    path: &CString,
+    sites: &[UserSite<'_>],
+) -> Result<Link, i32> {
+    let offsets: Vec<c_ulong> = sites.iter().map(|s| s.2 as c_ulong).collect();
+    let cookies: Vec<u64> = sites.iter().map(|s| s.0 as u64).collect();
+    let opts = sys::bpf_uprobe_multi_opts {
+        sz: size_of::<sys::bpf_uprobe_multi_opts>() as _,
+        offsets: offsets.as_ptr(),
+        cookies: cookies.as_ptr(),
+        cnt: sites.len() as _,
+        retprobe: hook == Hook::Return,
+        session: hook == Hook::Session,
+        ..Default::default()
+    };
+    // SAFETY: path, offsets and cookies outlive the call and hold `cnt` elements;
+    // a NULL pattern means the offsets are given.
+    take_link(unsafe {
+        sys::bpf_program__attach_uprobe_multi(
+            prog.ptr(),
+            pid.map_or(-1, |p| p as i32),
+            path.as_ptr(),
+            std::ptr::null(),
+            &opts,
+        )
+    })
+}
+
+/// All functions of one binary in one uprobe_multi link. When the kernel refuses
+/// the set (one function whose first instruction uprobes cannot step refuses the
+/// whole link), bisects it so that only the refused functions are skipped, each
+/// with its reason, and the rest stay in uprobe_multi links.
 pub(crate) fn uprobe_multi(
     prog: &Program,
     hook: Hook,
-    single: Option<&Program>,
     pid: Option<u32>,
     binary: &Path,
     sites: &[UserSite<'_>],
     stop: &Stop,
     out: &mut Attached,
 ) {
-    let opts = libbpf_rs::UprobeMultiOpts {
-        offsets: sites.iter().map(|s| s.2 as usize).collect(),
-        cookies: sites.iter().map(|s| s.0 as u64).collect(),
-        retprobe: hook == Hook::Return,
-        session: hook == Hook::Session,
-        ..Default::default()
-    };
-    match prog.attach_uprobe_multi_with_opts(pid.map_or(-1, |p| p as i32), binary, "", opts) {
-        Ok(link) => {
-            out.add(link, sites.iter().map(|s| s.0 as u64));
-            out.uprobe_multi_links += 1;
+    let Ok(path) = CString::new(binary.as_os_str().as_encoded_bytes()) else {
+        for s in sites {
+            out.skip_user(s.1, libc::EINVAL);
         }
-        Err(e) => match single {
-            Some(p) => uprobes(p, hook, pid, binary, sites, stop, out),
-            None => {
-                let errno = e.kind().into_errno();
-                for s in sites {
-                    out.skip_why(s.1, user_errno_reason(errno));
-                }
+        return;
+    };
+    let prog = Prog::of(prog);
+    match uprobe_multi_link(prog, hook, pid, &path, sites) {
+        Ok(link) => out.add_uprobe_multi(link, sites),
+        // Nothing to bisect: the binary itself or the permission is the problem.
+        Err(e @ (libc::EPERM | libc::EACCES | libc::ENOENT | libc::EBADF)) => {
+            for s in sites {
+                out.skip_user(s.1, e);
             }
-        },
+        }
+        Err(_) => bisect_uprobe_multi(prog, hook, pid, &path, sites, stop, out),
+    }
+}
+
+fn bisect_uprobe_multi(
+    prog: Prog,
+    hook: Hook,
+    pid: Option<u32>,
+    path: &CString,
+    sites: &[UserSite<'_>],
+    stop: &Stop,
+    out: &mut Attached,
+) {
+    if stop.is_set() || sites.is_empty() {
+        return;
+    }
+    match uprobe_multi_link(prog, hook, pid, path, sites) {
+        Ok(link) => out.add_uprobe_multi(link, sites),
+        Err(e) if sites.len() == 1 => out.skip_user(sites[0].1, e),
+        Err(_) => {
+            let (a, b) = sites.split_at(sites.len() / 2);
+            bisect_uprobe_multi(prog, hook, pid, path, a, stop, out);
+            bisect_uprobe_multi(prog, hook, pid, path, b, stop, out);
+        }
     }
 }
 
@@ -467,7 +571,6 @@ pub(crate) fn uprobes(
     stop: &Stop,
     out: &mut Attached,
 ) {
-    crate::system::raise_fd_limit(sites.len() * 2 + 64);
     let Ok(path) = CString::new(binary.as_os_str().as_encoded_bytes()) else {
         return;
     };
@@ -490,8 +593,245 @@ pub(crate) fn uprobes(
             )
         })
     });
-    collect(sites, results, |s| s.0, |s| s.1, user_errno_reason, out);
+    let before = out.links();
+    collect(sites, results, |s| s.0, |s| s.1, out, Attached::skip_user);
+    out.single_uprobes += out.links() - before;
 }
+
+/// The tracefs group of this process' uprobe events.
+fn uprobe_event_group() -> String {
+    format!("tracekit_{}", std::process::id())
+}
+
+/// Writes commands (lines) to tracefs `uprobe_events` in one write: the kernel
+/// does not join a line split across writes.
+fn uprobe_events_command(cmd: &str) -> Result<(), i32> {
+    use std::io::Write;
+    let path = crate::tracefs::tracefs()
+        .map_err(|_| libc::ENOENT)?
+        .join("uprobe_events");
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+    let line = format!("{cmd}\n");
+    match f.write(line.as_bytes()) {
+        Ok(n) if n == line.len() => Ok(()),
+        Ok(_) => Err(libc::EIO),
+        Err(e) => Err(e.raw_os_error().unwrap_or(libc::EIO)),
+    }
+}
+
+fn remove_uprobe_events(events: &[String]) {
+    for e in events {
+        let _ = uprobe_events_command(&format!("-:{e}"));
+    }
+}
+
+/// Removes the uprobe events left by tracekit processes that are gone (killed
+/// before they could remove them; such events are inert, no breakpoint is armed).
+fn remove_stale_uprobe_events() {
+    let Ok(dir) = crate::tracefs::tracefs() else {
+        return;
+    };
+    let Ok(list) = std::fs::read_to_string(dir.join("uprobe_events")) else {
+        return;
+    };
+    let stale: Vec<String> = list
+        .lines()
+        .filter_map(|l| {
+            let def = l.split_whitespace().next()?.split_once(':')?.1;
+            let pid: u32 = def
+                .strip_prefix("tracekit_")?
+                .split('/')
+                .next()?
+                .parse()
+                .ok()?;
+            (!Path::new(&format!("/proc/{pid}")).exists()).then(|| def.to_string())
+        })
+        .collect();
+    let mut unique = stale;
+    unique.dedup();
+    remove_uprobe_events(&unique);
+}
+
+fn perf_event_open_tracepoint(id: u64, pid: Option<u32>) -> Result<i32, i32> {
+    // SAFETY: perf_event_attr is plain data; all-zero is a valid start.
+    let mut attr: sys::perf_event_attr = unsafe { std::mem::zeroed() };
+    attr.type_ = sys::PERF_TYPE_TRACEPOINT;
+    attr.size = size_of::<sys::perf_event_attr>() as u32;
+    attr.config = id;
+    attr.__bindgen_anon_1.sample_period = 1;
+    attr.__bindgen_anon_2.wakeup_events = 1;
+    // With a PID, the kernel arms the breakpoints in that process only.
+    let (pid, cpu) = match pid {
+        Some(p) => (p as libc::c_int, -1),
+        None => (-1, 0),
+    };
+    // SAFETY: attr is valid for the call; a non-negative result is a new fd.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr as *const sys::perf_event_attr,
+            pid,
+            cpu as libc::c_int,
+            -1 as libc::c_int,
+            sys::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+        )
+    };
+    if fd < 0 {
+        Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL))
+    } else {
+        Ok(fd as i32)
+    }
+}
+
+/// Without uprobe_multi: the functions of one binary as tracefs uprobe events,
+/// many functions appended to one event, each event opened as one perf event with
+/// the BPF program attached. A perf-event uprobe costs the kernel several RCU
+/// grace periods to remove, one at a time under its event_mutex (about 100 ms
+/// each: 1,000 functions took 107 s); a group costs that once for all its
+/// functions. With `index` (the BPF object's `uprobe_groups` map) functions are
+/// told apart by group and page offset (see bpf/funccount.bpf.c), so a group
+/// holds functions with distinct page offsets; without it (a tool that does not
+/// need to know which function fired) one group holds them all. A group the
+/// kernel refuses is bisected. Returns the sites tracefs would not take (no
+/// tracefs, a path it cannot parse), for single uprobes.
+pub(crate) fn uprobe_groups<'a>(
+    prog: &Program,
+    index: Option<&libbpf_rs::Map>,
+    pid: Option<u32>,
+    binary: &Path,
+    sites: &[UserSite<'a>],
+    stop: &Stop,
+    out: &mut Attached,
+) -> Vec<UserSite<'a>> {
+    let Some(path) = binary.to_str().filter(|p| !p.contains(char::is_whitespace)) else {
+        return sites.to_vec();
+    };
+    if out.next_group == 0 {
+        remove_stale_uprobe_events();
+    }
+    let groups: Vec<Vec<UserSite>> = if index.is_some() {
+        let mut groups: Vec<Vec<UserSite>> = Vec::new();
+        let mut depth: std::collections::HashMap<u64, usize> = Default::default();
+        for s in sites {
+            let d = depth.entry(s.2 & 0xfff).or_default();
+            if groups.len() <= *d {
+                groups.push(Vec::new());
+            }
+            groups[*d].push(*s);
+            *d += 1;
+        }
+        groups
+    } else {
+        vec![sites.to_vec()]
+    };
+    let prog = Prog::of(prog);
+    let mut fallback = Vec::new();
+    for g in groups {
+        // An error is tracefs itself refusing (not the kernel's uprobe checks).
+        if uprobe_group(prog, index, pid, path, &g, stop, out).is_err() {
+            fallback.extend(g);
+        }
+    }
+    fallback
+}
+
+/// Attaches one group, bisecting it when the kernel refuses it. Fails only when
+/// tracefs will not create the event at all.
+fn uprobe_group(
+    prog: Prog,
+    index: Option<&libbpf_rs::Map>,
+    pid: Option<u32>,
+    path: &str,
+    sites: &[UserSite<'_>],
+    stop: &Stop,
+    out: &mut Attached,
+) -> Result<(), i32> {
+    use libbpf_rs::MapCore;
+    if stop.is_set() || sites.is_empty() {
+        return Ok(());
+    }
+    let group = out.next_group;
+    out.next_group += 1;
+    let event = format!("{}/g{group}", uprobe_event_group());
+    // Complete lines, many per write (the kernel splits them; a line must not be
+    // split across writes).
+    let lines: Vec<String> = sites
+        .iter()
+        .map(|s| format!("p:{event} {path}:0x{:x}", s.2))
+        .collect();
+    for (k, batch) in lines.chunks(256).enumerate() {
+        if let Err(e) = uprobe_events_command(&batch.join("\n")) {
+            if k > 0 || batch.len() > 1 {
+                remove_uprobe_events(std::slice::from_ref(&event));
+            }
+            return Err(e);
+        }
+    }
+    let id = crate::tracefs::tracefs()
+        .ok()
+        .and_then(|d| std::fs::read_to_string(d.join("events").join(&event).join("id")).ok())
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    let attached = id.ok_or(libc::ENOENT).and_then(|id| {
+        if let Some(map) = index {
+            for s in sites {
+                let key = group << 12 | (s.2 & 0xfff);
+                map.update(
+                    &key.to_ne_bytes(),
+                    &(s.0 as u32).to_ne_bytes(),
+                    libbpf_rs::MapFlags::ANY,
+                )
+                .map_err(|_| libc::ENOMEM)?;
+            }
+        }
+        let fd = perf_event_open_tracepoint(id, pid)?;
+        let opts = sys::bpf_perf_event_opts {
+            sz: size_of::<sys::bpf_perf_event_opts>() as _,
+            bpf_cookie: UPROBE_GROUP | group << 12,
+            ..Default::default()
+        };
+        // SAFETY: fd is our perf event; on success the link owns it.
+        let link =
+            take_link(unsafe { sys::bpf_program__attach_perf_event_opts(prog.ptr(), fd, &opts) });
+        if link.is_err() {
+            // SAFETY: fd is ours and not owned by any link.
+            unsafe { libc::close(fd) };
+        }
+        link
+    });
+    match attached {
+        Ok(link) => {
+            out.add(link, sites.iter().map(|s| s.0 as u64));
+            out.tracefs_events.push(event);
+            out.uprobe_groups += 1;
+            out.grouped_uprobes += sites.len();
+        }
+        Err(e) => {
+            remove_uprobe_events(std::slice::from_ref(&event));
+            if let Some(map) = index {
+                for s in sites {
+                    let _ = map.delete(&(group << 12 | (s.2 & 0xfff)).to_ne_bytes());
+                }
+            }
+            if sites.len() == 1 {
+                out.skip_user(sites[0].1, e);
+            } else {
+                let (a, b) = sites.split_at(sites.len() / 2);
+                // The event was created before: tracefs takes these paths.
+                let _ = uprobe_group(prog, index, pid, path, a, stop, out);
+                let _ = uprobe_group(prog, index, pid, path, b, stop, out);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The cookie bit marking a uprobe group (bpf/funccount.bpf.c).
+const UPROBE_GROUP: u64 = 1 << 63;
 
 /// Tracepoint sites: probe index, category, event, label.
 pub(crate) fn tracepoints(
@@ -500,7 +840,6 @@ pub(crate) fn tracepoints(
     stop: &Stop,
     out: &mut Attached,
 ) {
-    crate::system::raise_fd_limit(sites.len() * 2 + 64);
     let prog = Prog::of(prog);
     let results = parallel(sites, ATTACH_THREADS, stop, |&(i, cat, ev, _)| {
         let (cat, ev) = (
@@ -519,7 +858,127 @@ pub(crate) fn tracepoints(
             sys::bpf_program__attach_tracepoint_opts(prog.ptr(), cat.as_ptr(), ev.as_ptr(), &opts)
         })
     });
-    collect(sites, results, |s| s.0, |s| s.3, errno_reason, out);
+    let before = out.links();
+    collect(sites, results, |s| s.0, |s| s.3, out, Attached::skip);
+    out.perf_tracepoints += out.links() - before;
+}
+
+/// Raw tracepoint sites: probe index, tracepoint name, label. Returns the indices
+/// (into `sites`) of those the kernel refused, for perf-event tracepoints to try.
+pub(crate) fn raw_tracepoints(
+    prog: &Program,
+    sites: &[(usize, &str, &str)],
+    stop: &Stop,
+    out: &mut Attached,
+) -> Vec<usize> {
+    let prog = Prog::of(prog);
+    let results = parallel(sites, ATTACH_THREADS, stop, |&(i, name, _)| {
+        let name = CString::new(name).map_err(|_| libc::EINVAL)?;
+        let mut opts = sys::bpf_raw_tracepoint_opts {
+            sz: size_of::<sys::bpf_raw_tracepoint_opts>() as _,
+            cookie: i as u64,
+        };
+        // SAFETY: name and opts outlive the call.
+        take_link(unsafe {
+            sys::bpf_program__attach_raw_tracepoint_opts(prog.ptr(), name.as_ptr(), &mut opts)
+        })
+    });
+    let mut refused = Vec::new();
+    for (k, r) in results.into_iter().enumerate() {
+        match r {
+            Some(Ok(link)) => {
+                out.add(link, [sites[k].0 as u64]);
+                out.raw_tracepoint_links += 1;
+            }
+            Some(Err(_)) => refused.push(k),
+            None => {}
+        }
+    }
+    refused
+}
+
+/// A syscalls:sys_enter_* / sys_exit_* event served by the raw syscall links.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SyscallSite {
+    pub probe: usize,
+    pub nr: u32,
+    pub exit: bool,
+}
+
+/// Slots per direction in the BPF `syscall_probes` map (bpf/funccount.bpf.c).
+const SYSCALL_SLOTS: u32 = 1024;
+
+/// Fills the `syscall_probes` map (syscall number to probe index) and attaches one
+/// raw link on sys_enter and/or sys_exit for all the syscall events. With
+/// `remember`, sys_enter is attached even for exit events only (it remembers
+/// each syscall's number for sys_exit). Returns the sites not served (a link the
+/// kernel refused), for perf-event tracepoints to try.
+pub(crate) fn syscalls(
+    enter: Option<&Program>,
+    exit: Option<&Program>,
+    map: &libbpf_rs::Map,
+    sites: &[SyscallSite],
+    remember: bool,
+    out: &mut Attached,
+) -> Vec<SyscallSite> {
+    use libbpf_rs::MapCore;
+    let mut refused = Vec::new();
+    let (mut enters, mut exits): (Vec<SyscallSite>, Vec<SyscallSite>) =
+        sites.iter().partition(|s| !s.exit);
+    for s in enters.iter().chain(&exits) {
+        let slot = s.nr + if s.exit { SYSCALL_SLOTS } else { 0 };
+        let value = s.probe as u32 + 1;
+        if s.nr >= SYSCALL_SLOTS
+            || map
+                .update(
+                    &slot.to_ne_bytes(),
+                    &value.to_ne_bytes(),
+                    libbpf_rs::MapFlags::ANY,
+                )
+                .is_err()
+        {
+            refused.push(*s);
+        }
+    }
+    enters.retain(|s| s.nr < SYSCALL_SLOTS);
+    exits.retain(|s| s.nr < SYSCALL_SLOTS);
+    let attach = |prog: Option<&Program>, tp: &str| -> Option<Link> {
+        let name = CString::new(tp).expect("no NUL");
+        // SAFETY: name outlives the call.
+        take_link(unsafe {
+            sys::bpf_program__attach_raw_tracepoint(Prog::of(prog?).ptr(), name.as_ptr())
+        })
+        .ok()
+    };
+    let enter_link = if !enters.is_empty() || (remember && !exits.is_empty()) {
+        attach(enter, "sys_enter")
+    } else {
+        None
+    };
+    match enter_link {
+        Some(link) => {
+            out.add(link, enters.iter().map(|s| s.probe as u64));
+            out.syscall_links += 1;
+            out.syscall_events += enters.len();
+        }
+        None => {
+            refused.append(&mut enters);
+            if remember {
+                refused.append(&mut exits);
+            }
+        }
+    }
+    if !exits.is_empty() {
+        match attach(exit, "sys_exit") {
+            Some(link) => {
+                out.add(link, exits.iter().map(|s| s.probe as u64));
+                out.syscall_links += 1;
+                out.syscall_events += exits.len();
+            }
+            None => refused.append(&mut exits),
+        }
+    }
+    refused
 }
 
 /// USDT sites: probe index, binary, provider, name. libbpf resolves every call site
@@ -542,7 +1001,7 @@ pub(crate) fn usdts(
         match prog.attach_usdt_with_opts(pid.map_or(-1, |p| p as i32), binary, provider, name, opts)
         {
             Ok(link) => out.add(link, [i as u64]),
-            Err(e) => out.skip_why(name, user_errno_reason(e.kind().into_errno())),
+            Err(e) => out.skip_user(name, e.kind().into_errno()),
         }
     }
 }

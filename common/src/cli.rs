@@ -17,6 +17,8 @@ static TOOL: OnceLock<&'static str> = OnceLock::new();
 /// probe, before the process exits.
 pub fn main(tool: &'static str, body: impl FnOnce() -> Result<()>) -> ! {
     let _ = TOOL.set(tool);
+    // Single probes hold descriptors; Plan::attach checks the need against this.
+    crate::system::raise_fd_soft_limit();
     // libbpf's own messages are noise next to ours; TRACEKIT_DEBUG=1 shows them.
     let verbose = std::env::var_os("TRACEKIT_DEBUG").is_some_and(|v| v != "0");
     let _ =

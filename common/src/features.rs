@@ -2,28 +2,36 @@
 //! expected attach type (multi or single) is fixed at load time.
 
 use std::ffi::CString;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr;
+use std::sync::OnceLock;
 
 use libbpf_sys as sys;
 
-/// Loads `r0 = 0; exit` as a kprobe-type program with `expected` attach type.
-fn load_trivial(expected: sys::bpf_attach_type) -> Result<OwnedFd, i32> {
-    load_trivial_as(sys::BPF_PROG_TYPE_KPROBE, expected, 0)
+/// Raw encodings of the few instructions the probes need.
+const R0_0: [u8; 8] = [0xb7, 0, 0, 0, 0, 0, 0, 0]; // r0 = 0
+const EXIT: [u8; 8] = [0x95, 0, 0, 0, 0, 0, 0, 0]; // exit
+
+const fn call(helper: u8) -> [u8; 8] {
+    [0x85, 0, 0, 0, helper, 0, 0, 0]
 }
 
-/// Loads `r0 = 0; exit` as a `prog_type` program.
-fn load_trivial_as(
-    prog_type: sys::bpf_prog_type,
+/// Loads `r0 = 0; exit` as a kprobe-type program with `expected` attach type.
+fn load_trivial(expected: sys::bpf_attach_type) -> Result<OwnedFd, i32> {
+    load(sys::BPF_PROG_TYPE_KPROBE, expected, 0, &[R0_0, EXIT])
+}
+
+fn load(
+    ty: sys::bpf_prog_type,
     expected: sys::bpf_attach_type,
     attach_btf_id: u32,
+    code: &[[u8; 8]],
 ) -> Result<OwnedFd, i32> {
-    // Raw encodings: BPF_ALU64|BPF_MOV|BPF_K to r0 with imm 0, then BPF_JMP|BPF_EXIT.
-    let insns: [sys::bpf_insn; 2] = [
+    let insns: Vec<sys::bpf_insn> = code
+        .iter()
         // SAFETY: bpf_insn is a plain 8-byte struct; these are its wire encodings.
-        unsafe { std::mem::transmute::<[u8; 8], sys::bpf_insn>([0xb7, 0, 0, 0, 0, 0, 0, 0]) },
-        unsafe { std::mem::transmute::<[u8; 8], sys::bpf_insn>([0x95, 0, 0, 0, 0, 0, 0, 0]) },
-    ];
+        .map(|i| unsafe { std::mem::transmute::<[u8; 8], sys::bpf_insn>(*i) })
+        .collect();
     let license = CString::new("GPL").expect("no NUL");
     let mut opts = sys::bpf_prog_load_opts {
         sz: size_of::<sys::bpf_prog_load_opts>() as _,
@@ -34,7 +42,7 @@ fn load_trivial_as(
     // SAFETY: insns and license outlive the call; opts is a valid, sized struct.
     let fd = unsafe {
         sys::bpf_prog_load(
-            prog_type,
+            ty,
             ptr::null(),
             license.as_ptr(),
             insns.as_ptr(),
@@ -54,7 +62,6 @@ fn link_create(
     ty: sys::bpf_attach_type,
     opts: &sys::bpf_link_create_opts,
 ) -> Result<OwnedFd, i32> {
-    use std::os::fd::AsRawFd;
     // SAFETY: opts points at caller-owned data valid for the call.
     let fd = unsafe { sys::bpf_link_create(prog.as_raw_fd(), 0, ty, opts) };
     if fd >= 0 {
@@ -149,6 +156,68 @@ fn uprobe_link(ty: sys::bpf_attach_type) -> bool {
     attempt(0) == Some(libc::EBADF) && attempt(u32::MAX) == Some(libc::EINVAL)
 }
 
+/// Whether raw tracepoint links take a BPF cookie (Linux 6.10+), found by loading a
+/// raw tracepoint program that reads its cookie and attaching it with one (to a
+/// tracepoint every kernel has, for the moment of the probe).
+pub fn raw_tp_cookie() -> bool {
+    static ANSWER: OnceLock<bool> = OnceLock::new();
+    *ANSWER.get_or_init(|| {
+        const GET_ATTACH_COOKIE: u8 = 174;
+        let Ok(prog) = load(
+            sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
+            0,
+            0,
+            &[call(GET_ATTACH_COOKIE), R0_0, EXIT],
+        ) else {
+            return false;
+        };
+        let name = CString::new("sched_switch").expect("no NUL");
+        let opts = sys::bpf_raw_tp_opts {
+            sz: size_of::<sys::bpf_raw_tp_opts>() as _,
+            tp_name: name.as_ptr(),
+            cookie: 1,
+        };
+        // SAFETY: name outlives the call; a non-negative result is an fd we own.
+        let fd = unsafe {
+            sys::bpf_raw_tracepoint_open_opts(prog.as_raw_fd(), &opts as *const _ as *mut _)
+        };
+        if fd < 0 {
+            return false;
+        }
+        // SAFETY: fd is a fresh link fd; closing it detaches the probe.
+        drop(unsafe { OwnedFd::from_raw_fd(fd) });
+        true
+    })
+}
+
+/// Whether BPF programs may read kernel memory (bpf_probe_read_kernel, which
+/// lockdown=confidentiality forbids), found by loading a program that calls it.
+/// TRACEKIT_NO_KERNEL_READS=1 answers no (to test the locked-down paths).
+pub fn kernel_reads() -> bool {
+    static ANSWER: OnceLock<bool> = OnceLock::new();
+    *ANSWER.get_or_init(|| {
+        if std::env::var_os("TRACEKIT_NO_KERNEL_READS").is_some_and(|v| v != "0") {
+            return false;
+        }
+        const PROBE_READ_KERNEL: u8 = 113;
+        load(
+            sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
+            0,
+            0,
+            &[
+                [0xbf, 0xa1, 0, 0, 0, 0, 0, 0],             // r1 = r10
+                [0x07, 0x01, 0, 0, 0xf8, 0xff, 0xff, 0xff], // r1 += -8
+                [0xb7, 0x02, 0, 0, 8, 0, 0, 0],             // r2 = 8
+                [0xb7, 0x03, 0, 0, 0, 0, 0, 0],             // r3 = 0
+                call(PROBE_READ_KERNEL),
+                R0_0,
+                EXIT,
+            ],
+        )
+        .is_ok()
+    })
+}
+
 /// Whether `func` (a vmlinux function) can be traced with fentry/fexit: a trivial
 /// tracing program is loaded for it and attached (as libbpf-tools' fentry_can_attach
 /// does). Fails under lockdown, without BTF, and for module functions.
@@ -167,13 +236,18 @@ pub fn fentry(func: &str) -> Result<(), String> {
     if id <= 0 {
         return Err(format!("{func} is not in the kernel's BTF"));
     }
-    let prog = load_trivial_as(sys::BPF_PROG_TYPE_TRACING, sys::BPF_TRACE_FENTRY, id as u32)
-        .map_err(|e| {
-            format!(
-                "loading an fentry program: {}",
-                crate::attach::errno_reason(e)
-            )
-        })?;
+    let prog = load(
+        sys::BPF_PROG_TYPE_TRACING,
+        sys::BPF_TRACE_FENTRY,
+        id as u32,
+        &[R0_0, EXIT],
+    )
+    .map_err(|e| {
+        format!(
+            "loading an fentry program: {}",
+            crate::attach::errno_reason(e)
+        )
+    })?;
     let opts = sys::bpf_link_create_opts {
         sz: size_of::<sys::bpf_link_create_opts>() as _,
         ..Default::default()

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 
 use anyhow::{bail, Context, Result};
-use libbpf_rs::{Object, OpenObject, ProgramMut};
+use libbpf_rs::{MapCore, Object, OpenObject, ProgramMut};
 
 use crate::attach::{self, Attached, Skipped};
 use crate::cli::warn;
@@ -19,7 +19,7 @@ use crate::elf::{self, Binary};
 use crate::features;
 use crate::kfuncs::{KernelFunc, KernelFuncs};
 use crate::output::escape_str;
-use crate::run::Stop;
+use crate::run::{Phase, Stop};
 use crate::spec::{ProbeSpec, Source};
 use crate::system::{self, PidNs};
 use crate::tracepoints::{self, Tracepoint};
@@ -141,11 +141,24 @@ pub enum ProgKind {
     Uprobe,
     Uretprobe,
     Tracepoint,
+    /// Raw tracepoint links with cookies (Linux 6.10+), for tools whose BPF object
+    /// has such a program (`SEC("raw_tp")`); others use perf-event tracepoints.
+    RawTracepoint,
+    /// The raw `sys_enter` / `sys_exit` tracepoints serving every
+    /// syscalls:sys_enter_* / sys_exit_* event (`SEC("raw_tp/sys_enter")`, ...).
+    SyscallEnter,
+    SyscallExit,
     Usdt,
 }
 
 impl ProgKind {
     fn of(prog_section: &str) -> Option<Self> {
+        match prog_section {
+            "raw_tp/sys_enter" => return Some(ProgKind::SyscallEnter),
+            "raw_tp/sys_exit" => return Some(ProgKind::SyscallExit),
+            "raw_tp" | "raw_tracepoint" => return Some(ProgKind::RawTracepoint),
+            _ => {}
+        }
         Some(match prog_section.split('/').next()? {
             "kprobe.multi" => ProgKind::KprobeMulti,
             "kretprobe.multi" => ProgKind::KretprobeMulti,
@@ -253,6 +266,9 @@ pub struct Plan {
     /// Matching user functions that are not probed, with the reason (reported with
     /// the probes that fail to attach).
     pub skipped: Vec<Skipped>,
+    /// File descriptors to keep free beyond the probes' own (symbolization opens
+    /// files after attaching); checked against RLIMIT_NOFILE before attaching.
+    pub fd_reserve: usize,
     kernel_table: Option<(&'static str, usize, usize)>,
 }
 
@@ -302,6 +318,7 @@ impl Plan {
             kernel_via,
             user_via,
             skipped,
+            fd_reserve: DEFAULT_FD_RESERVE,
         })
     }
 
@@ -328,9 +345,16 @@ impl Plan {
     }
 
     /// Loads only the programs this plan needs: a kprobe.multi program would fail
-    /// to load on a kernel without that attach type, and unused ones cost verifier time.
+    /// to load on a kernel without that attach type, and unused ones cost verifier
+    /// time. Raw tracepoint programs are loaded when the object has them and the
+    /// kernel takes them; perf-event tracepoints stay loaded as their fallback.
     pub fn configure(&self, obj: &mut OpenObject) -> Result<()> {
-        let need = self.prog_kinds();
+        let present: HashSet<ProgKind> = obj
+            .progs()
+            .filter_map(|p| p.section().to_str().and_then(ProgKind::of))
+            .collect();
+        let mut need = self.prog_kinds();
+        need.extend(self.raw_tracepoint_kinds(&present));
         let mut have = HashSet::new();
         // A trampoline is bound to its function when it is loaded.
         let target = self.probes.iter().find_map(|p| match &p.site {
@@ -354,7 +378,58 @@ impl Plan {
         if let Some(missing) = need.iter().find(|k| !have.contains(k)) {
             bail!("internal error: the BPF object has no program for {missing:?} probes");
         }
+        let user = self.count(|s| matches!(s, Site::User { .. }));
+        for mut map in obj.maps_mut() {
+            if map.name() == "uprobe_groups" {
+                map.set_max_entries(user.max(1) as u32)?;
+            }
+            // Threads in a syscall at once; only needed to remember numbers.
+            if map.name() == "syscall_nrs" && !self.remember_syscall_nrs() {
+                map.set_max_entries(1)?;
+            }
+        }
         Ok(())
+    }
+
+    /// The raw tracepoint programs worth loading for this plan's tracepoints, of
+    /// those the object has (`present`).
+    fn raw_tracepoint_kinds(&self, present: &HashSet<ProgKind>) -> Vec<ProgKind> {
+        let mut kinds = Vec::new();
+        let tps = || {
+            self.probes.iter().filter_map(|p| match &p.site {
+                Site::Tracepoint(t) => Some(t),
+                _ => None,
+            })
+        };
+        let syscalls = |exit: bool| tps().any(|t| syscall_event(t).is_some_and(|(x, _)| x == exit));
+        let (enter, exit) = (syscalls(false), syscalls(true));
+        if present.contains(&ProgKind::SyscallExit) && exit {
+            kinds.push(ProgKind::SyscallExit);
+        }
+        // Without kernel reads, sys_enter remembers numbers for sys_exit.
+        if present.contains(&ProgKind::SyscallEnter)
+            && (enter || (kinds.contains(&ProgKind::SyscallExit) && !features::kernel_reads()))
+        {
+            kinds.push(ProgKind::SyscallEnter);
+        }
+        if present.contains(&ProgKind::RawTracepoint)
+            && tps().any(|t| t.category != "syscalls")
+            && features::raw_tp_cookie()
+        {
+            kinds.push(ProgKind::RawTracepoint);
+        }
+        kinds
+    }
+
+    /// Whether the syscall exit link needs sys_enter to remember syscall numbers
+    /// (the BPF program cannot read them from the registers): tools set their
+    /// `remember_nr` switch from it.
+    pub fn remember_syscall_nrs(&self) -> bool {
+        !features::kernel_reads()
+            && self.probes.iter().any(|p| match &p.site {
+                Site::Tracepoint(t) => syscall_event(t).is_some_and(|(exit, _)| exit),
+                _ => false,
+            })
     }
 
     /// Filter values for bpf/filter.h: the target PID (in our pid namespace when we
@@ -372,6 +447,19 @@ impl Plan {
     /// Attaches every probe to the loaded object's programs. Stops early (keeping
     /// what is attached, for the caller to drop) when `stop` is raised.
     pub fn attach(&self, obj: &Object, stop: &Stop) -> Result<Attached> {
+        let loaded: HashSet<ProgKind> = obj
+            .progs()
+            .filter(|p| p.autoload())
+            .filter_map(|p| p.section().to_str().and_then(ProgKind::of))
+            .collect();
+        system::check_fd_limit(self.fds_needed(&loaded), self.fd_reserve)?;
+        stop.set_phase(Phase::Attaching);
+        let out = self.attach_all(obj, stop);
+        stop.set_phase(Phase::Tracing);
+        out
+    }
+
+    fn attach_all(&self, obj: &Object, stop: &Stop) -> Result<Attached> {
         let progs: BTreeMap<ProgKind, ProgramMut> = obj
             .progs_mut()
             .filter_map(|p| {
@@ -386,6 +474,9 @@ impl Plan {
         };
         let mut out = Attached::new(self.probes.len());
         out.skipped.extend(self.skipped.iter().cloned());
+        if stop.is_set() {
+            return Ok(out); // stopped before attaching began
+        }
         let pid = self.pid;
 
         let kernel: Vec<(usize, &KernelFunc)> = self
@@ -429,30 +520,44 @@ impl Plan {
                         .collect();
                     let (p, hook) = (prog(kind)?, kind.hook());
                     match via {
+                        // Entry-only tools take tracefs uprobe groups (fast to
+                        // detach); tools that pair calls need each function's
+                        // own cookie.
+                        Via::Single if hook == attach::Hook::Entry && !perf_uprobes() => {
+                            let index = obj.maps().find(|m| m.name() == "uprobe_groups");
+                            let rest = attach::uprobe_groups(
+                                p,
+                                index.as_ref(),
+                                pid,
+                                binary,
+                                &sites,
+                                stop,
+                                &mut out,
+                            );
+                            if !rest.is_empty() {
+                                attach::uprobes(p, hook, pid, binary, &rest, stop, &mut out);
+                            }
+                        }
                         Via::Single => {
                             attach::uprobes(p, hook, pid, binary, &sites, stop, &mut out)
                         }
-                        _ => {
-                            attach::uprobe_multi(p, hook, None, pid, binary, &sites, stop, &mut out)
-                        }
+                        _ => attach::uprobe_multi(p, hook, pid, binary, &sites, stop, &mut out),
                     }
                 }
             }
         }
 
-        let tps: Vec<(usize, &str, &str, &str)> = self
+        let tps: Vec<(usize, &Tracepoint, &str)> = self
             .probes
             .iter()
             .enumerate()
             .filter_map(|(i, p)| match &p.site {
-                Site::Tracepoint(t) => {
-                    Some((i, t.category.as_str(), t.event.as_str(), p.label.as_str()))
-                }
+                Site::Tracepoint(t) => Some((i, t, p.label.as_str())),
                 _ => None,
             })
             .collect();
         if !tps.is_empty() {
-            attach::tracepoints(prog(ProgKind::Tracepoint)?, &tps, stop, &mut out);
+            self.attach_tracepoints(&progs, &tps, obj, stop, &mut out)?;
         }
 
         let usdts: Vec<(usize, &std::path::Path, &str, &str)> = self
@@ -480,6 +585,92 @@ impl Plan {
             }
         }
         Ok(out)
+    }
+
+    /// Tracepoints: syscall events through the raw sys_enter/sys_exit links, other
+    /// tracepoints through raw tracepoint links, where the object has those
+    /// programs loaded; perf-event tracepoints for the rest and for any that the
+    /// kernel refuses as raw tracepoints (before Linux 6.10, say).
+    fn attach_tracepoints(
+        &self,
+        progs: &BTreeMap<ProgKind, ProgramMut>,
+        tps: &[(usize, &Tracepoint, &str)],
+        obj: &Object,
+        stop: &Stop,
+        out: &mut Attached,
+    ) -> Result<()> {
+        let mut syscalls = Vec::new();
+        let mut raw = Vec::new();
+        let mut perf = Vec::new();
+        let candidates: Vec<&Tracepoint> = tps
+            .iter()
+            .filter(|(_, t, _)| t.category != "syscalls")
+            .map(|(_, t, _)| *t)
+            .collect();
+        let attachable = if progs.contains_key(&ProgKind::RawTracepoint) {
+            tracepoints::raw_attachable(&candidates)
+        } else {
+            Vec::new()
+        };
+        let mut candidate = 0;
+        for &(i, t, label) in tps {
+            let raw_ok = t.category != "syscalls" && {
+                candidate += 1;
+                attachable.get(candidate - 1).copied().unwrap_or(false)
+            };
+            let sys = syscall_event(t).filter(|(exit, _)| {
+                progs.contains_key(if *exit {
+                    &ProgKind::SyscallExit
+                } else {
+                    &ProgKind::SyscallEnter
+                })
+            });
+            if let Some((exit, nr)) = sys {
+                syscalls.push(attach::SyscallSite { probe: i, nr, exit });
+            } else if raw_ok {
+                raw.push((i, t, label));
+            } else {
+                perf.push((i, t, label));
+            }
+        }
+        if !syscalls.is_empty() && !stop.is_set() {
+            let map = obj
+                .maps()
+                .find(|m| m.name() == "syscall_probes")
+                .context("internal error: the BPF object has no syscall_probes map")?;
+            let refused = attach::syscalls(
+                progs.get(&ProgKind::SyscallEnter),
+                progs.get(&ProgKind::SyscallExit),
+                &map,
+                &syscalls,
+                self.remember_syscall_nrs(),
+                out,
+            );
+            perf.extend(refused.into_iter().map(|s| {
+                let (i, t, l) = tps.iter().find(|(i, _, _)| *i == s.probe).expect("a site");
+                (*i, *t, *l)
+            }));
+        }
+        if !raw.is_empty() {
+            let sites: Vec<(usize, &str, &str)> = raw
+                .iter()
+                .map(|(i, t, l)| (*i, t.event.as_str(), *l))
+                .collect();
+            let refused =
+                attach::raw_tracepoints(&progs[&ProgKind::RawTracepoint], &sites, stop, out);
+            perf.extend(refused.into_iter().map(|k| raw[k]));
+        }
+        if !perf.is_empty() {
+            let sites: Vec<(usize, &str, &str, &str)> = perf
+                .iter()
+                .map(|(i, t, l)| (*i, t.category.as_str(), t.event.as_str(), *l))
+                .collect();
+            let prog = progs
+                .get(&ProgKind::Tracepoint)
+                .context("internal error: no loaded program for Tracepoint probes")?;
+            attach::tracepoints(prog, &sites, stop, out);
+        }
+        Ok(())
     }
 
     /// [`Plan::attach`], then what every tool reports: with `debug` the links and
@@ -553,6 +744,83 @@ impl Plan {
         s
     }
 
+    /// How many file descriptors attaching this plan holds with the `loaded`
+    /// program kinds: one per BPF link, and one more per perf event for the kinds
+    /// attached through perf events.
+    pub fn fds_needed(&self, loaded: &HashSet<ProgKind>) -> usize {
+        /// Links a refused multi set may be split into by bisection.
+        const BISECT_SLACK: usize = 8;
+        let mut binaries = HashSet::new();
+        let mut n = 0;
+        let mut kernel = 0;
+        for p in &self.probes {
+            match &p.site {
+                Site::Kernel(f) if self.kernel_via == Some(Via::Single) => {
+                    n += 2 * f.addrs.len().max(1) * self.hooks_per_call()
+                }
+                Site::Kernel(_) => kernel += 1,
+                Site::User { binary, .. } if self.user_via != Some(Via::Single) => {
+                    if binaries.insert(binary) {
+                        n += 1 + BISECT_SLACK;
+                    }
+                }
+                // Grouped (see fds for groups below).
+                Site::User { .. } => {}
+                Site::Tracepoint(t) if syscall_event(t).is_some() => {}
+                Site::Tracepoint(_) if loaded.contains(&ProgKind::RawTracepoint) => n += 1,
+                Site::Tracepoint(_) => n += 2,
+                // One uprobe per call site without uprobe_multi: at least two.
+                Site::Usdt { .. } => n += 2,
+            }
+        }
+        if kernel > 0 {
+            n += 1 + BISECT_SLACK;
+        }
+        // Without uprobe_multi: a perf event and a link per uprobe group, of which a
+        // binary has as many as functions share a page offset (+ bisection).
+        if self.user_via == Some(Via::Single) {
+            let mut depth: BTreeMap<(&PathBuf, u64), usize> = BTreeMap::new();
+            for p in &self.probes {
+                if let Site::User { binary, func } = &p.site {
+                    *depth.entry((binary, func.offset & 0xfff)).or_default() += 1;
+                }
+            }
+            let mut per_binary: BTreeMap<&PathBuf, usize> = BTreeMap::new();
+            for ((b, _), d) in depth {
+                let m = per_binary.entry(b).or_default();
+                *m = (*m).max(d);
+            }
+            n += per_binary
+                .values()
+                .map(|d| 2 * (d + BISECT_SLACK))
+                .sum::<usize>();
+        }
+        // The raw sys_enter/sys_exit links, or one perf event pair per syscall event.
+        for (kind, exit) in [
+            (ProgKind::SyscallEnter, false),
+            (ProgKind::SyscallExit, true),
+        ] {
+            let events = self.count(|s| match s {
+                Site::Tracepoint(t) => syscall_event(t).is_some_and(|(x, _)| x == exit),
+                _ => false,
+            });
+            n += match (events, loaded.contains(&kind)) {
+                (0, _) => 0,
+                (_, true) => 1,
+                (e, false) => 2 * e,
+            };
+        }
+        n
+    }
+
+    /// Hooks each traced call takes (separate entry and return probes: 2).
+    fn hooks_per_call(&self) -> usize {
+        match self.hooks {
+            Hooks::Entry => 1,
+            Hooks::EntryAndReturn => 2,
+        }
+    }
+
     fn count(&self, f: impl Fn(&Site) -> bool) -> usize {
         self.probes.iter().filter(|p| f(&p.site)).count()
     }
@@ -569,6 +837,29 @@ impl Attached {
             self.uprobe_multi_links,
             self.skipped.len()
         );
+        let user = self.grouped_uprobes + self.single_uprobes;
+        if user > 0 {
+            let _ = writeln!(
+                s,
+                "user functions: {} in {} tracefs uprobe group{}, {} as single perf-event uprobes",
+                self.grouped_uprobes,
+                self.uprobe_groups,
+                if self.uprobe_groups == 1 { "" } else { "s" },
+                self.single_uprobes
+            );
+        }
+        let tracepoints = self.raw_tracepoint_links + self.syscall_events + self.perf_tracepoints;
+        if tracepoints > 0 {
+            let _ = writeln!(
+                s,
+                "tracepoints: {} as raw tracepoint links, {} syscall events through {} raw sys_enter/sys_exit link{}, {} as perf events",
+                self.raw_tracepoint_links,
+                self.syscall_events,
+                self.syscall_links,
+                if self.syscall_links == 1 { "" } else { "s" },
+                self.perf_tracepoints
+            );
+        }
         for k in &self.skipped {
             let _ = writeln!(s, "  skipped {}: {}", k.label, k.reason);
         }
@@ -717,11 +1008,33 @@ fn choose_user_via(probes: &[Probe], opts: &Options) -> Result<Option<Via>> {
 /// the 6.1 and 6.12 guest kernels. kprobe_multi links have no such limit.
 pub const DEFAULT_MAX_KPROBES: usize = 5000;
 
+/// [`Plan::fd_reserve`] unless a tool sets more: libbpf, tracefs and output files.
+pub const DEFAULT_FD_RESERVE: usize = 16;
+
+/// TRACEKIT_PERF_UPROBES=1: one perf-event uprobe per function instead of tracefs
+/// uprobe groups, where there is no uprobe_multi.
+fn perf_uprobes() -> bool {
+    std::env::var_os("TRACEKIT_PERF_UPROBES").is_some_and(|v| v != "0")
+}
+
 fn max_single_kprobes() -> usize {
     std::env::var("TRACEKIT_MAX_KPROBES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(DEFAULT_MAX_KPROBES)
+}
+
+/// A syscalls:sys_enter_NAME / sys_exit_NAME event: (is exit, syscall number).
+/// Events whose syscall this architecture's table does not name stay on perf.
+fn syscall_event(t: &Tracepoint) -> Option<(bool, u32)> {
+    if t.category != "syscalls" {
+        return None;
+    }
+    let (exit, name) = match t.event.strip_prefix("sys_enter_") {
+        Some(n) => (false, n),
+        None => (true, t.event.strip_prefix("sys_exit_")?),
+    };
+    Some((exit, tracepoints::syscall_nr(name)?))
 }
 
 fn site_key(site: &Site) -> String {

@@ -2,7 +2,7 @@
 //! (all print the final summary), the duration elapsing, or the traced process exiting.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -16,41 +16,103 @@ pub enum StopReason {
     TargetExited,
 }
 
+/// What the process is doing, for the signal handler: a repeated signal may end
+/// the process at once only while no probe is attached. Exiting with probes
+/// attached closes their descriptors from threads the exit has sent SIGKILL, and
+/// the kernel cannot remove a uprobe's breakpoint from a traced process for a task
+/// with a fatal signal pending ("leaking uprobe"): the int3 stays in the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Phase {
+    /// Nothing attached (start-up, or everything detached): a second signal exits.
+    Idle = 0,
+    /// Probes are being attached: attaching stops at the next probe.
+    Attaching = 1,
+    /// Probes are attached and counting.
+    Tracing = 2,
+    /// Probes are being detached: further signals are ignored.
+    Detaching = 3,
+}
+
 /// Process-wide stop request, set from the signal handler or a watcher thread and
 /// polled by long operations (attaching thousands of probes) and the run loop.
 pub struct Stop {
     flag: AtomicBool,
     reason: Mutex<Option<StopReason>>,
     cv: Condvar,
+    phase: AtomicU8,
+    told: AtomicBool,
 }
 
 static STOP: OnceLock<Stop> = OnceLock::new();
 
 impl Stop {
+    fn new() -> Stop {
+        Stop {
+            flag: AtomicBool::new(false),
+            reason: Mutex::new(None),
+            cv: Condvar::new(),
+            phase: AtomicU8::new(Phase::Idle as u8),
+            told: AtomicBool::new(false),
+        }
+    }
+
     /// Installs the SIGINT/SIGTERM/SIGHUP handler (once) and returns the stop state.
-    /// A second signal exits at once: the kernel detaches our links when their
-    /// file descriptors close, so nothing is left behind even then.
+    /// The first signal requests a stop (attaching stops at the next probe, then
+    /// the final summary is printed and everything detached). A second signal
+    /// exits at once (status 130) only while nothing is attached, as when start-up
+    /// is stuck; with probes attached it is ignored, since exiting half way through
+    /// a detach leaves uprobe breakpoints in traced processes (see [`Phase`]).
     pub fn install() -> Result<&'static Stop> {
         let mut first = false;
         let stop = STOP.get_or_init(|| {
             first = true;
-            Stop {
-                flag: AtomicBool::new(false),
-                reason: Mutex::new(None),
-                cv: Condvar::new(),
-            }
+            Stop::new()
         });
         if first {
             ctrlc::set_handler(move || {
-                let stop = STOP.get().expect("initialised before the handler");
-                if stop.is_set() && stop.reason() == Some(StopReason::Signal) {
-                    std::process::exit(130);
-                }
-                stop.trigger(StopReason::Signal);
+                STOP.get()
+                    .expect("initialised before the handler")
+                    .on_signal()
             })
             .context("installing signal handlers")?;
         }
         Ok(stop)
+    }
+
+    fn on_signal(&self) {
+        if !self.is_set() {
+            self.trigger(StopReason::Signal);
+            return;
+        }
+        let note = match self.phase() {
+            Phase::Idle => std::process::exit(130),
+            Phase::Attaching => "stopping: detaching the probes attached so far",
+            Phase::Tracing | Phase::Detaching => {
+                "detaching is in progress; it is not interrupted, so no probe is left behind"
+            }
+        };
+        if !self.told.swap(true, Ordering::Relaxed) {
+            crate::cli::warn(note);
+        }
+    }
+
+    /// The process-wide stop state, if [`Stop::install`] has run.
+    pub fn global() -> Option<&'static Stop> {
+        STOP.get()
+    }
+
+    pub fn phase(&self) -> Phase {
+        match self.phase.load(Ordering::SeqCst) {
+            1 => Phase::Attaching,
+            2 => Phase::Tracing,
+            3 => Phase::Detaching,
+            _ => Phase::Idle,
+        }
+    }
+
+    pub fn set_phase(&self, phase: Phase) {
+        self.phase.store(phase as u8, Ordering::SeqCst);
     }
 
     pub fn is_set(&self) -> bool {
@@ -209,11 +271,7 @@ mod tests {
 
     #[test]
     fn interval_and_duration_give_exact_summary_count() {
-        let stop = Stop {
-            flag: AtomicBool::new(false),
-            reason: Mutex::new(None),
-            cv: Condvar::new(),
-        };
+        let stop = Stop::new();
         let mut finals = Vec::new();
         let why = run_loop(
             Schedule {

@@ -124,28 +124,47 @@ fn lockdown() -> Option<String> {
     Some(s[start..end].to_string())
 }
 
-/// Raises the open-file soft limit toward `want` (perf-event probes hold two
-/// descriptors each). Best effort: the hard limit may not be raisable.
-pub fn raise_fd_limit(want: usize) {
+/// Raises the open-file soft limit to the hard limit (tools call it at start:
+/// single probes hold two descriptors each). Returns the soft limit in force.
+pub fn raise_fd_soft_limit() -> u64 {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: valid out-pointer.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return;
+        return u64::MAX;
     }
-    let want = want as libc::rlim_t;
-    if lim.rlim_cur >= want {
-        return;
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: valid in-pointer; failure leaves the limit unchanged.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            lim.rlim_cur = lim.rlim_max;
+        }
     }
-    let raised = libc::rlimit {
-        rlim_cur: want.max(lim.rlim_cur),
-        rlim_max: want.max(lim.rlim_max),
-    };
-    // SAFETY: valid in-pointers; failure leaves the limits unchanged.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
-        lim.rlim_cur = lim.rlim_max;
-        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+    lim.rlim_cur
+}
+
+/// How many file descriptors this process has open.
+pub fn open_fds() -> usize {
+    fs::read_dir("/proc/self/fd").map_or(0, |d| d.count().saturating_sub(1))
+}
+
+/// Fails, before anything is attached, when `probes` more descriptors (plus
+/// `reserve` for what the run opens later, such as symbol files) would not fit
+/// under the open-file limit, saying how many are needed and how to get them.
+pub fn check_fd_limit(probes: usize, reserve: usize) -> Result<()> {
+    let limit = raise_fd_soft_limit();
+    let need = open_fds() + probes + reserve;
+    if need as u64 <= limit {
+        return Ok(());
     }
+    bail!(
+        "this run needs {need} file descriptors ({probes} for its probes), over the \
+         open-file limit of {limit}: raise it with `ulimit -n {need}` (or `prlimit \
+         --nofile={need}`), or trace fewer probes"
+    )
 }

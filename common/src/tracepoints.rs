@@ -58,3 +58,65 @@ pub fn matching(m: &Matcher) -> Result<Vec<Tracepoint>> {
     found.sort();
     Ok(found)
 }
+
+/// Whether an event can be attached as the kernel tracepoint of the same name (a
+/// raw tracepoint is found by name alone). Tracepoint names are unique, so an
+/// event name found in several categories, or an event in a group of dynamic
+/// events (kprobe, uprobe, synthetic, ... events defined through tracefs, which
+/// have no tracepoint of their own), is not. Decided from the tracefs directory
+/// alone: the lists of dynamic events would wait for the kernel's event_mutex,
+/// which other tools hold for seconds while they detach perf events.
+pub fn raw_attachable(events: &[&Tracepoint]) -> Vec<bool> {
+    const DYNAMIC_GROUPS: &[&str] = &[
+        "kprobes",
+        "uprobes",
+        "synthetic",
+        "eprobes",
+        "fprobes",
+        "tracepoints",
+        "ftrace",
+    ];
+    let mut categories: std::collections::HashMap<String, usize> = Default::default();
+    if let Ok(cats) = tracefs::tracefs().and_then(|d| Ok(fs::read_dir(d.join("events"))?)) {
+        for cat in cats.flatten() {
+            for ev in fs::read_dir(cat.path()).into_iter().flatten().flatten() {
+                if let Ok(name) = ev.file_name().into_string() {
+                    if ev.file_type().is_ok_and(|t| t.is_dir()) {
+                        *categories.entry(name).or_default() += 1;
+                    }
+                }
+            }
+        }
+    }
+    events
+        .iter()
+        .map(|t| {
+            !DYNAMIC_GROUPS.contains(&t.category.as_str())
+                && categories.get(&t.event).copied().unwrap_or(1) == 1
+        })
+        .collect()
+}
+
+/// The x86_64 number of the syscall an ftrace syscall event is named after
+/// (`sys_enter_NAME`). The events carry the kernel's entry-point names, which
+/// differ from the syscall names in six cases.
+pub fn syscall_nr(event_name: &str) -> Option<u32> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let name = match event_name {
+            "newstat" => "stat",
+            "newfstat" => "fstat",
+            "newlstat" => "lstat",
+            "newuname" => "uname",
+            "sendfile64" => "sendfile",
+            "umount" => "umount2",
+            n => n,
+        };
+        name.parse::<syscalls::Sysno>().ok().map(|s| s.id() as u32)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = event_name;
+        None
+    }
+}

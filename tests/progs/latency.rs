@@ -5,9 +5,12 @@
 //!
 //! Modes:
 //! - `recurse N`: N calls of tk_recurse(3), which calls itself down to depth 1,
-//!   where it sleeps 20 ms: 3N calls of tk_recurse, each lasting 20 ms and a bit.
-//! - `sleep N`: N calls of tk_sleep, each sleeping 5 ms.
-//! - `two N`: N calls of tk_fast (no sleep) and N of tk_slow (3 ms each).
+//!   where it sleeps 35 ms: 3N calls of tk_recurse, each lasting 35 ms and a bit.
+//! - `sleep N`: N calls of tk_sleep, each sleeping 35 ms.
+//! - `two N`: N calls of tk_fast (no sleep) and N of tk_slow (35 ms each).
+//!
+//! 35 ms is just above 2^25 ns (33.6 ms), so a call lands in the
+//! [33554432, 67108863] ns bucket even when a loaded machine oversleeps by 30 ms.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -15,11 +18,13 @@ use std::time::Duration;
 #[path = "ready.rs"]
 mod ready;
 
+const SLEEP: Duration = Duration::from_millis(35);
+
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn tk_recurse(depth: u64) -> u64 {
     if depth <= 1 {
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(SLEEP);
         return black_box(1);
     }
     // Work after the call keeps it from becoming a tail call.
@@ -29,7 +34,7 @@ pub extern "C" fn tk_recurse(depth: u64) -> u64 {
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn tk_sleep(x: u64) -> u64 {
-    std::thread::sleep(Duration::from_millis(5));
+    std::thread::sleep(SLEEP);
     black_box(x)
 }
 
@@ -42,7 +47,7 @@ pub extern "C" fn tk_fast(x: u64) -> u64 {
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn tk_slow(x: u64) -> u64 {
-    std::thread::sleep(Duration::from_millis(3));
+    std::thread::sleep(SLEEP);
     black_box(x)
 }
 

@@ -13,6 +13,7 @@
 //! pthread_mutex_lock 4N and pthread_mutex_unlock 4N times, through their exported
 //! names as any C program does (strlen is an IFUNC); `zlib` calls zlib's crc32 N
 //! times (libz.so.1 opened with dlopen before `ready`; crc32 tail-calls crc32_z).
+//! `rename` renames its thread N times with prctl(PR_SET_NAME) (N task:task_rename).
 
 use std::ffi::CString;
 use std::hint::black_box;
@@ -74,10 +75,10 @@ fn main() {
         }
         // SAFETY: valid path string.
         "libc" => unsafe { libc::open(c"/dev/zero".as_ptr(), libc::O_RDONLY) },
-        "funcs" | "getpid" | "getppid" | "thread-getppid" | "usdt" | "zlib" => -1,
+        "funcs" | "getpid" | "getppid" | "thread-getppid" | "usdt" | "zlib" | "rename" => -1,
         _ => {
             eprintln!(
-                "usage: workload funcs|getpid|getppid|thread-getppid|usdt|read|libc|zlib N [FILE] [--hold]"
+                "usage: workload funcs|getpid|getppid|thread-getppid|usdt|read|libc|zlib|rename N [FILE] [--hold]"
             );
             std::process::exit(2);
         }
@@ -152,6 +153,14 @@ fn main() {
             for _ in 0..n {
                 // SAFETY: crc32(crc, buf, len) reads len bytes of buf.
                 sink ^= unsafe { crc32(sink, data.as_ptr(), data.len() as u32) };
+            }
+        }
+        "rename" => {
+            for i in 0..n {
+                let name = CString::new(format!("tk{}", i % 2)).unwrap();
+                // SAFETY: PR_SET_NAME with a valid NUL-terminated string.
+                let r = unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
+                assert_eq!(r, 0, "prctl");
             }
         }
         "read" => {

@@ -140,13 +140,19 @@ impl Output {
 }
 
 pub fn spawn(bin: &Path, args: &[&str]) -> Running {
-    let mut child = Command::new(bin)
-        .args(args)
+    let mut cmd = Command::new(bin);
+    cmd.args(args);
+    spawn_cmd(cmd)
+}
+
+/// [`spawn`] for a prepared command (a shell that sets limits, say).
+pub fn spawn_cmd(mut cmd: Command) -> Running {
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
     let (tx, lines) = channel();
     let tx_err = tx.clone();
     let stdout = Arc::new(Mutex::new(String::new()));
@@ -409,4 +415,152 @@ pub fn stripped_copy(dir: &Scratch, bin: &Path, name: &str) -> PathBuf {
         .expect("objcopy");
     assert!(st.success(), "objcopy failed");
     out
+}
+
+/// Compiles the C test program `tests/progs/NAME.c` with the system compiler
+/// (`cc -g -O1`) into `dir`.
+pub fn build_c(dir: &Scratch, name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/progs")
+        .join(format!("{name}.c"));
+    let out = dir.0.join(name);
+    let st = Command::new("cc")
+        .args(["-g", "-O1", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("running cc (package gcc)");
+    assert!(st.success(), "cc {} failed", src.display());
+    out
+}
+
+/// A C test program started with a piped stdin, past its "ready" line; `go`
+/// writes the line it waits for.
+pub struct CProg {
+    child: Child,
+    pub pid: u32,
+}
+
+impl CProg {
+    pub fn start(bin: &Path) -> CProg {
+        let mut child = Command::new(bin)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready", "{} did not start", bin.display());
+        let pid = child.id();
+        CProg { child, pid }
+    }
+
+    pub fn go(&mut self) {
+        use std::io::Write;
+        let mut stdin = self.child.stdin.take().expect("go once");
+        stdin.write_all(b"go\n").unwrap();
+    }
+
+    pub fn wait(mut self) -> ExitStatus {
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for CProg {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Writes a C program with `n` functions `fn_0000`.. (a few instructions each, so
+/// thousands share page offsets) and compiles it. It prints "ready", then calls
+/// every function once per line read from stdin, and exits at end of input.
+pub fn build_many_functions(dir: &Scratch, n: usize) -> PathBuf {
+    let mut src = String::from("#include <stdio.h>\n");
+    for i in 0..n {
+        src.push_str(&format!(
+            "__attribute__((noinline, used)) int fn_{i:04}(int x) {{ __asm__ volatile(\"\"); return x + {i}; }}\n"
+        ));
+    }
+    src.push_str("int (*const fns[])(int) = {");
+    for i in 0..n {
+        src.push_str(&format!("fn_{i:04},"));
+    }
+    src.push_str(
+        "};\nint main(void) { char b[8]; volatile int s = 0; printf(\"ready\\n\"); fflush(stdout);\n\
+         while (fgets(b, sizeof b, stdin)) for (unsigned i = 0; i < sizeof fns / sizeof *fns; i++) s += fns[i](i);\n\
+         return 0; }\n",
+    );
+    let c = dir.0.join("many.c");
+    std::fs::write(&c, src).unwrap();
+    let out = dir.0.join("many");
+    let st = Command::new("cc")
+        .args(["-g", "-O1", "-o"])
+        .arg(&out)
+        .arg(&c)
+        .status()
+        .expect("running cc (package gcc)");
+    assert!(st.success());
+    out
+}
+
+/// How many bytes of `bin`'s executable mappings in process `pid` differ from the
+/// file (uprobes plant an int3 at each probed instruction).
+pub fn code_bytes_changed(pid: u32, bin: &Path) -> usize {
+    use std::io::{Read, Seek, SeekFrom};
+    let file = std::fs::read(bin).unwrap();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let name = bin.to_str().unwrap();
+    let mut changed = 0;
+    for l in maps.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 6 || f[5] != name || !f[1].contains('x') {
+            continue;
+        }
+        let (start, end) = f[0].split_once('-').unwrap();
+        let start = u64::from_str_radix(start, 16).unwrap();
+        let end = u64::from_str_radix(end, 16).unwrap();
+        let off = usize::from_str_radix(f[2], 16).unwrap();
+        let mut buf = vec![0u8; (end - start) as usize];
+        mem.seek(SeekFrom::Start(start)).unwrap();
+        mem.read_exact(&mut buf).unwrap();
+        let want = &file[off..file.len().min(off + buf.len())];
+        changed += want.iter().zip(&buf).filter(|(a, b)| a != b).count();
+    }
+    changed
+}
+
+/// The ids of the BPF links process `pid` holds (from its fdinfo).
+pub fn bpf_link_ids_of(pid: u32) -> Vec<u32> {
+    let mut ids = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .flatten()
+    {
+        let info = std::fs::read_to_string(e.path()).unwrap_or_default();
+        if let Some(id) = info
+            .lines()
+            .find_map(|l| l.strip_prefix("link_id:"))
+            .and_then(|v| v.trim().parse().ok())
+        {
+            ids.push(id);
+        }
+    }
+    ids
+}
+
+/// Whether a BPF link with this id still exists.
+pub fn bpf_link_exists(id: u32) -> bool {
+    // SAFETY: plain bpf(2) wrapper; a returned fd is closed at once.
+    unsafe {
+        let fd = libbpf_sys::bpf_link_get_fd_by_id(id);
+        if fd >= 0 {
+            libc::close(fd);
+        }
+        fd >= 0
+    }
 }

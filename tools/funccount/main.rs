@@ -73,7 +73,10 @@ fn run(mut args: Args) -> Result<()> {
         &mut obj,
         plan,
         args.common.cpu,
-        |_rodata| {}
+        |rodata| {
+            rodata.kernel_reads = common::features::kernel_reads();
+            rodata.remember_nr = plan.remember_syscall_nrs();
+        }
     );
     open.maps.counts.set_max_entries(plan.probes.len() as u32)?;
     let skel = open.load().context("loading the BPF programs")?;

@@ -156,6 +156,8 @@ fn run(mut args: Args) -> Result<()> {
         .as_ref()
         .map(|p| File::create(p).with_context(|| format!("creating {}", p.display())))
         .transpose()?;
+    // Symbolizing at the summary opens the traced processes' binaries and maps.
+    session.plan.fd_reserve = 64;
     let plan = &session.plan;
     // User-space probes have no interesting kernel stack (it is the uprobe trap).
     let user_probe = plan

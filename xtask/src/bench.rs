@@ -2,7 +2,9 @@
 //! run. Measures exec-to-ready time, peak RSS, and the per-event cost on a hot
 //! tracepoint (getppid) and a hot uprobe (a tight loop of calls), each as the median
 //! of several runs. Every traced run checks that the tool counted exactly the
-//! events the workload made, so a fast wrong answer cannot win.
+//! events the workload made, so a fast wrong answer cannot win. Then, once each,
+//! the time from SIGINT to exit with 360 syscall tracepoints and with 1,000 single
+//! uprobes in a running process (whose code must be restored afterwards).
 
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -85,7 +87,16 @@ fn wait_for(
     pred: impl Fn(&str) -> bool,
     what: &str,
 ) -> Result<String> {
-    let end = Instant::now() + Duration::from_secs(120);
+    wait_long(rx, pred, what, Duration::from_secs(120))
+}
+
+fn wait_long(
+    rx: &mpsc::Receiver<String>,
+    pred: impl Fn(&str) -> bool,
+    what: &str,
+    limit: Duration,
+) -> Result<String> {
+    let end = Instant::now() + limit;
     loop {
         let left = end.saturating_duration_since(Instant::now());
         match rx.recv_timeout(left) {
@@ -262,20 +273,28 @@ pub fn host(root: &Path) -> Result<()> {
         ));
     }
 
+    let detach = detach_rows(&funccount, root)?;
+    for (m, f, b, note) in &detach {
+        rows.push((format!("{m} (s){note}"), *f, *b));
+    }
+    raw.push(serde_json::json!({ "detach_seconds": detach.iter().map(|(m, f, b, _)| serde_json::json!({"scenario": m, "funccount": f, "bpftrace": b})).collect::<Vec<_>>() }));
+
     let mut table = Builder::default();
     table.push_record([
-        "metric (median of 5)",
+        "metric (median of 5; detach: one run)",
         "funccount",
         "bpftrace",
         "bpftrace / funccount",
     ]);
     for (m, f, b) in &rows {
-        table.push_record([
-            m.clone(),
-            format!("{f:.1}"),
-            format!("{b:.1}"),
-            format!("{:.2}x", b / f),
-        ]);
+        let num = |v: f64| {
+            if v.abs() < 10.0 {
+                format!("{v:.3}")
+            } else {
+                format!("{v:.1}")
+            }
+        };
+        table.push_record([m.clone(), num(*f), num(*b), format!("{:.2}x", b / f)]);
     }
     println!(
         "\nfunccount (tracekit, release) vs {bpftrace_version}, on this host ({} CPUs):",
@@ -294,4 +313,196 @@ fn num_cpus() -> usize {
     thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
+}
+
+/// Functions in the uprobe detach scenario.
+const DETACH_UPROBES: usize = 1000;
+
+/// A C program with `n` functions `fn_0000`.. that waits for its stdin to close.
+fn many_functions(dir: &Path, n: usize) -> Result<std::path::PathBuf> {
+    let mut src = String::new();
+    for i in 0..n {
+        src.push_str(&format!(
+            "__attribute__((noinline, used)) int fn_{i:04}(int x) {{ __asm__ volatile(\"\"); return x + {i}; }}\n"
+        ));
+    }
+    src.push_str(
+        "#include <unistd.h>\nint main(void) { char b; while (read(0, &b, 1) > 0) {} return 0; }\n",
+    );
+    fs::create_dir_all(dir)?;
+    let c = dir.join("many.c");
+    fs::write(&c, src)?;
+    let bin = dir.join("many");
+    let st = Command::new("cc")
+        .args(["-g", "-O1", "-o"])
+        .arg(&bin)
+        .arg(&c)
+        .status()
+        .context("running cc")?;
+    if !st.success() {
+        bail!("cc failed");
+    }
+    Ok(bin)
+}
+
+/// Starts `cmd`, waits until it is tracing (`ready` line), lets it trace for a
+/// second, sends SIGINT and returns the seconds until it exited.
+fn detach_time(mut cmd: Command, ready: impl Fn(&str) -> bool, what: &str) -> Result<f64> {
+    eprintln!(
+        "xtask: detach: {what} {:?}",
+        cmd.get_args().collect::<Vec<_>>()
+    );
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let lines = lines_of(&mut child);
+    // bpftrace attaches 1,000 single uprobes one by one, each waiting for the
+    // kernel's event_mutex.
+    let seen = std::cell::RefCell::new(Vec::new());
+    let ready_logged = |l: &str| {
+        seen.borrow_mut().push(l.to_string());
+        ready(l)
+    };
+    if let Err(e) = wait_long(&lines, ready_logged, what, Duration::from_secs(900)) {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(e.context(format!("{what} said: {}", seen.borrow().join(" | "))));
+    }
+    thread::sleep(Duration::from_secs(1));
+    let start = Instant::now();
+    // SAFETY: plain kill(2) on our child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let st = child.wait()?;
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!("xtask: detach: {what}: {secs:.3} s");
+    if !st.success() {
+        bail!("{what} failed ({st})");
+    }
+    Ok(secs)
+}
+
+fn funccount_ready(l: &str) -> bool {
+    l.starts_with("Tracing ")
+}
+
+fn bpftrace_ready(l: &str) -> bool {
+    l == "READY"
+}
+
+fn bpftrace(probe: &str) -> Command {
+    let mut c = Command::new("bpftrace");
+    // bpftrace 0.17 refuses more than 512 probes (and programs) unless told.
+    c.env("BPFTRACE_MAX_PROBES", "100000")
+        .env("BPFTRACE_MAX_BPF_PROGS", "100000")
+        .arg("-e")
+        .arg(format!(
+            "BEGIN {{ printf(\"READY\\n\"); }} {probe} {{ @[probe] = count(); }}"
+        ));
+    c
+}
+
+/// Seconds from SIGINT to exit (detaching, and the tools' final output): 360
+/// syscall tracepoints, and 1,000 user functions without uprobe_multi (single
+/// uprobes) in a running process, whose code is checked to be restored.
+fn detach_rows(funccount: &Path, root: &Path) -> Result<Vec<(String, f64, f64, String)>> {
+    let mut rows = Vec::new();
+    let tps = "t:syscalls:sys_enter_*";
+    let f = detach_time(
+        {
+            let mut c = Command::new(funccount);
+            c.arg(tps);
+            c
+        },
+        funccount_ready,
+        "funccount",
+    )?;
+    let b = detach_time(
+        bpftrace("tracepoint:syscalls:sys_enter_*"),
+        bpftrace_ready,
+        "bpftrace",
+    )?;
+    rows.push((
+        "detach 't:syscalls:sys_enter_*' (360 tracepoints)".to_string(),
+        f,
+        b,
+        String::new(),
+    ));
+
+    let bin = many_functions(&root.join("target/bench/detach"), DETACH_UPROBES)?;
+    let mut target = Command::new(&bin).stdin(Stdio::piped()).spawn()?;
+    let pid = target.id().to_string();
+    let spec = format!("{}:fn_*", bin.display());
+    let single = |perf: bool| {
+        let mut c = Command::new(funccount);
+        if perf {
+            c.env("TRACEKIT_PERF_UPROBES", "1");
+        }
+        c.args(["--attach-mode", "single", "-p", &pid, &spec]);
+        c
+    };
+    let f = detach_time(single(false), funccount_ready, "funccount")?;
+    let b = detach_time(
+        bpftrace(&format!("uprobe:{}:fn_* /pid == {pid}/", bin.display())),
+        bpftrace_ready,
+        "bpftrace",
+    )?;
+    let old = detach_time(single(true), funccount_ready, "funccount")?;
+    let changed = code_changed(target.id(), &bin)?;
+    drop(target.stdin.take());
+    target.wait()?;
+    if changed != 0 {
+        bail!("{changed} bytes of the traced program's code differ from its file after detaching");
+    }
+    rows.push((
+        format!("detach {DETACH_UPROBES} single uprobes (-p)"),
+        f,
+        b,
+        format!("; funccount's per-function perf uprobes (TRACEKIT_PERF_UPROBES=1): {old:.1} s"),
+    ));
+    Ok(rows)
+}
+
+/// Bytes of `bin`'s executable mappings in process `pid` that differ from the file.
+fn code_changed(pid: u32, bin: &Path) -> Result<usize> {
+    use std::io::{Read, Seek, SeekFrom};
+    let file = fs::read(bin)?;
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    let mut mem = fs::File::open(format!("/proc/{pid}/mem"))?;
+    let mut changed = 0;
+    for l in maps.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 6 || Path::new(f[5]) != bin || !f[1].contains('x') {
+            continue;
+        }
+        let (a, b) = f[0].split_once('-').context("maps line")?;
+        let (a, b) = (u64::from_str_radix(a, 16)?, u64::from_str_radix(b, 16)?);
+        let off = usize::from_str_radix(f[2], 16)?;
+        let mut buf = vec![0u8; (b - a) as usize];
+        mem.seek(SeekFrom::Start(a))?;
+        mem.read_exact(&mut buf)?;
+        changed += file[off..].iter().zip(&buf).filter(|(x, y)| x != y).count();
+    }
+    Ok(changed)
+}
+
+/// `cargo xtask bench-detach`: only the detach rows of `bench`.
+pub fn detach(root: &Path) -> Result<()> {
+    crate::build_release(&["--bin", "funccount"])?;
+    let funccount = root.join("target/release/funccount");
+    let rows = detach_rows(&funccount, root)?;
+    let mut table = Builder::default();
+    table.push_record([
+        "seconds from SIGINT to exit (one run)",
+        "funccount",
+        "bpftrace",
+        "bpftrace / funccount",
+    ]);
+    for (m, f, b, note) in &rows {
+        table.push_record([
+            format!("{m}{note}"),
+            format!("{f:.3}"),
+            format!("{b:.3}"),
+            format!("{:.0}x", b / f),
+        ]);
+    }
+    println!("{}", table.build().with(Style::markdown()));
+    Ok(())
 }

@@ -570,7 +570,10 @@ pub fn write_script(name: &str, body: &str) -> Result<PathBuf> {
             "#!/bin/sh\n# Written by cargo xtask; runs inside the guest.\n\
              cd '{}' || exit 98\n\
              export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n\
-             export RUST_BACKTRACE=1 TMPDIR=/tmp\n{body}\n",
+             export RUST_BACKTRACE=1 TMPDIR=/tmp\n\
+             # Our init leaves the open-file limit at 4096, not a distribution's\n\
+             # 524288: single kprobes on thousands of functions hold two each.\n\
+             ulimit -n 1048576 2>/dev/null || ulimit -n 65536\n{body}\n",
             std::env::current_dir()?.display()
         ),
     )?;

@@ -4,7 +4,9 @@
 //!   test [--no-guest]    the whole test suite: unit and host tests, then guest kernels
 //!   guest [FILTER...]    only the kernel-function tests, in each guest kernel
 //!   guest-exec CMD...    run a shell command in each guest kernel (debugging)
-//!   bench                funccount vs bpftrace on the host (ready time, RSS, per-event cost)
+//!   bench                funccount vs bpftrace on the host (ready time, RSS, per-event cost,
+//!                        detach time)
+//!   bench-detach         only bench's detach rows (360 tracepoints, 1,000 single uprobes)
 //!   bench-stacks         stackcount vs bpftrace printing 10,000 distinct stacks
 //!   bench-attach         attach/detach time for 10..all kernel functions in a guest,
 //!                        against bpftrace and BCC's funccount
@@ -49,6 +51,10 @@ fn real_main() -> Result<()> {
         Some("bench") => {
             deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
             bench::host(&root)
+        }
+        Some("bench-detach") => {
+            deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
+            bench::detach(&root)
         }
         Some("bench-stacks") => {
             deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
