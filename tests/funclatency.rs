@@ -48,7 +48,7 @@ fn avg_line(stdout: &str) -> &str {
 
 #[test]
 fn recursion_measures_every_call_in_every_mode() {
-    // 10 calls of depth 3, the innermost sleeping 35 ms: 30 calls of 35 ms and a
+    // 10 calls of depth 3, the innermost sleeping 70 ms: 30 calls of 70 ms and a
     // bit. Keying entries by thread alone (BCC, bpftrace) would record 10.
     for (mode, mechanism) in [
         ("auto", "uprobe.session"),
@@ -65,7 +65,7 @@ fn recursion_measures_every_call_in_every_mode() {
         );
         assert_eq!(
             buckets(&out.stdout),
-            vec![(33554432, 67108863, 30)],
+            vec![(67108864, 134217727, 30)],
             "{mode}: {}",
             out.stdout
         );
@@ -89,12 +89,13 @@ fn bccs_layout_byte_for_byte() {
          \x20        4 -> 7          : 0        |                                        |\n\
          \x20        8 -> 15         : 0        |                                        |\n\
          \x20       16 -> 31         : 0        |                                        |\n\
-         \x20       32 -> 63         : 20       |****************************************|\n\
+         \x20       32 -> 63         : 0        |                                        |\n\
+         \x20       64 -> 127        : 20       |****************************************|\n\
          \navg = ",
         bin.display()
     );
     assert!(out.stdout.starts_with(&want_head), "{}", out.stdout);
-    // 20 sleeps of 35 ms (each in [32, 63] ms, as the histogram shows): BCC's
+    // 20 sleeps of 70 ms (each in [64, 127] ms, as the histogram shows): BCC's
     // line with the average truncated from total / count.
     let avg = avg_line(&out.stdout);
     let nums: Vec<u64> = avg
@@ -108,7 +109,7 @@ fn bccs_layout_byte_for_byte() {
             nums[0], nums[1]
         )
     );
-    assert!((700..1280).contains(&nums[1]), "{avg}");
+    assert!((1400..2540).contains(&nums[1]), "{avg}");
     assert_eq!(nums[0], nums[1] / 20, "{avg}");
     assert!(
         out.stdout.ends_with(", count: 20\n\nDetaching...\n"),
@@ -125,14 +126,14 @@ fn units() {
         .contains("     usecs               : count     distribution\n"));
     assert_eq!(
         buckets(&out.stdout),
-        vec![(32768, 65535, 8)],
+        vec![(65536, 131071, 8)],
         "{}",
         out.stdout
     );
     let out = time_calls("sleep", 8, "tk_sleep", &[]);
     assert_eq!(
         buckets(&out.stdout),
-        vec![(33554432, 67108863, 8)],
+        vec![(67108864, 134217727, 8)],
         "{}",
         out.stdout
     );
@@ -162,10 +163,10 @@ fn one_histogram_per_function() {
         fast_rows.iter().all(|b| b.1 < 1000),
         "tk_fast under 1 ms: {fast_rows:?}"
     );
-    // 35 ms sleeps.
+    // 70 ms sleeps.
     assert_eq!(
         buckets(&out.stdout[slow..]),
-        vec![(32768, 65535, 25)],
+        vec![(65536, 131071, 25)],
         "{}",
         out.stdout
     );
@@ -206,7 +207,7 @@ fn intervals_print_deltas() {
     assert_eq!(out.stdout.matches("avg = ").count(), 1, "{}", out.stdout);
     assert_eq!(
         buckets(&out.stdout),
-        vec![(32768, 65535, 6)],
+        vec![(65536, 131071, 6)],
         "{}",
         out.stdout
     );
@@ -222,9 +223,9 @@ fn json_summary() {
     assert_eq!(last["count"], 12);
     assert_eq!(
         last["hist"],
-        serde_json::json!([{"low": 32768, "high": 65535, "count": 12}])
+        serde_json::json!([{"low": 65536, "high": 131071, "count": 12}])
     );
-    assert!(last["total_ns"].as_u64().unwrap() >= 12 * 35_000_000);
+    assert!(last["total_ns"].as_u64().unwrap() >= 12 * 70_000_000);
     assert!(
         out.stderr.starts_with("Tracing 1 functions for"),
         "{}",

@@ -3,6 +3,7 @@
 //! reading counters, the interval/duration/signal loop, and output helpers.
 
 pub mod attach;
+pub mod attaching;
 pub mod cli;
 pub mod counters;
 pub mod elf;
@@ -11,10 +12,13 @@ pub mod hist;
 pub mod ifunc;
 pub mod insn;
 pub mod kfuncs;
+pub mod mechanism;
 pub mod missed;
+pub mod object;
 pub mod output;
 pub mod pattern;
 pub mod plan;
+pub mod report;
 pub mod run;
 pub mod session;
 pub mod spec;

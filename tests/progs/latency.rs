@@ -5,12 +5,12 @@
 //!
 //! Modes:
 //! - `recurse N`: N calls of tk_recurse(3), which calls itself down to depth 1,
-//!   where it sleeps 35 ms: 3N calls of tk_recurse, each lasting 35 ms and a bit.
-//! - `sleep N`: N calls of tk_sleep, each sleeping 35 ms.
-//! - `two N`: N calls of tk_fast (no sleep) and N of tk_slow (35 ms each).
+//!   where it sleeps 70 ms: 3N calls of tk_recurse, each lasting 70 ms and a bit.
+//! - `sleep N`: N calls of tk_sleep, each sleeping 70 ms.
+//! - `two N`: N calls of tk_fast (no sleep) and N of tk_slow (70 ms each).
 //!
-//! 35 ms is just above 2^25 ns (33.6 ms), so a call lands in the
-//! [33554432, 67108863] ns bucket even when a loaded machine oversleeps by 30 ms.
+//! 70 ms is just above 2^26 ns (67.1 ms), so a call lands in the
+//! [67108864, 134217727] ns bucket even when a loaded machine oversleeps by 60 ms.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -18,7 +18,7 @@ use std::time::Duration;
 #[path = "ready.rs"]
 mod ready;
 
-const SLEEP: Duration = Duration::from_millis(35);
+const SLEEP: Duration = Duration::from_millis(70);
 
 #[no_mangle]
 #[inline(never)]

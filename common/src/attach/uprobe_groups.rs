@@ -1,0 +1,246 @@
+//! User functions as tracefs uprobe events, many to a perf event, for kernels
+//! without uprobe_multi: one perf event (and its costly removal) per group
+//! instead of per function.
+
+use std::path::Path;
+
+use libbpf_rs::ProgramMut as Program;
+use libbpf_sys as sys;
+
+use super::{take_link, Attached, Prog, UserSite};
+use crate::run::Stop;
+
+/// The tracefs group of this process' uprobe events.
+fn uprobe_event_group() -> String {
+    format!("tracekit_{}", std::process::id())
+}
+
+/// Writes commands (lines) to tracefs `uprobe_events` in one write: the kernel
+/// does not join a line split across writes.
+fn uprobe_events_command(cmd: &str) -> Result<(), i32> {
+    use std::io::Write;
+    let path = crate::tracefs::tracefs()
+        .map_err(|_| libc::ENOENT)?
+        .join("uprobe_events");
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+    let line = format!("{cmd}\n");
+    match f.write(line.as_bytes()) {
+        Ok(n) if n == line.len() => Ok(()),
+        Ok(_) => Err(libc::EIO),
+        Err(e) => Err(e.raw_os_error().unwrap_or(libc::EIO)),
+    }
+}
+
+pub(super) fn remove_uprobe_events(events: &[String]) {
+    for e in events {
+        let _ = uprobe_events_command(&format!("-:{e}"));
+    }
+}
+
+/// Removes the uprobe events left by tracekit processes that are gone (killed
+/// before they could remove them; such events are inert, no breakpoint is armed).
+fn remove_stale_uprobe_events() {
+    let Ok(dir) = crate::tracefs::tracefs() else {
+        return;
+    };
+    let Ok(list) = std::fs::read_to_string(dir.join("uprobe_events")) else {
+        return;
+    };
+    let stale: Vec<String> = list
+        .lines()
+        .filter_map(|l| {
+            let def = l.split_whitespace().next()?.split_once(':')?.1;
+            let pid: u32 = def
+                .strip_prefix("tracekit_")?
+                .split('/')
+                .next()?
+                .parse()
+                .ok()?;
+            (!Path::new(&format!("/proc/{pid}")).exists()).then(|| def.to_string())
+        })
+        .collect();
+    let mut unique = stale;
+    unique.dedup();
+    remove_uprobe_events(&unique);
+}
+
+fn perf_event_open_tracepoint(id: u64, pid: Option<u32>) -> Result<i32, i32> {
+    // SAFETY: perf_event_attr is plain data; all-zero is a valid start.
+    let mut attr: sys::perf_event_attr = unsafe { std::mem::zeroed() };
+    attr.type_ = sys::PERF_TYPE_TRACEPOINT;
+    attr.size = size_of::<sys::perf_event_attr>() as u32;
+    attr.config = id;
+    attr.__bindgen_anon_1.sample_period = 1;
+    attr.__bindgen_anon_2.wakeup_events = 1;
+    // With a PID, the kernel arms the breakpoints in that process only.
+    let (pid, cpu) = match pid {
+        Some(p) => (p as libc::c_int, -1),
+        None => (-1, 0),
+    };
+    // SAFETY: attr is valid for the call; a non-negative result is a new fd.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr as *const sys::perf_event_attr,
+            pid,
+            cpu as libc::c_int,
+            -1 as libc::c_int,
+            sys::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+        )
+    };
+    if fd < 0 {
+        Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EINVAL))
+    } else {
+        Ok(fd as i32)
+    }
+}
+
+/// Without uprobe_multi: the functions of one binary as tracefs uprobe events,
+/// many functions appended to one event, each event opened as one perf event with
+/// the BPF program attached. A perf-event uprobe costs the kernel several RCU
+/// grace periods to remove, one at a time under its event_mutex (about 100 ms
+/// each: 1,000 functions took 107 s); a group costs that once for all its
+/// functions. With `index` (the BPF object's `uprobe_groups` map) functions are
+/// told apart by group and page offset (see bpf/funccount.bpf.c), so a group
+/// holds functions with distinct page offsets; without it (a tool that does not
+/// need to know which function fired) one group holds them all. A group the
+/// kernel refuses is bisected. Returns the sites tracefs would not take (no
+/// tracefs, a path it cannot parse), for single uprobes.
+pub(crate) fn uprobe_groups<'a>(
+    prog: &Program,
+    index: Option<&libbpf_rs::Map>,
+    pid: Option<u32>,
+    binary: &Path,
+    sites: &[UserSite<'a>],
+    stop: &Stop,
+    out: &mut Attached,
+) -> Vec<UserSite<'a>> {
+    let Some(path) = binary.to_str().filter(|p| !p.contains(char::is_whitespace)) else {
+        return sites.to_vec();
+    };
+    if out.next_group == 0 {
+        remove_stale_uprobe_events();
+    }
+    let groups: Vec<Vec<UserSite>> = if index.is_some() {
+        let mut groups: Vec<Vec<UserSite>> = Vec::new();
+        let mut depth: std::collections::HashMap<u64, usize> = Default::default();
+        for s in sites {
+            let d = depth.entry(s.2 & 0xfff).or_default();
+            if groups.len() <= *d {
+                groups.push(Vec::new());
+            }
+            groups[*d].push(*s);
+            *d += 1;
+        }
+        groups
+    } else {
+        vec![sites.to_vec()]
+    };
+    let prog = Prog::of(prog);
+    let mut fallback = Vec::new();
+    for g in groups {
+        // An error is tracefs itself refusing (not the kernel's uprobe checks).
+        if uprobe_group(prog, index, pid, path, &g, stop, out).is_err() {
+            fallback.extend(g);
+        }
+    }
+    fallback
+}
+
+/// Attaches one group, bisecting it when the kernel refuses it. Fails only when
+/// tracefs will not create the event at all.
+fn uprobe_group(
+    prog: Prog,
+    index: Option<&libbpf_rs::Map>,
+    pid: Option<u32>,
+    path: &str,
+    sites: &[UserSite<'_>],
+    stop: &Stop,
+    out: &mut Attached,
+) -> Result<(), i32> {
+    use libbpf_rs::MapCore;
+    if stop.is_set() || sites.is_empty() {
+        return Ok(());
+    }
+    let group = out.next_group;
+    out.next_group += 1;
+    let event = format!("{}/g{group}", uprobe_event_group());
+    // Complete lines, many per write (the kernel splits them; a line must not be
+    // split across writes).
+    let lines: Vec<String> = sites
+        .iter()
+        .map(|s| format!("p:{event} {path}:0x{:x}", s.2))
+        .collect();
+    for (k, batch) in lines.chunks(256).enumerate() {
+        if let Err(e) = uprobe_events_command(&batch.join("\n")) {
+            if k > 0 || batch.len() > 1 {
+                remove_uprobe_events(std::slice::from_ref(&event));
+            }
+            return Err(e);
+        }
+    }
+    let id = crate::tracefs::tracefs()
+        .ok()
+        .and_then(|d| std::fs::read_to_string(d.join("events").join(&event).join("id")).ok())
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    let attached = id.ok_or(libc::ENOENT).and_then(|id| {
+        if let Some(map) = index {
+            for s in sites {
+                let key = group << 12 | (s.2 & 0xfff);
+                map.update(
+                    &key.to_ne_bytes(),
+                    &(s.0 as u32).to_ne_bytes(),
+                    libbpf_rs::MapFlags::ANY,
+                )
+                .map_err(|_| libc::ENOMEM)?;
+            }
+        }
+        let fd = perf_event_open_tracepoint(id, pid)?;
+        let opts = sys::bpf_perf_event_opts {
+            sz: size_of::<sys::bpf_perf_event_opts>() as _,
+            bpf_cookie: UPROBE_GROUP | group << 12,
+            ..Default::default()
+        };
+        // SAFETY: fd is our perf event; on success the link owns it.
+        let link =
+            take_link(unsafe { sys::bpf_program__attach_perf_event_opts(prog.ptr(), fd, &opts) });
+        if link.is_err() {
+            // SAFETY: fd is ours and not owned by any link.
+            unsafe { libc::close(fd) };
+        }
+        link
+    });
+    match attached {
+        Ok(link) => {
+            out.add(link, sites.iter().map(|s| s.0 as u64));
+            out.tracefs_events.push(event);
+            out.uprobe_groups += 1;
+            out.grouped_uprobes += sites.len();
+        }
+        Err(e) => {
+            remove_uprobe_events(std::slice::from_ref(&event));
+            if let Some(map) = index {
+                for s in sites {
+                    let _ = map.delete(&(group << 12 | (s.2 & 0xfff)).to_ne_bytes());
+                }
+            }
+            if sites.len() == 1 {
+                out.skip_user(sites[0].1, e);
+            } else {
+                let (a, b) = sites.split_at(sites.len() / 2);
+                // The event was created before: tracefs takes these paths.
+                let _ = uprobe_group(prog, index, pid, path, a, stop, out);
+                let _ = uprobe_group(prog, index, pid, path, b, stop, out);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The cookie bit marking a uprobe group (bpf/funccount.bpf.c).
+const UPROBE_GROUP: u64 = 1 << 63;

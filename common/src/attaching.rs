@@ -1,0 +1,274 @@
+//! Attaching a plan to a loaded object: each kind of probe through the
+//! mechanism chosen for it, returns before entries, tracepoints through the
+//! cheapest links the object and kernel allow, the descriptor limit checked first.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::{MapCore, Object, ProgramMut};
+
+use crate::attach::{self, Attached};
+use crate::cli::warn;
+use crate::kfuncs::KernelFunc;
+use crate::mechanism::Via;
+use crate::object::ProgKind;
+use crate::plan::{perf_uprobes, syscall_event, Plan, Site};
+use crate::run::{Phase, Stop};
+use crate::system;
+use crate::tracepoints::{self, Tracepoint};
+
+impl Plan {
+    /// Attaches every probe to the loaded object's programs. Stops early (keeping
+    /// what is attached, for the caller to drop) when `stop` is raised.
+    pub fn attach(&self, obj: &Object, stop: &Stop) -> Result<Attached> {
+        let loaded: HashSet<ProgKind> = obj
+            .progs()
+            .filter(|p| p.autoload())
+            .filter_map(|p| p.section().to_str().and_then(ProgKind::of))
+            .collect();
+        system::check_fd_limit(self.fds_needed(&loaded), self.fd_reserve)?;
+        stop.set_phase(Phase::Attaching);
+        let out = self.attach_all(obj, stop);
+        stop.set_phase(Phase::Tracing);
+        out
+    }
+
+    fn attach_all(&self, obj: &Object, stop: &Stop) -> Result<Attached> {
+        let progs: BTreeMap<ProgKind, ProgramMut> = obj
+            .progs_mut()
+            .filter_map(|p| {
+                let kind = p.section().to_str().and_then(ProgKind::of)?;
+                Some((kind, p))
+            })
+            .collect();
+        let prog = |k: ProgKind| {
+            progs
+                .get(&k)
+                .with_context(|| format!("internal error: no loaded program for {k:?} probes"))
+        };
+        let mut out = Attached::new(self.probes.len());
+        out.skipped.extend(self.skipped.iter().cloned());
+        if stop.is_set() {
+            return Ok(out); // stopped before attaching began
+        }
+        let pid = self.pid;
+
+        let kernel: Vec<(usize, &KernelFunc)> = self
+            .probes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match &p.site {
+                Site::Kernel(f) => Some((i, f)),
+                _ => None,
+            })
+            .collect();
+        if let Some(via) = self.kernel_via {
+            for (n, &kind) in ProgKind::for_via(via, true, self.hooks).iter().enumerate() {
+                let sites = later_hook_sites(&kernel, n, &out);
+                let (p, hook) = (prog(kind)?, kind.hook());
+                match via {
+                    Via::Session | Via::Multi => {
+                        attach::kprobe_multi(p, hook, &sites, stop, &mut out)?
+                    }
+                    Via::Single => attach::kprobes(p, hook, &sites, stop, &mut out),
+                    Via::Trampoline => attach::trampoline(p, &sites, &mut out),
+                }
+            }
+        }
+
+        let mut by_binary: BTreeMap<&PathBuf, Vec<(usize, attach::UserSite)>> = BTreeMap::new();
+        for (i, p) in self.probes.iter().enumerate() {
+            if let Site::User { binary, func } = &p.site {
+                by_binary
+                    .entry(binary)
+                    .or_default()
+                    .push((i, (i, &func.name, func.offset)));
+            }
+        }
+        if let Some(via) = self.user_via {
+            for (binary, sites) in by_binary {
+                for (n, &kind) in ProgKind::for_via(via, false, self.hooks).iter().enumerate() {
+                    let sites: Vec<attach::UserSite> = later_hook_sites(&sites, n, &out)
+                        .into_iter()
+                        .map(|(_, s)| s)
+                        .collect();
+                    let (p, hook) = (prog(kind)?, kind.hook());
+                    match via {
+                        // Entry-only tools take tracefs uprobe groups (fast to
+                        // detach); tools that pair calls need each function's
+                        // own cookie.
+                        Via::Single if hook == attach::Hook::Entry && !perf_uprobes() => {
+                            let index = obj.maps().find(|m| m.name() == "uprobe_groups");
+                            let rest = attach::uprobe_groups(
+                                p,
+                                index.as_ref(),
+                                pid,
+                                binary,
+                                &sites,
+                                stop,
+                                &mut out,
+                            );
+                            if !rest.is_empty() {
+                                attach::uprobes(p, hook, pid, binary, &rest, stop, &mut out);
+                            }
+                        }
+                        Via::Single => {
+                            attach::uprobes(p, hook, pid, binary, &sites, stop, &mut out)
+                        }
+                        _ => attach::uprobe_multi(p, hook, pid, binary, &sites, stop, &mut out),
+                    }
+                }
+            }
+        }
+
+        let tps: Vec<(usize, &Tracepoint, &str)> = self
+            .probes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match &p.site {
+                Site::Tracepoint(t) => Some((i, t, p.label.as_str())),
+                _ => None,
+            })
+            .collect();
+        if !tps.is_empty() {
+            self.attach_tracepoints(&progs, &tps, obj, stop, &mut out)?;
+        }
+
+        let usdts: Vec<(usize, &std::path::Path, &str, &str)> = self
+            .probes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match &p.site {
+                Site::Usdt { binary, probe } => Some((
+                    i,
+                    binary.as_path(),
+                    probe.provider.as_str(),
+                    probe.name.as_str(),
+                )),
+                _ => None,
+            })
+            .collect();
+        if !usdts.is_empty() {
+            attach::usdts(prog(ProgKind::Usdt)?, pid, &usdts, stop, &mut out);
+        }
+
+        if out.probes_attached() == 0 && !stop.is_set() {
+            match out.skipped.first() {
+                Some(s) => bail!("nothing could be attached: {}: {}", s.label, s.reason),
+                None => bail!("nothing to attach"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Tracepoints: syscall events through the raw sys_enter/sys_exit links, other
+    /// tracepoints through raw tracepoint links, where the object has those
+    /// programs loaded; perf-event tracepoints for the rest and for any that the
+    /// kernel refuses as raw tracepoints (before Linux 6.10, say).
+    fn attach_tracepoints(
+        &self,
+        progs: &BTreeMap<ProgKind, ProgramMut>,
+        tps: &[(usize, &Tracepoint, &str)],
+        obj: &Object,
+        stop: &Stop,
+        out: &mut Attached,
+    ) -> Result<()> {
+        let mut syscalls = Vec::new();
+        let mut raw = Vec::new();
+        let mut perf = Vec::new();
+        let candidates: Vec<&Tracepoint> = tps
+            .iter()
+            .filter(|(_, t, _)| t.category != "syscalls")
+            .map(|(_, t, _)| *t)
+            .collect();
+        let attachable = if progs.contains_key(&ProgKind::RawTracepoint) {
+            tracepoints::raw_attachable(&candidates)
+        } else {
+            Vec::new()
+        };
+        let mut candidate = 0;
+        for &(i, t, label) in tps {
+            let raw_ok = t.category != "syscalls" && {
+                candidate += 1;
+                attachable.get(candidate - 1).copied().unwrap_or(false)
+            };
+            let sys = syscall_event(t).filter(|(exit, _)| {
+                progs.contains_key(if *exit {
+                    &ProgKind::SyscallExit
+                } else {
+                    &ProgKind::SyscallEnter
+                })
+            });
+            if let Some((exit, nr)) = sys {
+                syscalls.push(attach::SyscallSite { probe: i, nr, exit });
+            } else if raw_ok {
+                raw.push((i, t, label));
+            } else {
+                perf.push((i, t, label));
+            }
+        }
+        if !syscalls.is_empty() && !stop.is_set() {
+            let map = obj
+                .maps()
+                .find(|m| m.name() == "syscall_probes")
+                .context("internal error: the BPF object has no syscall_probes map")?;
+            let refused = attach::syscalls(
+                progs.get(&ProgKind::SyscallEnter),
+                progs.get(&ProgKind::SyscallExit),
+                &map,
+                &syscalls,
+                self.remember_syscall_nrs(),
+                out,
+            );
+            perf.extend(refused.into_iter().map(|s| {
+                let (i, t, l) = tps.iter().find(|(i, _, _)| *i == s.probe).expect("a site");
+                (*i, *t, *l)
+            }));
+        }
+        if !raw.is_empty() {
+            let sites: Vec<(usize, &str, &str)> = raw
+                .iter()
+                .map(|(i, t, l)| (*i, t.event.as_str(), *l))
+                .collect();
+            let refused =
+                attach::raw_tracepoints(&progs[&ProgKind::RawTracepoint], &sites, stop, out);
+            perf.extend(refused.into_iter().map(|k| raw[k]));
+        }
+        if !perf.is_empty() {
+            let sites: Vec<(usize, &str, &str, &str)> = perf
+                .iter()
+                .map(|(i, t, l)| (*i, t.category.as_str(), t.event.as_str(), *l))
+                .collect();
+            let prog = progs
+                .get(&ProgKind::Tracepoint)
+                .context("internal error: no loaded program for Tracepoint probes")?;
+            attach::tracepoints(prog, &sites, stop, out);
+        }
+        Ok(())
+    }
+
+    /// [`Plan::attach`], then what every tool reports: with `debug` the links and
+    /// every skipped probe (stderr), else a one-line warning about skipped probes.
+    pub fn attach_and_report(&self, obj: &Object, stop: &Stop, debug: bool) -> Result<Attached> {
+        let attached = self.attach(obj, stop)?;
+        if debug {
+            crate::cli::stderr(&attached.describe());
+        }
+        if let Some(w) = attached.skipped_warning() {
+            warn(&w);
+        }
+        Ok(attached)
+    }
+}
+
+/// The sites a plan's `n`th hook attaches: all of them for the first; for a
+/// later one (the entry, after the return) only those the first attached, so no
+/// entry is recorded whose return is not hooked.
+fn later_hook_sites<T: Clone>(sites: &[(usize, T)], n: usize, out: &Attached) -> Vec<(usize, T)> {
+    sites
+        .iter()
+        .filter(|(i, _)| n == 0 || out.is_attached(*i))
+        .cloned()
+        .collect()
+}

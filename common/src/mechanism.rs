@@ -1,0 +1,196 @@
+//! Choosing how functions are attached: the `--attach-mode` a user asks for, the
+//! hooks a tool needs, and the mechanism the running kernel offers for them
+//! (probed, never decided by version).
+
+use anyhow::{bail, Result};
+
+use crate::cli::warn;
+use crate::features;
+use crate::kfuncs::KernelFunc;
+use crate::plan::{Options, Probe, Site};
+
+/// How kernel and user functions are attached (`--attach-mode`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AttachMode {
+    /// The best the kernel has: session links for entry+return tools, else one
+    /// multi link per kind (and hook), else one probe per function.
+    #[default]
+    Auto,
+    /// Session links (kprobe.session, uprobe.session), failing if the kernel
+    /// lacks them; only for tools that hook returns.
+    Session,
+    /// kprobe_multi / uprobe_multi links (entry and return links apart), failing
+    /// if the kernel lacks them.
+    Multi,
+    /// One perf-event probe per function (and hook).
+    Single,
+}
+
+impl std::str::FromStr for AttachMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(AttachMode::Auto),
+            "session" => Ok(AttachMode::Session),
+            "multi" => Ok(AttachMode::Multi),
+            "single" => Ok(AttachMode::Single),
+            _ => Err(format!(
+                "'{s}' is not an attach mode (auto, session, multi, single)"
+            )),
+        }
+    }
+}
+
+/// Which points of a function a tool hooks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Hooks {
+    /// Function entry only (counting tools).
+    #[default]
+    Entry,
+    /// Entry and return of each call, paired (latency tools).
+    EntryAndReturn,
+}
+
+/// The mechanism chosen for one kind of function (kernel or user).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// One session link: one program runs at entry and return, with a per-call
+    /// cookie (kprobe.session 6.10+, uprobe.session 6.13+).
+    Session,
+    /// kprobe_multi / uprobe_multi links: one for entries, one for returns.
+    Multi,
+    /// One perf-event probe per function and hook.
+    Single,
+    /// fentry/fexit through a BPF trampoline, for a single kernel function.
+    Trampoline,
+}
+
+impl Via {
+    pub(crate) fn describe(self, kernel: bool, hooks: Hooks) -> &'static str {
+        match (self, kernel, hooks) {
+            (Via::Session, true, _) => "kprobe.session",
+            (Via::Session, false, _) => "uprobe.session",
+            (Via::Multi, true, Hooks::Entry) => "kprobe_multi",
+            (Via::Multi, true, Hooks::EntryAndReturn) => "kprobe_multi + kretprobe_multi",
+            (Via::Multi, false, Hooks::Entry) => "uprobe_multi",
+            (Via::Multi, false, Hooks::EntryAndReturn) => "uprobe_multi + uretprobe_multi",
+            (Via::Single, true, Hooks::Entry) => "single kprobes",
+            (Via::Single, true, Hooks::EntryAndReturn) => "single kprobes + kretprobes",
+            (Via::Single, false, Hooks::Entry) => "single uprobes",
+            (Via::Single, false, Hooks::EntryAndReturn) => "single uprobes + uretprobes",
+            (Via::Trampoline, _, Hooks::Entry) => "fentry",
+            (Via::Trampoline, _, Hooks::EntryAndReturn) => "fentry + fexit",
+        }
+    }
+}
+
+/// Picks how kernel functions are attached: the cheapest mechanism the kernel
+/// has that `--attach-mode` allows, probed, never decided by version.
+pub(crate) fn choose_kernel_via(probes: &[Probe], opts: &Options) -> Result<Option<Via>> {
+    let kernel: Vec<&KernelFunc> = probes
+        .iter()
+        .filter_map(|p| match &p.site {
+            Site::Kernel(f) => Some(f),
+            _ => None,
+        })
+        .collect();
+    let Some(first) = kernel.first() else {
+        return Ok(None);
+    };
+    let ret = opts.hooks == Hooks::EntryAndReturn;
+    if opts.mode == AttachMode::Session && !ret {
+        bail!("--attach-mode session is for tools that time calls (entry and return)");
+    }
+    let via = match opts.mode {
+        AttachMode::Single => Via::Single,
+        mode => {
+            // One function: a trampoline is cheapest per call where the kernel
+            // allows it (not under lockdown, which forbids tracing programs).
+            if mode == AttachMode::Auto
+                && opts.trampoline
+                && kernel.len() == 1
+                && features::fentry(&first.name).is_ok()
+            {
+                return Ok(Some(Via::Trampoline));
+            }
+            let session = if ret && mode != AttachMode::Multi {
+                features::kprobe_session(&first.name)
+            } else {
+                Err(String::new())
+            };
+            match session {
+                Ok(()) => Via::Session,
+                Err(why) if mode == AttachMode::Session => bail!(
+                    "--attach-mode session: this kernel cannot create kprobe.session links ({why}; needs Linux 6.10+ with CONFIG_FPROBE)"
+                ),
+                Err(_) => match features::kprobe_multi(&first.name) {
+                    Ok(()) => Via::Multi,
+                    Err(why) if mode == AttachMode::Multi => bail!(
+                        "--attach-mode multi: this kernel cannot create kprobe_multi links ({why}; needs Linux 5.18+ with CONFIG_FPROBE)"
+                    ),
+                    Err(why) => {
+                        warn(&format!(
+                            "kprobe_multi is not available on this kernel ({why}): attaching one kprobe per function (slower to attach and detach)"
+                        ));
+                        Via::Single
+                    }
+                },
+            }
+        }
+    };
+    let n = kernel.len();
+    if via == Via::Single && n > max_single_kprobes() {
+        let why = if opts.mode == AttachMode::Single {
+            "--attach-mode single"
+        } else {
+            "no kprobe_multi on this kernel"
+        };
+        bail!(
+            "{n} kernel functions would need one kprobe each ({why}), over the \
+             limit of {}: that takes minutes to attach and detach, and has crashed kernels; \
+             narrow the pattern, or raise the limit with TRACEKIT_MAX_KPROBES=N",
+            max_single_kprobes()
+        );
+    }
+    Ok(Some(via))
+}
+
+/// Picks how user functions are attached, as [`choose_kernel_via`] does.
+pub(crate) fn choose_user_via(probes: &[Probe], opts: &Options) -> Result<Option<Via>> {
+    if !probes.iter().any(|p| matches!(p.site, Site::User { .. })) {
+        return Ok(None);
+    }
+    let ret = opts.hooks == Hooks::EntryAndReturn;
+    if opts.mode == AttachMode::Session && !ret {
+        bail!("--attach-mode session is for tools that time calls (entry and return)");
+    }
+    Ok(Some(match opts.mode {
+        AttachMode::Single => Via::Single,
+        mode => {
+            if ret && mode != AttachMode::Multi && features::uprobe_session() {
+                Via::Session
+            } else if mode == AttachMode::Session {
+                bail!("--attach-mode session: this kernel cannot create uprobe.session links (needs Linux 6.13+)");
+            } else if features::uprobe_multi() {
+                Via::Multi
+            } else if mode == AttachMode::Multi {
+                bail!("--attach-mode multi: this kernel cannot create uprobe_multi links (needs Linux 6.10+)");
+            } else {
+                Via::Single
+            }
+        }
+    }))
+}
+
+/// How many single kprobes a run may create (TRACEKIT_MAX_KPROBES overrides), as
+/// BCC's BCC_PROBE_LIMIT and bpftrace's max_probes: mass single kprobes are slow
+/// to attach and detach, and ftrace-based kprobes on every function have crashed
+/// the 6.1 and 6.12 guest kernels. kprobe_multi links have no such limit.
+pub const DEFAULT_MAX_KPROBES: usize = 5000;
+
+pub(crate) fn max_single_kprobes() -> usize {
+    std::env::var("TRACEKIT_MAX_KPROBES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_MAX_KPROBES)
+}

@@ -1,0 +1,266 @@
+//! A tool's BPF object seen from a plan: which program (by ELF section) serves
+//! which kind of probe and hook, which of them to load, and the filter globals
+//! every program reads (bpf/filter.h).
+
+use std::collections::HashSet;
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::OpenObject;
+
+use crate::attach;
+use crate::features;
+use crate::mechanism::{Hooks, Via};
+use crate::plan::{syscall_event, Plan, Site};
+use crate::system::{self, PidNs};
+
+/// The kinds of BPF program a plan needs, named by their ELF section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ProgKind {
+    KprobeMulti,
+    KretprobeMulti,
+    KprobeSession,
+    Kprobe,
+    Kretprobe,
+    Fentry,
+    Fexit,
+    UprobeMulti,
+    UretprobeMulti,
+    UprobeSession,
+    Uprobe,
+    Uretprobe,
+    Tracepoint,
+    /// Raw tracepoint links with cookies (Linux 6.10+), for tools whose BPF object
+    /// has such a program (`SEC("raw_tp")`); others use perf-event tracepoints.
+    RawTracepoint,
+    /// The raw `sys_enter` / `sys_exit` tracepoints serving every
+    /// syscalls:sys_enter_* / sys_exit_* event (`SEC("raw_tp/sys_enter")`, ...).
+    SyscallEnter,
+    SyscallExit,
+    Usdt,
+}
+
+impl ProgKind {
+    pub(crate) fn of(prog_section: &str) -> Option<Self> {
+        match prog_section {
+            "raw_tp/sys_enter" => return Some(ProgKind::SyscallEnter),
+            "raw_tp/sys_exit" => return Some(ProgKind::SyscallExit),
+            "raw_tp" | "raw_tracepoint" => return Some(ProgKind::RawTracepoint),
+            _ => {}
+        }
+        Some(match prog_section.split('/').next()? {
+            "kprobe.multi" => ProgKind::KprobeMulti,
+            "kretprobe.multi" => ProgKind::KretprobeMulti,
+            "kprobe.session" => ProgKind::KprobeSession,
+            "kprobe" => ProgKind::Kprobe,
+            "kretprobe" => ProgKind::Kretprobe,
+            "fentry" => ProgKind::Fentry,
+            "fexit" => ProgKind::Fexit,
+            "uprobe.multi" => ProgKind::UprobeMulti,
+            "uretprobe.multi" => ProgKind::UretprobeMulti,
+            "uprobe.session" => ProgKind::UprobeSession,
+            "uprobe" => ProgKind::Uprobe,
+            "uretprobe" => ProgKind::Uretprobe,
+            "tracepoint" | "tp" => ProgKind::Tracepoint,
+            "usdt" => ProgKind::Usdt,
+            _ => return None,
+        })
+    }
+
+    /// The programs that serve kernel or user functions attached `via`, in
+    /// attach order: returns before entries, so that no entry is recorded
+    /// whose return would go unseen.
+    pub(crate) fn for_via(via: Via, kernel: bool, hooks: Hooks) -> &'static [ProgKind] {
+        use ProgKind::*;
+        let ret = hooks == Hooks::EntryAndReturn;
+        match (via, kernel, ret) {
+            (Via::Session, true, _) => &[KprobeSession],
+            (Via::Session, false, _) => &[UprobeSession],
+            (Via::Multi, true, false) => &[KprobeMulti],
+            (Via::Multi, true, true) => &[KretprobeMulti, KprobeMulti],
+            (Via::Multi, false, false) => &[UprobeMulti],
+            (Via::Multi, false, true) => &[UretprobeMulti, UprobeMulti],
+            (Via::Single, true, false) => &[Kprobe],
+            (Via::Single, true, true) => &[Kretprobe, Kprobe],
+            (Via::Single, false, false) => &[Uprobe],
+            (Via::Single, false, true) => &[Uretprobe, Uprobe],
+            (Via::Trampoline, _, false) => &[Fentry],
+            (Via::Trampoline, _, true) => &[Fexit, Fentry],
+        }
+    }
+
+    /// How an attach with this program treats the site: entry, return or session.
+    pub(crate) fn hook(self) -> attach::Hook {
+        use ProgKind::*;
+        match self {
+            KretprobeMulti | Kretprobe | UretprobeMulti | Uretprobe | Fexit => attach::Hook::Return,
+            KprobeSession | UprobeSession => attach::Hook::Session,
+            _ => attach::Hook::Entry,
+        }
+    }
+}
+
+/// Writes a [`Filter`] into a skeleton's `.rodata` (the globals of bpf/filter.h).
+#[macro_export]
+macro_rules! set_filter {
+    ($rodata:expr, $filter:expr) => {{
+        let (r, f) = ($rodata, $filter);
+        r.filter_tgid = f.tgid;
+        r.filter_pidns_dev = f.pidns_dev;
+        r.filter_pidns_ino = f.pidns_ino;
+        r.filter_cpu = f.cpu;
+    }};
+}
+
+/// Opens a tool's skeleton for a plan: programs configured for the plan's attach
+/// kinds and the PID/CPU filters written; `|rodata| { .. }` sets the tool's own
+/// read-only globals. Evaluates to the open skeleton, ready for map sizing and load.
+#[macro_export]
+macro_rules! open_skeleton {
+    ($builder:ty, $obj:expr, $plan:expr, $cpu:expr, |$rodata:ident| $body:block) => {{
+        let mut open = <$builder>::default()
+            .open($obj)
+            .context("opening the BPF object")?;
+        $plan.configure(open.open_object_mut())?;
+        let $rodata = open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .context("BPF object has no .rodata")?;
+        $crate::set_filter!(&mut *$rodata, $plan.filter($cpu));
+        $body
+        open
+    }};
+}
+
+/// Values for the filters in bpf/filter.h.
+#[derive(Debug, Clone, Copy)]
+pub struct Filter {
+    pub tgid: u32,
+    pub pidns_dev: u64,
+    pub pidns_ino: u64,
+    pub cpu: i32,
+}
+
+impl Plan {
+    /// The BPF program kinds this plan attaches.
+    pub fn prog_kinds(&self) -> Vec<ProgKind> {
+        let mut kinds: Vec<ProgKind> = self
+            .probes
+            .iter()
+            .flat_map(|p| match p.site {
+                Site::Kernel(_) => self
+                    .kernel_via
+                    .map_or(&[][..], |v| ProgKind::for_via(v, true, self.hooks)),
+                Site::User { .. } => self
+                    .user_via
+                    .map_or(&[][..], |v| ProgKind::for_via(v, false, self.hooks)),
+                Site::Tracepoint(_) => &[ProgKind::Tracepoint][..],
+                Site::Usdt { .. } => &[ProgKind::Usdt][..],
+            })
+            .copied()
+            .collect();
+        kinds.sort();
+        kinds.dedup();
+        kinds
+    }
+
+    /// Loads only the programs this plan needs: a kprobe.multi program would fail
+    /// to load on a kernel without that attach type, and unused ones cost verifier
+    /// time. Raw tracepoint programs are loaded when the object has them and the
+    /// kernel takes them; perf-event tracepoints stay loaded as their fallback.
+    pub fn configure(&self, obj: &mut OpenObject) -> Result<()> {
+        let present: HashSet<ProgKind> = obj
+            .progs()
+            .filter_map(|p| p.section().to_str().and_then(ProgKind::of))
+            .collect();
+        let mut need = self.prog_kinds();
+        need.extend(self.raw_tracepoint_kinds(&present));
+        let mut have = HashSet::new();
+        // A trampoline is bound to its function when it is loaded.
+        let target = self.probes.iter().find_map(|p| match &p.site {
+            Site::Kernel(f) if self.kernel_via == Some(Via::Trampoline) => Some(f.name.clone()),
+            _ => None,
+        });
+        for mut prog in obj.progs_mut() {
+            let Some(kind) = prog.section().to_str().and_then(ProgKind::of) else {
+                continue;
+            };
+            let on = need.contains(&kind);
+            prog.set_autoload(on);
+            if on {
+                have.insert(kind);
+                if matches!(kind, ProgKind::Fentry | ProgKind::Fexit) {
+                    prog.set_attach_target(0, target.clone())
+                        .context("setting the fentry/fexit target")?;
+                }
+            }
+        }
+        if let Some(missing) = need.iter().find(|k| !have.contains(k)) {
+            bail!("internal error: the BPF object has no program for {missing:?} probes");
+        }
+        let user = self.count(|s| matches!(s, Site::User { .. }));
+        for mut map in obj.maps_mut() {
+            if map.name() == "uprobe_groups" {
+                map.set_max_entries(user.max(1) as u32)?;
+            }
+            // Threads in a syscall at once; only needed to remember numbers.
+            if map.name() == "syscall_nrs" && !self.remember_syscall_nrs() {
+                map.set_max_entries(1)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The raw tracepoint programs worth loading for this plan's tracepoints, of
+    /// those the object has (`present`).
+    pub(crate) fn raw_tracepoint_kinds(&self, present: &HashSet<ProgKind>) -> Vec<ProgKind> {
+        let mut kinds = Vec::new();
+        let tps = || {
+            self.probes.iter().filter_map(|p| match &p.site {
+                Site::Tracepoint(t) => Some(t),
+                _ => None,
+            })
+        };
+        let syscalls = |exit: bool| tps().any(|t| syscall_event(t).is_some_and(|(x, _)| x == exit));
+        let (enter, exit) = (syscalls(false), syscalls(true));
+        if present.contains(&ProgKind::SyscallExit) && exit {
+            kinds.push(ProgKind::SyscallExit);
+        }
+        // Without kernel reads, sys_enter remembers numbers for sys_exit.
+        if present.contains(&ProgKind::SyscallEnter)
+            && (enter || (kinds.contains(&ProgKind::SyscallExit) && !features::kernel_reads()))
+        {
+            kinds.push(ProgKind::SyscallEnter);
+        }
+        if present.contains(&ProgKind::RawTracepoint)
+            && tps().any(|t| t.category != "syscalls")
+            && features::raw_tp_cookie()
+        {
+            kinds.push(ProgKind::RawTracepoint);
+        }
+        kinds
+    }
+
+    /// Whether the syscall exit link needs sys_enter to remember syscall numbers
+    /// (the BPF program cannot read them from the registers): tools set their
+    /// `remember_nr` switch from it.
+    pub fn remember_syscall_nrs(&self) -> bool {
+        !features::kernel_reads()
+            && self.probes.iter().any(|p| match &p.site {
+                Site::Tracepoint(t) => syscall_event(t).is_some_and(|(exit, _)| exit),
+                _ => false,
+            })
+    }
+
+    /// Filter values for bpf/filter.h: the target PID (in our pid namespace when we
+    /// run in a container) and CPU.
+    pub fn filter(&self, cpu: Option<u32>) -> Filter {
+        let ns: Option<PidNs> = self.pid.and_then(|_| system::own_pidns());
+        Filter {
+            tgid: self.pid.unwrap_or(0),
+            pidns_dev: ns.map_or(0, |n| n.dev),
+            pidns_ino: ns.map_or(0, |n| n.ino),
+            cpu: cpu.map_or(-1, |c| c as i32),
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! What an attached set reports: the links made and every probe skipped, for
+//! `-D`/`--debug`, and a one-line warning otherwise.
+
+use std::fmt::Write as _;
+
+use crate::attach::Attached;
+
+impl Attached {
+    /// What `-D` prints after attaching: links and every skipped probe.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "attached: {} probes, {} links ({} kprobe_multi, {} uprobe_multi), {} skipped\n",
+            self.probes_attached(),
+            self.links(),
+            self.kprobe_multi_links,
+            self.uprobe_multi_links,
+            self.skipped.len()
+        );
+        let user = self.grouped_uprobes + self.single_uprobes;
+        if user > 0 {
+            let _ = writeln!(
+                s,
+                "user functions: {} in {} tracefs uprobe group{}, {} as single perf-event uprobes",
+                self.grouped_uprobes,
+                self.uprobe_groups,
+                if self.uprobe_groups == 1 { "" } else { "s" },
+                self.single_uprobes
+            );
+        }
+        let tracepoints = self.raw_tracepoint_links + self.syscall_events + self.perf_tracepoints;
+        if tracepoints > 0 {
+            let _ = writeln!(
+                s,
+                "tracepoints: {} as raw tracepoint links, {} syscall events through {} raw sys_enter/sys_exit link{}, {} as perf events",
+                self.raw_tracepoint_links,
+                self.syscall_events,
+                self.syscall_links,
+                if self.syscall_links == 1 { "" } else { "s" },
+                self.perf_tracepoints
+            );
+        }
+        for k in &self.skipped {
+            let _ = writeln!(s, "  skipped {}: {}", k.label, k.reason);
+        }
+        s
+    }
+
+    /// A one-line warning about skipped probes, if any.
+    pub fn skipped_warning(&self) -> Option<String> {
+        if self.skipped.is_empty() {
+            return None;
+        }
+        const SHOWN: usize = 5;
+        let mut list: Vec<String> = self
+            .skipped
+            .iter()
+            .take(SHOWN)
+            .map(|k| format!("{} ({})", k.label, k.reason))
+            .collect();
+        if self.skipped.len() > SHOWN {
+            list.push(format!(
+                "and {} more (-D lists them)",
+                self.skipped.len() - SHOWN
+            ));
+        }
+        Some(format!(
+            "skipped {} probe{} that could not be attached: {}",
+            self.skipped.len(),
+            if self.skipped.len() == 1 { "" } else { "s" },
+            list.join(", ")
+        ))
+    }
+}
