@@ -159,9 +159,11 @@ fn one_histogram_per_function() {
         "{}",
         out.stdout
     );
+    // No sleep in tk_fast: all its calls sit below tk_slow's bucket (a loaded
+    // machine may preempt one for a few milliseconds, never for 65).
     assert!(
-        fast_rows.iter().all(|b| b.1 < 1000),
-        "tk_fast under 1 ms: {fast_rows:?}"
+        fast_rows.iter().all(|b| b.1 < 65536),
+        "tk_fast below 65 ms: {fast_rows:?}"
     );
     // 70 ms sleeps.
     assert_eq!(
