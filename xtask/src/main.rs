@@ -126,7 +126,7 @@ fn test(args: &[String]) -> Result<()> {
 }
 
 /// Per-kernel bound on a guest run: a hung guest fails instead of stalling CI.
-const GUEST_TIMEOUT: Duration = Duration::from_secs(600);
+const GUEST_TIMEOUT: Duration = Duration::from_secs(1200);
 
 /// Runs tests/guest.rs inside every guest kernel.
 fn guest_tests(filter: &[String]) -> Result<()> {
