@@ -12,6 +12,7 @@
 
 mod bench;
 mod bench_attach;
+mod bench_common;
 mod bench_stacks;
 mod deps;
 mod guest;
