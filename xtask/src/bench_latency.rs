@@ -334,6 +334,9 @@ fn per_call_rounds(
 
 /// Host half: the user-function part here, then the guest's parts, then tables.
 pub fn host(root: &Path, args: &[String]) -> Result<()> {
+    if args.iter().any(|a| a == "--report") {
+        return report_again(root);
+    }
     let run_host = !args.iter().any(|a| a == "--no-host");
     let run_guest = !args.iter().any(|a| a == "--no-guest");
     deps::ensure(&[deps::BUILD, deps::GUEST, deps::BENCH].concat())?;
@@ -408,31 +411,57 @@ pub fn host(root: &Path, args: &[String]) -> Result<()> {
 
     let raw = json!({
         "host": host_results, "guest": guest_results, "guest_kernel": kernel_name,
+        "host_kernel": kernel_release(), "cpus": num_cpus(),
         "bpftrace": bpftrace, "user_calls": 6 * USER_N, "guest_reads": READS,
+        "bcc_note": bcc_note, "guest_failure": guest_failure,
     });
     let out = out_dir.join("latency.json");
     fs::write(&out, serde_json::to_string_pretty(&raw)?)?;
+    report(&raw);
+    println!("raw numbers: {}", out.display());
+    Ok(())
+}
 
+/// `bench-latency --report`: the tables again from target/bench/latency.json.
+fn report_again(root: &Path) -> Result<()> {
+    let path = root.join("target/bench/latency.json");
+    let raw: Value = serde_json::from_str(
+        &fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?,
+    )?;
+    report(&raw);
+    Ok(())
+}
+
+/// Prints the tables of one run (its raw JSON).
+fn report(raw: &Value) {
+    let list = |k: &str| raw[k].as_array().cloned().unwrap_or_default();
+    let (host_results, guest_results) = (list("host"), list("guest"));
+    let text = |k: &str| raw[k].as_str().unwrap_or("").to_string();
     let mut errors: Vec<String> = Vec::new();
-    if run_host {
+    if !host_results.is_empty() {
         println!(
             "\nPer-call overhead on hot user functions (host, Linux {}, {} CPUs; {} calls of \
-             tk_alpha/tk_beta/tk_gamma per run, median of {HOST_ROUNDS} interleaved rounds), \
-             funclatency (tracekit, release) vs {bpftrace} vs BCC:",
-            kernel_release(),
-            num_cpus(),
-            6 * USER_N
+             tk_alpha/tk_beta/tk_gamma per run, {HOST_ROUNDS} interleaved rounds), \
+             funclatency (tracekit, release) vs {} vs BCC:",
+            raw["host_kernel"]
+                .as_str()
+                .map_or_else(kernel_release, str::to_string),
+            raw["cpus"].as_u64().unwrap_or(num_cpus() as u64),
+            raw["user_calls"],
+            text("bpftrace"),
         );
         println!(
             "{}",
             per_call_table(&host_results, "user", &mut errors, HOST_LIMIT)
         );
     }
-    if run_guest {
+    if !guest_results.is_empty() {
         println!(
-            "\nPer-call overhead on vfs_read (guest {kernel_name}, qemu TCG: emulated time, \
-             only ratios within this run count; {READS} pread(2) calls per run, median of \
-             {GUEST_ROUNDS} interleaved rounds; a tool over {}s to start runs {SLOW_ROUNDS} rounds):",
+            "\nPer-call overhead on vfs_read (guest {}, qemu TCG: emulated time, only ratios \
+             within this run count; {} pread(2) calls per run, {GUEST_ROUNDS} interleaved \
+             rounds; a tool over {}s to start runs {SLOW_ROUNDS} rounds):",
+            text("guest_kernel"),
+            raw["guest_reads"],
             SLOW_START.as_secs()
         );
         println!(
@@ -460,14 +489,12 @@ pub fn host(root: &Path, args: &[String]) -> Result<()> {
             r["note"].as_str().unwrap_or("")
         );
     }
-    if let Some(n) = bcc_note {
+    if let Some(n) = raw["bcc_note"].as_str() {
         println!("{n}");
     }
-    if let Some(f) = guest_failure {
+    if let Some(f) = raw["guest_failure"].as_str() {
         println!("the guest did not finish: {f} (rows after the last measurement are missing)");
     }
-    println!("raw numbers: {}", out.display());
-    Ok(())
 }
 
 fn kernel_release() -> String {
@@ -512,8 +539,10 @@ fn label(tool: &str, part: &str, mechanism: Option<&str>) -> (String, String) {
     (name, mech)
 }
 
-/// The per-call table of one part: median ns per call, added ns over untraced,
-/// and that cost against funclatency's (auto).
+/// The per-call table of one part: ns per call, the cost added over untraced, and
+/// that cost against funclatency's (auto), each as median / minimum over the
+/// rounds (the host and its emulator are shared, so noise only adds time: the
+/// minimum is the least disturbed run).
 fn per_call_table(
     results: &[Value],
     part: &str,
@@ -526,22 +555,33 @@ fn per_call_table(
             .filter(|r| r["part"] == part && r["tool"] == tool && r["note"].is_null())
             .collect()
     };
-    let ns_of = |tool: &str| -> Option<f64> {
+    // (median, min) of a tool's ns per call.
+    let ns_of = |tool: &str| -> Option<(f64, f64)> {
         let ns: Vec<f64> = of(tool)
             .iter()
             .filter_map(|r| r["ns_per_call"].as_f64())
             .collect();
-        (!ns.is_empty() && of(tool).iter().all(|r| r["error"].is_null())).then(|| median(ns))
+        let min = ns.iter().copied().reduce(f64::min)?;
+        of(tool)
+            .iter()
+            .all(|r| r["error"].is_null())
+            .then(|| (median(ns), min))
     };
     let base = ns_of("untraced");
-    let added = |tool: &str| Some(ns_of(tool)? - base?);
+    let added = |tool: &str| {
+        let (t, b) = (ns_of(tool)?, base?);
+        Some((t.0 - b.0, t.1 - b.1))
+    };
     let reference = added("funclatency-auto");
+    let pair = |(a, b): (f64, f64), unit: &str, digits: usize| {
+        format!("{a:.digits$}{unit} / {b:.digits$}{unit}")
+    };
     let mut t = Builder::default();
     t.push_record([
         "tracer",
         "mechanism",
         "runs",
-        "ns per call",
+        "ns per call (median / min)",
         "added ns per call",
         "added / funclatency's",
     ]);
@@ -570,16 +610,14 @@ fn per_call_table(
                 String::new(),
             ]
         } else {
-            let ns = ns_of(tool).unwrap_or(f64::NAN);
+            let ns = ns_of(tool).map_or("-".into(), |n| pair(n, "", 1));
             match (tool, added(tool), reference) {
-                ("untraced", _, _) => [format!("{ns:.1}"), "-".into(), "-".into()],
-                (_, Some(a), Some(r)) if r > 0.0 => [
-                    format!("{ns:.1}"),
-                    format!("{a:.1}"),
-                    format!("{:.2}x", a / r),
-                ],
-                (_, Some(a), _) => [format!("{ns:.1}"), format!("{a:.1}"), "-".into()],
-                _ => [format!("{ns:.1}"), "-".into(), "-".into()],
+                ("untraced", _, _) => [ns, "-".into(), "-".into()],
+                (_, Some(a), Some(r)) if r.0 > 0.0 && r.1 > 0.0 => {
+                    [ns, pair(a, "", 1), pair((a.0 / r.0, a.1 / r.1), "x", 2)]
+                }
+                (_, Some(a), _) => [ns, pair(a, "", 1), "-".into()],
+                _ => [ns, "-".into(), "-".into()],
             }
         };
         let mut row = vec![name, mech, runs.to_string()];

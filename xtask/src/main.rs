@@ -8,7 +8,7 @@
 //!   bench-stacks         stackcount vs bpftrace printing 10,000 distinct stacks
 //!   bench-attach         attach/detach time for 10..all kernel functions in a guest,
 //!                        against bpftrace and BCC's funccount
-//!   bench-latency [--no-host|--no-guest]
+//!   bench-latency [--no-host|--no-guest|--report]
 //!                        funclatency vs bpftrace and BCC: per-call cost on hot user
 //!                        functions (host) and vfs_read (guest), attach time for ~1000
 //!                        kernel functions (guest)
