@@ -379,29 +379,12 @@ pub fn host(root: &Path, args: &[String]) -> Result<()> {
     let mut kernel_name = String::new();
     let mut bcc_note = None;
     if run_guest {
-        let kernel = guest::fetch(&guest::KERNELS[0])?;
-        kernel_name = format!("{} ({})", kernel.label, kernel.version);
-        // BCC compiles against the running kernel's headers; the guest sees ours over 9p.
-        let headers = format!("linux-headers-{}", kernel.version);
-        if let Err(e) = deps::ensure(&[headers.as_str()]) {
-            bcc_note = Some(format!("BCC not run in the guest: {e:#}"));
-        }
-        let done_file = out_dir.join("latency-done.json");
-        let script = guest::write_script(
-            "bench-latency.sh",
-            &format!(
-                "'{}' bench-latency-guest '{}' '{}' '{}' --done '{}' {}",
-                std::env::current_exe()?.display(),
-                funclatency.display(),
-                root.join("target/release/funccount").display(),
-                workload.display(),
-                done_file.display(),
-                if bcc_note.is_some() { "--no-bcc" } else { "" }
-            ),
-        )?;
-        // A crashed or hung guest keeps what it measured (and what the host did).
-        match guest_runs(&kernel, &script, &done_file, GUEST_TIMEOUT) {
-            Ok(GuestResults { results, failure }) => {
+        // A guest that cannot boot, crashes or hangs keeps what it measured and
+        // what the host did.
+        match guest_part(root, &funclatency, &workload, &out_dir) {
+            Ok((name, note, GuestResults { results, failure })) => {
+                kernel_name = name;
+                bcc_note = note;
                 guest_results = results;
                 guest_failure = failure;
             }
@@ -420,6 +403,38 @@ pub fn host(root: &Path, args: &[String]) -> Result<()> {
     report(&raw);
     println!("raw numbers: {}", out.display());
     Ok(())
+}
+
+/// Boots the 6.12 guest running the guest half: (kernel, why BCC was not run,
+/// results).
+fn guest_part(
+    root: &Path,
+    funclatency: &Path,
+    workload: &Path,
+    out_dir: &Path,
+) -> Result<(String, Option<String>, GuestResults)> {
+    let kernel = guest::fetch(&guest::KERNELS[0])?;
+    let name = format!("{} ({})", kernel.label, kernel.version);
+    // BCC compiles against the running kernel's headers; the guest sees ours over 9p.
+    let headers = format!("linux-headers-{}", kernel.version);
+    let bcc_note = deps::ensure(&[headers.as_str()])
+        .err()
+        .map(|e| format!("BCC not run in the guest: {e:#}"));
+    let done_file = out_dir.join("latency-done.json");
+    let script = guest::write_script(
+        "bench-latency.sh",
+        &format!(
+            "'{}' bench-latency-guest '{}' '{}' '{}' --done '{}' {}",
+            std::env::current_exe()?.display(),
+            funclatency.display(),
+            root.join("target/release/funccount").display(),
+            workload.display(),
+            done_file.display(),
+            if bcc_note.is_some() { "--no-bcc" } else { "" }
+        ),
+    )?;
+    let results = guest_runs(&kernel, &script, &done_file, GUEST_TIMEOUT)?;
+    Ok((name, bcc_note, results))
 }
 
 /// `bench-latency --report`: the tables again from target/bench/latency.json.
