@@ -200,7 +200,10 @@ fn per_call_run(
     if !ready {
         let _ = child.kill();
         let _ = child.wait();
-        return Ok(json!({ "over_limit": true, "limit_s": limit.as_secs() }));
+        return Ok(json!({
+            "over_limit": true,
+            "error": format!("{tool} was not tracing within {}s", limit.as_secs()),
+        }));
     }
     let ready_s = start.elapsed().as_secs_f64();
     let ns = w.run()?;
@@ -223,10 +226,11 @@ fn per_call_run(
         bail!("{tool} printed no count: {}", why(&seen));
     };
     if count != target.calls() {
-        bail!(
-            "{tool} timed {count} calls, the workload made {}",
-            target.calls()
-        );
+        // A fast wrong answer must not win: this disqualifies the tool.
+        return Ok(json!({
+            "wrong_count": true,
+            "error": format!("{tool} timed {count} calls, the workload made {}", target.calls()),
+        }));
     }
     Ok(json!({
         "ns_per_call": ns, "ready_s": ready_s, "count": count, "mechanism": mechanism,
@@ -277,20 +281,26 @@ fn why(lines: &[String]) -> String {
 }
 
 /// Whether earlier results (`seen`) say not to run `tool` in `part` again: it
-/// failed, went over the limit, or is so slow to start that [`SLOW_ROUNDS`] show it.
+/// timed the wrong number of calls, went over the limit, failed twice (one
+/// failure, such as a hang at exit on a loaded machine, may be passing), or is so
+/// slow to start that [`SLOW_ROUNDS`] show it.
 fn skip(seen: &[Value], part: &str, tool: &str) -> bool {
     let runs: Vec<&Value> = seen
         .iter()
         .filter(|v| v["part"] == part && v["tool"] == tool && v["note"].is_null())
         .collect();
+    let flag = |v: &&&Value, k: &str| v[k].as_bool() == Some(true);
+    let measured = runs.iter().filter(|v| v["ns_per_call"].is_number()).count();
+    let failed = runs.iter().filter(|v| v["error"].is_string()).count();
     let slow = runs.iter().any(|v| {
         v["ready_s"]
             .as_f64()
             .is_some_and(|s| s > SLOW_START.as_secs_f64())
     });
     runs.iter()
-        .any(|v| v["error"].is_string() || v["over_limit"].as_bool() == Some(true))
-        || (slow && runs.len() >= SLOW_ROUNDS)
+        .any(|v| flag(&v, "wrong_count") || flag(&v, "over_limit"))
+        || failed >= 2
+        || (slow && measured >= SLOW_ROUNDS)
 }
 
 /// Runs the per-call rounds of one part, printing each result as a BENCH line
@@ -570,7 +580,8 @@ fn per_call_table(
             .filter(|r| r["part"] == part && r["tool"] == tool && r["note"].is_null())
             .collect()
     };
-    // (median, min) of a tool's ns per call.
+    // (median, min) of a tool's ns per call over its measured runs; none for a
+    // tool that timed a wrong number of calls.
     let ns_of = |tool: &str| -> Option<(f64, f64)> {
         let ns: Vec<f64> = of(tool)
             .iter()
@@ -579,7 +590,7 @@ fn per_call_table(
         let min = ns.iter().copied().reduce(f64::min)?;
         of(tool)
             .iter()
-            .all(|r| r["error"].is_null())
+            .all(|r| r["wrong_count"].is_null())
             .then(|| (median(ns), min))
     };
     let base = ns_of("untraced");
@@ -604,10 +615,25 @@ fn per_call_table(
         let rows = of(tool);
         let mechanism = rows.iter().find_map(|r| r["mechanism"].as_str());
         let (name, mech) = label(tool, part, mechanism);
-        let runs = rows.iter().filter(|r| r["ns_per_call"].is_number()).count();
+        let measured = rows.iter().filter(|r| r["ns_per_call"].is_number()).count();
+        let failures: Vec<&str> = rows.iter().filter_map(|r| r["error"].as_str()).collect();
+        let mut runs = measured.to_string();
+        if measured > 0 && !failures.is_empty() {
+            runs.push_str(&format!(" (+{} failed)", failures.len()));
+            for e in &failures {
+                errors.push(format!("{name} ({part}), one run: {e}"));
+            }
+        }
         let cells: [String; 3] = if rows.is_empty() {
             ["not run".into(), String::new(), String::new()]
-        } else if let Some(e) = rows.iter().find_map(|r| r["error"].as_str()) {
+        } else if let Some(e) = rows
+            .iter()
+            .find(|r| r["wrong_count"].as_bool() == Some(true))
+            .and_then(|r| r["error"].as_str())
+        {
+            errors.push(format!("{name} ({part}): {e}"));
+            ["wrong count (below)".into(), String::new(), String::new()]
+        } else if let Some(e) = failures.first().filter(|_| measured == 0) {
             if e.contains("Unable to find kernel headers") {
                 [
                     "cannot run: no kernel headers for this kernel".into(),
@@ -635,7 +661,7 @@ fn per_call_table(
                 _ => [ns, "-".into(), "-".into()],
             }
         };
-        let mut row = vec![name, mech, runs.to_string()];
+        let mut row = vec![name, mech, runs];
         row.extend(cells);
         t.push_record(row);
     }
