@@ -849,4 +849,18 @@ mod tests {
         assert_eq!(parse_output("bpftrace", &bt), (Some(20000), None));
         assert_eq!(parse_output("bcc", &[]), (None, None));
     }
+
+    #[test]
+    fn one_failure_is_not_fatal_a_wrong_count_is() {
+        let ok = json!({"part": "p", "tool": "t", "ns_per_call": 1.0, "ready_s": 1.0});
+        let hang = json!({"part": "p", "tool": "t", "error": "hung"});
+        let wrong = json!({"part": "p", "tool": "t", "error": "x", "wrong_count": true});
+        let slow = json!({"part": "p", "tool": "t", "ns_per_call": 1.0, "ready_s": 99.0});
+        assert!(!skip(&[ok.clone(), hang.clone()], "p", "t"));
+        assert!(skip(&[hang.clone(), ok.clone(), hang], "p", "t"));
+        assert!(skip(&[ok.clone(), wrong], "p", "t"));
+        assert!(!skip(&[slow.clone(), slow.clone()], "p", "t"));
+        assert!(skip(&[slow.clone(), slow.clone(), slow], "p", "t"));
+        assert!(!skip(&[ok], "p", "other"));
+    }
 }
