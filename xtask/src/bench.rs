@@ -7,16 +7,15 @@
 //! uprobes in a running process (whose code must be restored afterwards).
 
 use std::fs;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::thread;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use tabled::builder::Builder;
 use tabled::settings::Style;
+
+use crate::bench_common::{lines_of, median, num_cpus, wait_for, wait_long, Workload};
 
 const REPEATS: usize = 5;
 const TP_CALLS: u64 = 2_000_000;
@@ -55,82 +54,6 @@ struct Run {
     ready_ms: f64,
     rss_kib: u64,
     ns_per_call: f64,
-}
-
-struct Workload {
-    child: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-fn lines_of(child: &mut Child) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    if let Some(out) = child.stdout.take() {
-        let tx = tx.clone();
-        thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                let _ = tx.send(l);
-            }
-        });
-    }
-    if let Some(err) = child.stderr.take() {
-        thread::spawn(move || {
-            for l in BufReader::new(err).lines().map_while(Result::ok) {
-                let _ = tx.send(l);
-            }
-        });
-    }
-    rx
-}
-
-fn wait_for(
-    rx: &mpsc::Receiver<String>,
-    pred: impl Fn(&str) -> bool,
-    what: &str,
-) -> Result<String> {
-    wait_long(rx, pred, what, Duration::from_secs(120))
-}
-
-fn wait_long(
-    rx: &mpsc::Receiver<String>,
-    pred: impl Fn(&str) -> bool,
-    what: &str,
-    limit: Duration,
-) -> Result<String> {
-    let end = Instant::now() + limit;
-    loop {
-        let left = end.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(l) if pred(&l) => return Ok(l),
-            Ok(_) => {}
-            Err(_) => bail!("timed out waiting for {what}"),
-        }
-    }
-}
-
-impl Workload {
-    fn start(bin: &Path, args: &[String]) -> Result<Workload> {
-        let mut child = Command::new(bin)
-            .args(args)
-            .arg("--time")
-            .stdout(Stdio::piped())
-            .spawn()?;
-        let lines = lines_of(&mut child);
-        wait_for(&lines, |l| l == "ready", "the workload")?;
-        Ok(Workload { child, lines })
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Runs the work and returns its ns per call.
-    fn run(mut self) -> Result<f64> {
-        // SAFETY: plain kill(2) on our child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGUSR1) };
-        let l = wait_for(&self.lines, |l| l.starts_with("ns_per_call "), "the timing")?;
-        self.child.wait()?;
-        Ok(l["ns_per_call ".len()..].parse()?)
-    }
 }
 
 fn peak_rss_kib(pid: u32) -> u64 {
@@ -214,11 +137,6 @@ fn name(t: Tool) -> &'static str {
         Tool::Funccount => "funccount",
         Tool::Bpftrace => "bpftrace",
     }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 pub fn host(root: &Path) -> Result<()> {
@@ -309,12 +227,6 @@ pub fn host(root: &Path) -> Result<()> {
     Ok(())
 }
 
-fn num_cpus() -> usize {
-    thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-}
-
 /// Functions in the uprobe detach scenario.
 const DETACH_UPROBES: usize = 1000;
 
@@ -366,7 +278,7 @@ fn detach_time(mut cmd: Command, ready: impl Fn(&str) -> bool, what: &str) -> Re
         let _ = child.wait();
         return Err(e.context(format!("{what} said: {}", seen.borrow().join(" | "))));
     }
-    thread::sleep(Duration::from_secs(1));
+    std::thread::sleep(Duration::from_secs(1));
     let start = Instant::now();
     // SAFETY: plain kill(2) on our child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };

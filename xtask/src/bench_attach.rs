@@ -9,27 +9,24 @@
 //! per measurement; the host half collects them into a table and target/bench/.
 
 use std::fs;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use tabled::builder::Builder;
 use tabled::settings::Style;
 
+use crate::bench_common::{
+    announce_start, attach_json, closest_glob, done_list, guest_runs, measure_repeated,
+    traceable_functions, GuestResults, MARK, QUICK, REPS,
+};
 use crate::{deps, guest};
 
-const MARK: &str = "BENCH ";
 const TARGETS: &[usize] = &[10, 100, 1000, 10000];
 /// Per phase (attach or detach); a slower tool is reported as "> limit".
 const LIMIT: Duration = Duration::from_secs(240);
 const TOOLS: &[&str] = &["tracekit-multi", "tracekit-single", "bpftrace", "bcc"];
-/// Measurements whose run takes under [`QUICK`] are repeated this many times.
-const REPS: usize = 3;
-const QUICK: Duration = Duration::from_secs(30);
 
 /// Host half: boots the 6.12 guest running the guest half, then prints the table.
 pub fn host(root: &Path) -> Result<()> {
@@ -57,65 +54,10 @@ pub fn host(root: &Path) -> Result<()> {
         ),
     )?;
     // Mass ftrace patching can crash an emulated guest kernel (seen once in ~10
-    // runs of the 42k-function row, an int3 oops in text_poke_bp). Such a crash
-    // is a result in itself: note it, boot a fresh guest, retry that measurement
-    // once, and go on with the rest instead of losing the table.
-    let mut results: Vec<serde_json::Value> = Vec::new();
-    let mut crashed: Vec<(String, String)> = Vec::new();
-    let mut failure = None;
-    fs::write(&done_file, "[]")?;
-    for boot in 1..=6 {
-        let verdict = guest::boot(&kernel, &script, Duration::from_secs(6 * 3600))?;
-        let mut started: Option<(String, String)> = None;
-        for v in verdict
-            .lines
-            .iter()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l.split_once(MARK)?.1).ok())
-        {
-            let key = (
-                v["pattern"].as_str().unwrap_or("").to_string(),
-                v["tool"].as_str().unwrap_or("").to_string(),
-            );
-            if v["start"].as_bool() == Some(true) {
-                started = Some(key);
-            } else {
-                if started.as_ref() == Some(&key) {
-                    started = None;
-                }
-                results.push(v);
-            }
-        }
-        if verdict.passed {
-            failure = None;
-            break;
-        }
-        let (Some(splat), Some((pattern, tool))) = (verdict.splat.as_ref(), started) else {
-            failure = Some(verdict.summary.clone());
-            break;
-        };
-        let twice = crashed.contains(&(pattern.clone(), tool.clone()));
-        results.push(serde_json::json!({
-            "pattern": pattern, "tool": tool,
-            "note": format!("the guest kernel crashed during this run (boot {boot}): {}", splat.trim()),
-        }));
-        if twice {
-            results.push(serde_json::json!({
-                "pattern": pattern, "tool": tool,
-                "error": "crashed the guest kernel twice",
-            }));
-        }
-        crashed.push((pattern, tool));
-        let done: Vec<&serde_json::Value> =
-            results.iter().filter(|r| r["note"].is_null()).collect();
-        fs::write(&done_file, serde_json::to_string(&done)?)?;
-        failure = Some(verdict.summary.clone());
-    }
-    if results.iter().all(|r| r["note"].is_string()) {
-        bail!(
-            "the benchmark guest failed: {}",
-            failure.unwrap_or_default()
-        );
-    }
+    // runs of the 42k-function row, an int3 oops in text_poke_bp): guest_runs notes
+    // it, boots a fresh guest and retries that measurement once.
+    let GuestResults { results, failure } =
+        guest_runs(&kernel, &script, &done_file, Duration::from_secs(6 * 3600))?;
     let out = root.join("target/bench/attach.json");
     fs::create_dir_all(out.parent().expect("dir"))?;
     fs::write(&out, serde_json::to_string_pretty(&results)?)?;
@@ -221,20 +163,9 @@ pub fn guest(args: &[String]) -> Result<()> {
     let usage = "usage: bench-attach-guest FUNCCOUNT [--done FILE] [--no-bcc]";
     let funccount = args.first().context(usage)?;
     let bcc = !args.iter().any(|a| a == "--no-bcc");
-    let done: Vec<serde_json::Value> = match args.iter().position(|a| a == "--done") {
-        Some(i) => {
-            let path = args.get(i + 1).context(usage)?;
-            serde_json::from_str(&fs::read_to_string(path).with_context(|| path.clone())?)?
-        }
-        None => Vec::new(),
-    };
-    let aff = fs::read_to_string("/sys/kernel/tracing/available_filter_functions")?;
-    let mut names: Vec<&str> = aff
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .collect();
-    names.sort_unstable();
-    names.dedup();
+    let done = done_list(args).context(usage)?;
+    let names = traceable_functions()?;
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let mut patterns: Vec<String> = TARGETS.iter().map(|&n| closest_glob(&names, n)).collect();
     patterns.push("*".into());
     for pattern in &patterns {
@@ -247,35 +178,17 @@ pub fn guest(args: &[String]) -> Result<()> {
                 continue;
             }
             eprintln!("bench: {tool} on '{pattern}'...");
-            println!(
-                "{MARK}{}",
-                serde_json::json!({"pattern": pattern, "tool": tool, "start": true})
-            );
+            let key = serde_json::json!({"pattern": pattern, "tool": tool});
+            announce_start(&key);
             let mut note = None;
-            let line = match measure_repeated(tool, funccount, pattern) {
+            let what = format!("{tool} on '{pattern}'");
+            let line = match measure_repeated(|| command(tool, funccount, pattern), &what, LIMIT) {
                 Ok((runs, left)) => {
                     note = left;
-                    let attach: Vec<f64> = runs
-                        .iter()
-                        .filter_map(|m| m.attach)
-                        .map(|d| d.as_secs_f64())
-                        .collect();
-                    let detach: Vec<f64> = runs
-                        .iter()
-                        .filter_map(|m| m.detach)
-                        .map(|d| d.as_secs_f64())
-                        .collect();
-                    // A run over the limit leaves its phase unmeasured: report "> limit".
-                    let complete = runs
-                        .iter()
-                        .all(|m| m.attach.is_some() && m.detach.is_some());
-                    serde_json::json!({
-                        "pattern": pattern, "tool": tool,
-                        "functions": runs[0].functions,
-                        "attach_s": runs.iter().all(|m| m.attach.is_some()).then(|| median(&attach)),
-                        "detach_s": complete.then(|| median(&detach)),
-                        "attach_runs_s": attach, "detach_runs_s": detach,
-                    })
+                    let mut v = attach_json(&runs);
+                    v["pattern"] = pattern.as_str().into();
+                    v["tool"] = tool.into();
+                    v
                 }
                 Err(e) => {
                     serde_json::json!({"pattern": pattern, "tool": tool, "error": format!("{e:#}")})
@@ -293,69 +206,9 @@ pub fn guest(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Runs that finish quickly are noisy under emulation: repeat those (median of
-/// [`REPS`]); one run of a slow tool is enough to show it is slow.
-/// Also returns a note when the kernel was slow to release the functions afterwards.
-fn measure_repeated(
-    tool: &str,
-    funccount: &str,
-    pattern: &str,
-) -> Result<(Vec<Measured>, Option<String>)> {
-    let mut runs = Vec::new();
-    let started = Instant::now();
-    loop {
-        let m = measure(tool, funccount, pattern)?;
-        let complete = m.attach.is_some() && m.detach.is_some();
-        runs.push(m);
-        if let Err(left) = wait_clean() {
-            return Ok((runs, Some(left)));
-        }
-        if !complete || runs.len() >= REPS || started.elapsed() > QUICK * runs.len() as u32 {
-            return Ok((runs, None));
-        }
-    }
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// The `PREFIX*` or `*INFIX*` glob whose match count is closest to `n` (in ratio).
-fn closest_glob(names: &[&str], n: usize) -> String {
-    let mut cands: Vec<(String, usize)> = Vec::new();
-    for len in 1..=4 {
-        let mut prefixes: Vec<&str> = names.iter().filter_map(|s| s.get(..len)).collect();
-        prefixes.sort_unstable();
-        prefixes.dedup();
-        for p in prefixes {
-            if p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                let count = names.iter().filter(|s| s.starts_with(p)).count();
-                cands.push((format!("{p}*"), count));
-            }
-        }
-    }
-    for infix in ["_", "e", "s", "t", "re", "in", "de", "er", "lo"] {
-        let count = names.iter().filter(|s| s.contains(infix)).count();
-        cands.push((format!("*{infix}*"), count));
-    }
-    let score = |c: usize| ((c.max(1) as f64) / n as f64).ln().abs();
-    cands
-        .into_iter()
-        .min_by(|a, b| score(a.1).total_cmp(&score(b.1)))
-        .map(|c| c.0)
-        .expect("candidates")
-}
-
-struct Measured {
-    functions: Option<u64>,
-    attach: Option<Duration>,
-    detach: Option<Duration>,
-}
-
-fn measure(tool: &str, funccount: &str, pattern: &str) -> Result<Measured> {
-    let mut cmd = match tool {
+/// The command line of `tool` attaching to `pattern`.
+fn command(tool: &str, funccount: &str, pattern: &str) -> Command {
+    match tool {
         "tracekit-multi" | "tracekit-single" => {
             let mut c = Command::new(funccount);
             c.args([
@@ -385,104 +238,5 @@ fn measure(tool: &str, funccount: &str, pattern: &str) -> Result<Measured> {
             c
         }
         _ => unreachable!(),
-    };
-    let start = Instant::now();
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {tool}"))?;
-    let (tx, rx) = mpsc::channel::<String>();
-    for pipe in [
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        let tx = tx.clone();
-        thread::spawn(move || {
-            for l in BufReader::new(pipe).lines().map_while(Result::ok) {
-                let _ = tx.send(l);
-            }
-        });
-    }
-    drop(tx);
-    let ready = |l: &str| l.starts_with("Tracing ") || l == "READY";
-    let mut functions = None;
-    let mut seen = Vec::new();
-    let attach = loop {
-        match rx.recv_timeout(LIMIT.saturating_sub(start.elapsed())) {
-            Ok(l) => {
-                if let Some(rest) = l.strip_prefix("Tracing ") {
-                    functions = rest.split(' ').next().and_then(|n| n.parse().ok());
-                }
-                if ready(&l) {
-                    break Some(start.elapsed());
-                }
-                seen.push(l);
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => break None,
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                let _ = child.wait();
-                let tail: Vec<&String> = seen.iter().rev().take(2).collect();
-                bail!("failed: {tail:?}");
-            }
-        }
-    };
-    let Some(attach) = attach else {
-        let _ = child.kill();
-        let _ = child.wait();
-        return Ok(Measured {
-            functions,
-            attach: None,
-            detach: None,
-        });
-    };
-    // Let it run briefly, as a user would, then stop it.
-    thread::sleep(Duration::from_secs(1));
-    let stop = Instant::now();
-    // SAFETY: plain kill(2) on our child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let detach = loop {
-        if child.try_wait()?.is_some() {
-            break Some(stop.elapsed());
-        }
-        if stop.elapsed() > LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        thread::sleep(Duration::from_millis(20));
-    };
-    Ok(Measured {
-        functions,
-        attach: Some(attach),
-        detach,
-    })
-}
-
-/// Waits until no ftrace-attached function is left, so runs do not overlap; says
-/// how many are left if that takes over five minutes.
-fn wait_clean() -> std::result::Result<(), String> {
-    let end = Instant::now() + Duration::from_secs(300);
-    loop {
-        let left = fs::read_to_string("/sys/kernel/tracing/enabled_functions")
-            .map(|s| s.lines().count())
-            .unwrap_or(0);
-        if left == 0 {
-            return Ok(());
-        }
-        if Instant::now() > end {
-            return Err(format!("{left} functions still traced 300 s after the run"));
-        }
-        thread::sleep(Duration::from_millis(500));
     }
 }

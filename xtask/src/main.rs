@@ -10,10 +10,16 @@
 //!   bench-stacks         stackcount vs bpftrace printing 10,000 distinct stacks
 //!   bench-attach         attach/detach time for 10..all kernel functions in a guest,
 //!                        against bpftrace and BCC's funccount
+//!   bench-latency [--no-host|--no-guest|--report]
+//!                        funclatency vs bpftrace and BCC: per-call cost on hot user
+//!                        functions (host) and vfs_read (guest), attach time for ~1000
+//!                        kernel functions (guest)
 //!   deps                 install every Debian package the tasks need
 
 mod bench;
 mod bench_attach;
+mod bench_common;
+mod bench_latency;
 mod bench_stacks;
 mod deps;
 mod guest;
@@ -63,6 +69,9 @@ fn real_main() -> Result<()> {
         Some("bench-attach") => bench_attach::host(&root),
         // Runs inside the benchmark guest.
         Some("bench-attach-guest") => bench_attach::guest(&args[1..]),
+        Some("bench-latency") => bench_latency::host(&root, &args[1..]),
+        // Runs inside the benchmark guest.
+        Some("bench-latency-guest") => bench_latency::guest(&args[1..]),
         Some("deps") => deps::ensure(&[deps::BUILD, deps::TEST, deps::GUEST, deps::BENCH].concat()),
         _ => {
             eprintln!(

@@ -1,0 +1,428 @@
+//! What the benchmarks share: the test workload and a child's output lines (host
+//! and guest), attach/detach timing of a tool, and the guest driver that collects
+//! a guest half's `BENCH {json}` lines across kernel crashes.
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+use crate::guest;
+
+/// Prefix of the lines a guest half prints for its host half.
+pub const MARK: &str = "BENCH ";
+
+/// Lines of a child's stdout and stderr (whichever were piped), as they come.
+pub fn lines_of(child: &mut Child) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    if let Some(out) = child.stdout.take() {
+        let tx = tx.clone();
+        thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+    }
+    if let Some(err) = child.stderr.take() {
+        thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+    }
+    rx
+}
+
+pub fn wait_for(
+    rx: &mpsc::Receiver<String>,
+    pred: impl Fn(&str) -> bool,
+    what: &str,
+) -> Result<String> {
+    wait_long(rx, pred, what, Duration::from_secs(120))
+}
+
+/// [`wait_for`] with a limit of its own.
+pub fn wait_long(
+    rx: &mpsc::Receiver<String>,
+    pred: impl Fn(&str) -> bool,
+    what: &str,
+    limit: Duration,
+) -> Result<String> {
+    let end = Instant::now() + limit;
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) if pred(&l) => return Ok(l),
+            Ok(_) => {}
+            Err(_) => bail!("timed out waiting for {what}"),
+        }
+    }
+}
+
+/// tests/progs/workload.rs started with `--time`, waiting for its signal.
+pub struct Workload {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Workload {
+    pub fn start(bin: &Path, args: &[String]) -> Result<Workload> {
+        let mut child = Command::new(bin)
+            .args(args)
+            .arg("--time")
+            .stdout(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let lines = lines_of(&mut child);
+        wait_for(&lines, |l| l == "ready", "the workload")?;
+        Ok(Workload { child, lines })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Runs the work and returns its ns per call.
+    pub fn run(mut self) -> Result<f64> {
+        // SAFETY: plain kill(2) on our child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGUSR1) };
+        let l = wait_for(&self.lines, |l| l.starts_with("ns_per_call "), "the timing")?;
+        self.child.wait()?;
+        Ok(l["ns_per_call ".len()..].parse()?)
+    }
+}
+
+impl Drop for Workload {
+    /// A workload a failed run never started is not left waiting for its signal.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+pub fn num_cpus() -> usize {
+    thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// The `PREFIX*` or `*INFIX*` glob whose match count is closest to `n` (in ratio).
+pub fn closest_glob(names: &[&str], n: usize) -> String {
+    let mut cands: Vec<(String, usize)> = Vec::new();
+    for len in 1..=4 {
+        let mut prefixes: Vec<&str> = names.iter().filter_map(|s| s.get(..len)).collect();
+        prefixes.sort_unstable();
+        prefixes.dedup();
+        for p in prefixes {
+            if p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                let count = names.iter().filter(|s| s.starts_with(p)).count();
+                cands.push((format!("{p}*"), count));
+            }
+        }
+    }
+    for infix in ["_", "e", "s", "t", "re", "in", "de", "er", "lo"] {
+        let count = names.iter().filter(|s| s.contains(infix)).count();
+        cands.push((format!("*{infix}*"), count));
+    }
+    let score = |c: usize| ((c.max(1) as f64) / n as f64).ln().abs();
+    cands
+        .into_iter()
+        .min_by(|a, b| score(a.1).total_cmp(&score(b.1)))
+        .map(|c| c.0)
+        .expect("candidates")
+}
+
+/// The traceable kernel functions (guest), sorted, without duplicates.
+pub fn traceable_functions() -> Result<Vec<String>> {
+    let aff = fs::read_to_string("/sys/kernel/tracing/available_filter_functions")?;
+    let mut names: Vec<String> = aff
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    Ok(names)
+}
+
+/// One attach/detach measurement; `None` = over the limit.
+pub struct Measured {
+    /// N of the tool's "Tracing N functions" line, if it prints one.
+    pub functions: Option<u64>,
+    pub attach: Option<Duration>,
+    pub detach: Option<Duration>,
+}
+
+/// Attach = exec until the tool prints its `Tracing ...` line (or `READY`, which a
+/// bpftrace program prints from BEGIN); detach = SIGINT until it exits. Each phase
+/// is bounded by `limit`; a tool that exits before it is ready is an error with
+/// its last lines.
+pub fn attach_detach(mut cmd: Command, what: &str, limit: Duration) -> Result<Measured> {
+    let start = Instant::now();
+    let mut child = cmd
+        // BCC's tools are Python: unbuffered, their `Tracing` line is seen when printed.
+        .env("PYTHONUNBUFFERED", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {what}"))?;
+    let rx = lines_of(&mut child);
+    let ready = |l: &str| l.starts_with("Tracing ") || l == "READY";
+    let mut functions = None;
+    let mut seen = Vec::new();
+    let attach = loop {
+        match rx.recv_timeout(limit.saturating_sub(start.elapsed())) {
+            Ok(l) => {
+                if let Some(rest) = l.strip_prefix("Tracing ") {
+                    functions = rest.split(' ').next().and_then(|n| n.parse().ok());
+                }
+                if ready(&l) {
+                    break Some(start.elapsed());
+                }
+                seen.push(l);
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => break None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let _ = child.wait();
+                let tail: Vec<&String> = seen.iter().rev().take(2).collect();
+                bail!("failed: {tail:?}");
+            }
+        }
+    };
+    let Some(attach) = attach else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Ok(Measured {
+            functions,
+            attach: None,
+            detach: None,
+        });
+    };
+    // Let it run briefly, as a user would, then stop it.
+    thread::sleep(Duration::from_secs(1));
+    let stop = Instant::now();
+    // SAFETY: plain kill(2) on our child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let detach = loop {
+        if child.try_wait()?.is_some() {
+            break Some(stop.elapsed());
+        }
+        if stop.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    Ok(Measured {
+        functions,
+        attach: Some(attach),
+        detach,
+    })
+}
+
+/// Attach/detach runs that finish quickly are noisy under emulation: those are
+/// repeated (median of [`REPS`]); one run of a slow tool is enough to show it is
+/// slow. Also returns a note when the kernel was slow to release the functions.
+pub const REPS: usize = 3;
+pub const QUICK: Duration = Duration::from_secs(30);
+
+pub fn measure_repeated(
+    cmd: impl Fn() -> Command,
+    what: &str,
+    limit: Duration,
+) -> Result<(Vec<Measured>, Option<String>)> {
+    let mut runs = Vec::new();
+    let started = Instant::now();
+    loop {
+        let m = attach_detach(cmd(), what, limit)?;
+        let complete = m.attach.is_some() && m.detach.is_some();
+        runs.push(m);
+        if let Err(left) = wait_clean() {
+            return Ok((runs, Some(left)));
+        }
+        if !complete || runs.len() >= REPS || started.elapsed() > QUICK * runs.len() as u32 {
+            return Ok((runs, None));
+        }
+    }
+}
+
+/// The JSON of [`measure_repeated`]'s runs: medians (`null` = over the limit) and
+/// every run.
+pub fn attach_json(runs: &[Measured]) -> Value {
+    let attach: Vec<f64> = runs
+        .iter()
+        .filter_map(|m| m.attach)
+        .map(|d| d.as_secs_f64())
+        .collect();
+    let detach: Vec<f64> = runs
+        .iter()
+        .filter_map(|m| m.detach)
+        .map(|d| d.as_secs_f64())
+        .collect();
+    // A run over the limit leaves its phase unmeasured: report "> limit".
+    let complete = runs
+        .iter()
+        .all(|m| m.attach.is_some() && m.detach.is_some());
+    serde_json::json!({
+        "functions": runs.first().and_then(|m| m.functions),
+        "attach_s": runs.iter().all(|m| m.attach.is_some()).then(|| median(attach.clone())),
+        "detach_s": complete.then(|| median(detach.clone())),
+        "attach_runs_s": attach, "detach_runs_s": detach,
+    })
+}
+
+/// Waits until no ftrace-attached function is left, so runs do not overlap; says
+/// how many are left if that takes over five minutes.
+pub fn wait_clean() -> std::result::Result<(), String> {
+    let end = Instant::now() + Duration::from_secs(300);
+    loop {
+        let left = fs::read_to_string("/sys/kernel/tracing/enabled_functions")
+            .map(|s| s.lines().count())
+            .unwrap_or(0);
+        if left == 0 {
+            return Ok(());
+        }
+        if Instant::now() > end {
+            return Err(format!("{left} functions still traced 300 s after the run"));
+        }
+        thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// `obj` with the fields of `key` and `extra` merged in.
+fn with(key: &Value, extra: Value) -> Value {
+    let mut v = key.clone();
+    if let (Some(m), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+        m.extend(e.clone());
+    }
+    v
+}
+
+/// Whether `v` has every field of `key` with the same value.
+pub fn matches(v: &Value, key: &Value) -> bool {
+    key.as_object()
+        .is_some_and(|k| k.iter().all(|(f, x)| &v[f] == x))
+}
+
+/// Guest half: the `BENCH` line that says measurement `key` starts (so the host
+/// knows what a crash interrupted).
+pub fn announce_start(key: &Value) {
+    println!("{MARK}{}", with(key, serde_json::json!({"start": true})));
+}
+
+/// Guest half: the measurements a `--done FILE` argument lists (done in an earlier
+/// boot of this run).
+pub fn done_list(args: &[String]) -> Result<Vec<Value>> {
+    match args.iter().position(|a| a == "--done") {
+        Some(i) => {
+            let path = args.get(i + 1).context("--done needs a FILE")?;
+            Ok(serde_json::from_str(
+                &fs::read_to_string(path).with_context(|| path.clone())?,
+            )?)
+        }
+        None => Ok(Vec::new()),
+    }
+}
+
+/// What the guest runs of one benchmark produced.
+pub struct GuestResults {
+    /// The guest half's result lines; a measurement the guest died in has a `note`
+    /// line (and an `error` line once it did so twice).
+    pub results: Vec<Value>,
+    /// Why the last boot did not finish, if it did not.
+    pub failure: Option<String>,
+}
+
+/// Boots `kernel` running `script` (a guest half that prints `BENCH {json}` lines:
+/// a `start` line with a measurement's key fields before it, its result with the
+/// same fields after, and skips what `done_file` lists). If the guest kernel
+/// crashes or the guest stops inside a measurement, that is a result in itself:
+/// it is noted, a fresh guest is booted with the finished measurements in
+/// `done_file`, the interrupted one is retried once, and the rest go on instead
+/// of the table being lost.
+pub fn guest_runs(
+    kernel: &guest::Kernel,
+    script: &Path,
+    done_file: &Path,
+    timeout: Duration,
+) -> Result<GuestResults> {
+    let mut results: Vec<Value> = Vec::new();
+    let mut crashed: Vec<Value> = Vec::new();
+    let mut failure = None;
+    fs::write(done_file, "[]")?;
+    for boot in 1..=6 {
+        let verdict = guest::boot(kernel, script, timeout)?;
+        let mut started: Option<Value> = None;
+        for v in verdict
+            .lines
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l.split_once(MARK)?.1).ok())
+        {
+            if v["start"].as_bool() == Some(true) {
+                let mut key = v.clone();
+                if let Some(m) = key.as_object_mut() {
+                    m.remove("start");
+                }
+                started = Some(key);
+            } else {
+                if started.as_ref().is_some_and(|k| matches(&v, k)) {
+                    started = None;
+                }
+                results.push(v);
+            }
+        }
+        if verdict.passed {
+            failure = None;
+            break;
+        }
+        failure = Some(verdict.summary.clone());
+        let Some(key) = started else {
+            break;
+        };
+        let twice = crashed.contains(&key);
+        let (note, error) = match &verdict.splat {
+            Some(splat) => (
+                format!(
+                    "the guest kernel crashed during this run (boot {boot}): {}",
+                    splat.trim()
+                ),
+                "crashed the guest kernel twice",
+            ),
+            None => (
+                format!(
+                    "the guest stopped during this run (boot {boot}): {}",
+                    verdict.summary
+                ),
+                "the guest stopped during it twice",
+            ),
+        };
+        results.push(with(&key, serde_json::json!({ "note": note })));
+        if twice {
+            results.push(with(&key, serde_json::json!({ "error": error })));
+        }
+        crashed.push(key);
+        let done: Vec<&Value> = results.iter().filter(|r| r["note"].is_null()).collect();
+        fs::write(done_file, serde_json::to_string(&done)?)?;
+    }
+    if results.iter().all(|r| r["note"].is_string()) {
+        bail!(
+            "the benchmark guest failed: {}",
+            failure.unwrap_or_default()
+        );
+    }
+    Ok(GuestResults { results, failure })
+}
