@@ -80,7 +80,8 @@ pub struct CommonArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// How to attach functions: auto, multi (kprobe_multi/uprobe_multi), single
+    /// How to attach functions: auto, multi (kprobe_multi/uprobe_multi), single;
+    /// for tools that time calls also session and fentry
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub attach_mode: AttachMode,
 }

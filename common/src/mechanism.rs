@@ -24,6 +24,9 @@ pub enum AttachMode {
     Multi,
     /// One perf-event probe per function (and hook).
     Single,
+    /// fentry/fexit through a BPF trampoline: one kernel function, in tools that
+    /// time calls.
+    Fentry,
 }
 
 impl std::str::FromStr for AttachMode {
@@ -34,8 +37,9 @@ impl std::str::FromStr for AttachMode {
             "session" => Ok(AttachMode::Session),
             "multi" => Ok(AttachMode::Multi),
             "single" => Ok(AttachMode::Single),
+            "fentry" => Ok(AttachMode::Fentry),
             _ => Err(format!(
-                "'{s}' is not an attach mode (auto, session, multi, single)"
+                "'{s}' is not an attach mode (auto, session, multi, single, fentry)"
             )),
         }
     }
@@ -103,26 +107,40 @@ pub(crate) fn choose_kernel_via(probes: &[Probe], opts: &Options) -> Result<Opti
     }
     let via = match opts.mode {
         AttachMode::Single => Via::Single,
-        mode => {
-            // One function: a trampoline is cheapest per call where the kernel
-            // allows it (not under lockdown, which forbids tracing programs).
-            if mode == AttachMode::Auto
-                && opts.trampoline
-                && kernel.len() == 1
-                && features::fentry(&first.name).is_ok()
-            {
-                return Ok(Some(Via::Trampoline));
+        AttachMode::Fentry => {
+            if !opts.trampoline || kernel.len() != 1 {
+                bail!("--attach-mode fentry: fentry/fexit serve a single kernel function, in tools that time calls");
             }
+            if let Err(why) = features::fentry(&first.name) {
+                bail!("--attach-mode fentry: {why}");
+            }
+            Via::Trampoline
+        }
+        mode => {
             let session = if ret && mode != AttachMode::Multi {
                 features::kprobe_session(&first.name)
             } else {
                 Err(String::new())
             };
             match session {
+                // Cheapest per call where the kernel has it: the entry time lives in
+                // the kernel's per-call cookie (measured by `cargo xtask
+                // bench-latency`: about half the cost of fentry/fexit pairing
+                // through a map).
                 Ok(()) => Via::Session,
                 Err(why) if mode == AttachMode::Session => bail!(
                     "--attach-mode session: this kernel cannot create kprobe.session links ({why}; needs Linux 6.10+ with CONFIG_FPROBE)"
                 ),
+                // One function, no session: a trampoline beats kprobe pairs where
+                // the kernel allows it (not under lockdown, nor for modules).
+                Err(_)
+                    if mode == AttachMode::Auto
+                        && opts.trampoline
+                        && kernel.len() == 1
+                        && features::fentry(&first.name).is_ok() =>
+                {
+                    Via::Trampoline
+                }
                 Err(_) => match features::kprobe_multi(&first.name) {
                     Ok(()) => Via::Multi,
                     Err(why) if mode == AttachMode::Multi => bail!(
@@ -163,6 +181,9 @@ pub(crate) fn choose_user_via(probes: &[Probe], opts: &Options) -> Result<Option
     let ret = opts.hooks == Hooks::EntryAndReturn;
     if opts.mode == AttachMode::Session && !ret {
         bail!("--attach-mode session is for tools that time calls (entry and return)");
+    }
+    if opts.mode == AttachMode::Fentry {
+        bail!("--attach-mode fentry is for a single kernel function, not user functions");
     }
     Ok(Some(match opts.mode {
         AttachMode::Single => Via::Single,
