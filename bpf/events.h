@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* Per-event records to user space through one ring buffer (common/src/events.rs
+ * reads them as the skeleton's generated types). A record that finds the buffer
+ * full is counted in `events_lost`, per CPU, and reported, never dropped silently.
+ *
+ * There is no perf-buffer fallback: ring buffers came in Linux 5.8, before every
+ * other facility these tools rely on. The buffer is sized by user space before
+ * load (a power of two, at least a page). */
+#ifndef TRACEKIT_EVENTS_H
+#define TRACEKIT_EVENTS_H
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} events_lost SEC(".maps");
+
+/* Room for one record of `size` bytes, or NULL (counted as lost). */
+static __always_inline void *event_reserve(__u64 size)
+{
+	void *e = bpf_ringbuf_reserve(&events, size, 0);
+
+	if (!e) {
+		__u32 zero = 0;
+		__u64 *n = bpf_map_lookup_elem(&events_lost, &zero);
+
+		if (n)
+			*n += 1; /* per-CPU slot; programs do not nest on a CPU */
+	}
+	return e;
+}
+
+static __always_inline void event_submit(void *e)
+{
+	bpf_ringbuf_submit(e, 0);
+}
+
+#endif
