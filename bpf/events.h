@@ -30,8 +30,8 @@ static __always_inline void *event_reserve(__u64 size)
 		__u32 zero = 0;
 		__u64 *n = bpf_map_lookup_elem(&events_lost, &zero);
 
-		if (n)
-			*n += 1; /* per-CPU slot; programs do not nest on a CPU */
+		if (n) /* atomic: a program of another type may interrupt this one */
+			__sync_fetch_and_add(n, 1);
 	}
 	return e;
 }
