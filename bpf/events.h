@@ -21,6 +21,12 @@ struct {
 	__type(value, __u64);
 } events_lost SEC(".maps");
 
+/* Wake the reader only once this many bytes wait in the buffer (set by user
+ * space; 0: at every record, as the kernel does by default). The reader also
+ * looks every 100 ms, so a quiet trace is not held back longer than that, and a
+ * busy one costs one wakeup per batch instead of one per record. */
+const volatile __u64 events_wakeup_bytes = 0;
+
 /* Room for one record of `size` bytes, or NULL (counted as lost). */
 static __always_inline void *event_reserve(__u64 size)
 {
@@ -38,7 +44,12 @@ static __always_inline void *event_reserve(__u64 size)
 
 static __always_inline void event_submit(void *e)
 {
-	bpf_ringbuf_submit(e, 0);
+	__u64 flags = 0;
+
+	if (events_wakeup_bytes)
+		flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= events_wakeup_bytes ?
+				BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	bpf_ringbuf_submit(e, flags);
 }
 
 #endif

@@ -47,6 +47,13 @@ pub fn ring_bytes() -> Result<u32> {
     }
 }
 
+/// `events_wakeup_bytes` for a ring of `ring` bytes (bpf/events.h): the reader
+/// is woken when a sixteenth of the buffer is waiting, and otherwise finds the
+/// records at its next look, within 100 ms ([`Events::poll`]).
+pub fn wakeup_bytes(ring: u32) -> u64 {
+    u64::from(ring / 16).max(1)
+}
+
 type Failure = Rc<RefCell<Option<anyhow::Error>>>;
 
 /// The reader of a tool's `events` ring buffer and `events_lost` counter.
@@ -101,10 +108,12 @@ impl<'a> Events<'a> {
         })
     }
 
-    /// Waits up to `timeout` for records, handles all that are there, and writes
-    /// their output in one piece.
+    /// Waits up to `timeout` for a wakeup, handles every record that is there
+    /// (also those that did not wake the reader), and writes their output in one
+    /// piece.
     pub fn poll(&mut self, timeout: Duration) -> Result<()> {
         let rc = self.rb.poll_raw(timeout);
+        let rc = if rc < 0 { rc } else { self.rb.consume_raw() };
         self.after(rc)
     }
 

@@ -83,6 +83,11 @@ impl Choice {
     /// passed over, with the reason.
     pub fn describe(&self) -> String {
         let mut s = String::new();
+        // The usual reason for refusals: lockdown=confidentiality forbids reading
+        // kernel memory (raw_tp), kprobes and, on some kernels, BTF-typed programs.
+        if let Some(mode) = lockdown().filter(|m| m != "none") {
+            let _ = writeln!(s, "kernel lockdown: {mode}");
+        }
         for (g, group) in self.groups.iter().enumerate() {
             match self.chosen[g] {
                 Some(v) => {
@@ -223,6 +228,14 @@ pub fn choose<S>(
                 .join("; ")
         ),
     }
+}
+
+/// The active lockdown mode, if securityfs shows it.
+fn lockdown() -> Option<String> {
+    let s = fs::read_to_string("/sys/kernel/security/lockdown").ok()?;
+    let start = s.find('[')? + 1;
+    let end = s[start..].find(']')? + start;
+    Some(s[start..end].to_string())
 }
 
 /// An error chain as one short line (libbpf's errors are terse already).

@@ -4,13 +4,22 @@
 //! makes N reads of SIZE bytes each and exits. Modes: `getrandom` (the syscall),
 //! `urandom` and `random` (read(2) of /dev/urandom or /dev/random, opened before
 //! `ready`). Each read must deliver SIZE bytes (checked), so a tracer sees exactly
-//! N events of 8 x SIZE bits.
+//! N events of 8 x SIZE bits. `--rate R` paces the reads at R per second
+//! (benchmarks).
 
 #[path = "ready.rs"]
 mod ready;
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
+    let mut args: Vec<String> = std::env::args().collect();
+    let rate: Option<f64> = args.iter().position(|a| a == "--rate").map(|i| {
+        let r = args
+            .get(i + 1)
+            .and_then(|s| s.parse().ok())
+            .expect("--rate R");
+        args.drain(i..i + 2);
+        r
+    });
     let usage = || -> ! {
         eprintln!("usage: random getrandom|urandom|random N SIZE");
         std::process::exit(2)
@@ -37,7 +46,15 @@ fn main() {
     let mut buf = vec![0u8; size];
     let r = ready::Ready::announce();
     r.wait();
-    for _ in 0..n {
+    let start = std::time::Instant::now();
+    for i in 0..n {
+        if let Some(rate) = rate {
+            // Busy-wait to the i-th slot: sleeps are too coarse at these rates.
+            let due = std::time::Duration::from_secs_f64(i as f64 / rate);
+            while start.elapsed() < due {
+                std::hint::spin_loop();
+            }
+        }
         // SAFETY: buf has room for size bytes.
         let got = unsafe {
             if fd < 0 {

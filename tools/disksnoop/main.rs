@@ -138,6 +138,7 @@ fn run(mut args: Args) -> Result<()> {
         rodata.rq_arg = rq_arg;
         rodata.filter_dev = filter_dev;
         rodata.issue_rwbs_off = rwbs_off;
+        rodata.events_wakeup_bytes = events::wakeup_bytes(ring);
         open.maps.events.set_max_entries(ring)?;
         let skel = open.load().context("loading")?;
         let links = sel.attach(skel.object())?;

@@ -108,6 +108,7 @@ fn run(mut args: Args) -> Result<()> {
             .as_deref_mut()
             .context("BPF object has no .rodata")?;
         common::set_filter!(&mut *rodata, filter);
+        rodata.events_wakeup_bytes = events::wakeup_bytes(ring);
         open.maps.events.set_max_entries(ring)?;
         let skel = open.load().context("loading")?;
         let links = sel.attach(skel.object())?;

@@ -8,10 +8,13 @@
 //!   bench-stacks         stackcount vs bpftrace printing 10,000 distinct stacks
 //!   bench-attach         attach/detach time for 10..all kernel functions in a guest,
 //!                        against bpftrace and BCC's funccount
+//!   bench-io             disksnoop vs bpftrace and biosnoop-bpfcc on a loop device (cost per
+//!                        request), and the event rate the ring buffer sustains
 //!   deps                 install every Debian package the tasks need
 
 mod bench;
 mod bench_attach;
+mod bench_io;
 mod bench_stacks;
 mod deps;
 mod guest;
@@ -53,6 +56,10 @@ fn real_main() -> Result<()> {
         Some("bench-stacks") => {
             deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
             bench_stacks::run(&root)
+        }
+        Some("bench-io") => {
+            deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
+            bench_io::run(&root)
         }
         Some("bench-attach") => bench_attach::host(&root),
         // Runs inside the benchmark guest.
