@@ -17,8 +17,9 @@
  * Never keyed by device alone (concurrent requests would pair wrongly) nor by
  * thread (the completing task is not the issuer). A request completed in parts
  * (block_rq_complete with fewer bytes than remain) is reported once, with its
- * full size, when its last part completes. Requests in flight when tracing began
- * have no start and are ignored. */
+ * full size, when its last part completes; the rest of such a request is put back
+ * on the queue (block_rq_requeue) and issued again, which is not a new request.
+ * Requests in flight when tracing began have no start and are ignored. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -26,7 +27,7 @@
 #include "filter.h"
 #include "events.h"
 
-/* The argument of block_rq_issue and block_rq_insert that is the request: 1 where
+/* The argument of block_rq_issue, _insert and _requeue that is the request: 1 where
  * the queue came first (before Linux 5.11 and 5.10.137), else 0. From BTF. */
 const volatile __u32 rq_arg = 0;
 /* Only requests to this disk (kernel dev_t: major << 20 | minor), 0 for all. */
@@ -53,6 +54,7 @@ struct start {
 	__u32 pid;
 	char comm[16];
 	char type;
+	__u8 requeued; /* put back on the queue: its next issue is not a new request */
 };
 
 /* The process that started a request (block_io_start, block_rq_insert), when
@@ -144,10 +146,18 @@ static __always_inline void note_issuer(struct rq_key *k, bool replace)
 static __always_inline void issue(struct rq_key *k, __u32 dev, __u64 sector, __u32 bytes, char type)
 {
 	struct start s = {};
+	struct start *old;
 	struct issuer *i;
 
 	if (filter_dev && dev != filter_dev)
 		return;
+	old = bpf_map_lookup_elem(&starts, k);
+	if (old && old->requeued) {
+		/* The same request issued again (after a partial completion, or the
+		 * driver was busy): it keeps its first issue time, size and issuer. */
+		old->requeued = 0;
+		return;
+	}
 	i = bpf_map_lookup_elem(&issuers, k);
 	if (i) {
 		s.pid = i->pid;
@@ -165,8 +175,17 @@ static __always_inline void issue(struct rq_key *k, __u32 dev, __u64 sector, __u
 	s.left = bytes;
 	s.dev = dev;
 	s.type = type;
-	/* A requeued request issued again: timed from its last issue. */
+	/* An entry left without its requeue mark is stale (a completion never
+	 * seen): replaced. */
 	bpf_map_update_elem(&starts, k, &s, BPF_ANY);
+}
+
+static __always_inline void requeue(struct rq_key *k)
+{
+	struct start *s = bpf_map_lookup_elem(&starts, k);
+
+	if (s)
+		s->requeued = 1;
 }
 
 static __always_inline void report(struct start *s)
@@ -245,6 +264,15 @@ int btf_complete(__u64 *ctx)
 	return 0;
 }
 
+SEC("tp_btf/block_rq_requeue")
+int btf_requeue(__u64 *ctx)
+{
+	struct rq_key k = {(__u64)issue_arg(ctx), 0};
+
+	requeue(&k);
+	return 0;
+}
+
 SEC("tp_btf/block_rq_insert")
 int btf_insert(__u64 *ctx)
 {
@@ -297,6 +325,15 @@ int raw_complete(__u64 *ctx)
 	struct rq_key k = {(__u64)rq, 0};
 
 	complete_rq(&k, (__u32)ctx[2], BPF_CORE_READ(rq, __data_len));
+	return 0;
+}
+
+SEC("raw_tp/block_rq_requeue")
+int raw_requeue(__u64 *ctx)
+{
+	struct rq_key k = {(__u64)issue_arg(ctx), 0};
+
+	requeue(&k);
 	return 0;
 }
 
@@ -369,6 +406,17 @@ int tp_complete(struct tp_block_rq *ctx)
 	report(s);
 	bpf_map_delete_elem(&starts, &k);
 	bpf_map_delete_elem(&issuers, &k);
+	return 0;
+}
+
+/* After a partial completion the request's sector has advanced, as the entry's
+ * key has (tp_complete). */
+SEC("tracepoint/block/block_rq_requeue")
+int tp_requeue(struct tp_block_rq *ctx)
+{
+	struct rq_key k = {ctx->dev, ctx->sector};
+
+	requeue(&k);
 	return 0;
 }
 

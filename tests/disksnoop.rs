@@ -145,6 +145,65 @@ fn every_program_set_gives_the_same_lines() {
     }
 }
 
+/// A request the device completes in parts is one line with its full size: a
+/// loop device doing direct I/O on a file cut short after setup reads the part
+/// before the end (block_rq_complete for 2 KiB), puts the rest back on the queue
+/// (block_rq_requeue), issues it again, and fails it (block_rq_complete for the
+/// remaining 6 KiB).
+#[test]
+fn partial_completion_is_one_request_with_its_full_size() {
+    for variant in ["tp_btf", "raw_tp", "tracepoint"] {
+        if variant != "tracepoint" && !works_here(variant) {
+            continue;
+        }
+        let lo = LoopDev::with_flags(16, &["--direct-io=on"]);
+        let dio = std::fs::read_to_string(format!("/sys/block/{}/loop/dio", lo.name()))
+            .unwrap_or_default();
+        if dio.trim() != "1" {
+            eprintln!(
+                "{}: the backing file system has no direct I/O, skipped",
+                lo.dev
+            );
+            return;
+        }
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&lo.file)
+            .unwrap()
+            .set_len((8 << 20) + 2048)
+            .unwrap();
+        let w = Workload::start(
+            &prog("direct_io"),
+            &[&lo.dev, "R:1:8192@8388608", "r:2:4096@0"],
+        );
+        let bin = disksnoop();
+        let var = format!("TRACEKIT_PROGRAMS={variant}");
+        let out = trace_workload_until(
+            &["env", &var, bin.to_str().unwrap()],
+            w,
+            &["-d", lo.name(), "-w"],
+            header_or_tracing,
+            T,
+        );
+        let rows: Vec<(String, String, String)> = out
+            .stdout
+            .lines()
+            .skip(1)
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f[4].to_string(), f[5].to_string(), f[6].to_string())
+            })
+            .collect();
+        let want = [
+            ("R", "16384", "8192"),
+            ("R", "0", "4096"),
+            ("R", "8", "4096"),
+        ]
+        .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
+        assert_eq!(rows, want, "{variant}: stdout:\n{}", out.stdout);
+    }
+}
+
 #[test]
 fn wide_columns() {
     let (out, lo, pid) = snoop(&[], &["-w"]);

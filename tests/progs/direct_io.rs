@@ -4,6 +4,8 @@
 //! is blocked, waits for it, then runs each OP in order: `w:COUNT:SIZE` writes and
 //! `r:COUNT:SIZE` reads COUNT blocks of SIZE bytes (a multiple of 512), one after
 //! another from offset 0, each waited for (one block request each), and exits.
+//! `@OFFSET` after an op starts it at that byte offset; `R` reads and accepts a
+//! failed or short read (a device that fails part of a request).
 //!
 //! `direct_io DEVICE --bench SECS SIZE` does not wait: it writes SIZE-byte blocks
 //! for SECS seconds, cycling over the first 64 MiB, and prints `ops N secs S`.
@@ -40,6 +42,10 @@ fn open(dev: &str) -> i32 {
 }
 
 fn io(fd: i32, write: bool, buf: &Buf, off: u64) {
+    io_as(fd, write, buf, off, true)
+}
+
+fn io_as(fd: i32, write: bool, buf: &Buf, off: u64, strict: bool) {
     // SAFETY: buf holds buf.1 bytes, aligned for O_DIRECT.
     let n = unsafe {
         if write {
@@ -48,6 +54,9 @@ fn io(fd: i32, write: bool, buf: &Buf, off: u64) {
             libc::pread(fd, buf.0.cast(), buf.1, off as libc::off_t)
         }
     };
+    if !strict {
+        return;
+    }
     assert_eq!(
         n,
         buf.1 as isize,
@@ -78,22 +87,43 @@ fn main() {
         println!("ops {ops} secs {}", start.elapsed().as_secs_f64());
         return;
     }
-    let ops: Vec<(bool, u64, usize)> = args[1..]
+    struct Op {
+        kind: char,
+        count: u64,
+        size: usize,
+        at: Option<u64>,
+    }
+    let ops: Vec<Op> = args[1..]
         .iter()
         .map(|op| {
+            let (op, at) = match op.split_once('@') {
+                Some((o, a)) => (o, Some(a.parse().expect("offset"))),
+                None => (op.as_str(), None),
+            };
             let f: Vec<&str> = op.split(':').collect();
-            assert!(f.len() == 3 && (f[0] == "w" || f[0] == "r"), "bad op {op}");
-            (f[0] == "w", f[1].parse().unwrap(), f[2].parse().unwrap())
+            assert!(
+                f.len() == 3 && matches!(f[0], "w" | "r" | "R"),
+                "bad op {op}"
+            );
+            Op {
+                kind: f[0].chars().next().unwrap(),
+                count: f[1].parse().unwrap(),
+                size: f[2].parse().unwrap(),
+                at,
+            }
         })
         .collect();
-    let bufs: Vec<Buf> = ops.iter().map(|&(_, _, size)| Buf::new(size)).collect();
+    let bufs: Vec<Buf> = ops.iter().map(|op| Buf::new(op.size)).collect();
     let r = ready::Ready::announce();
     r.wait();
     let mut off = 0u64;
-    for (&(write, count, size), buf) in ops.iter().zip(&bufs) {
-        for _ in 0..count {
-            io(fd, write, buf, off);
-            off += size as u64;
+    for (op, buf) in ops.iter().zip(&bufs) {
+        if let Some(at) = op.at {
+            off = at;
+        }
+        for _ in 0..op.count {
+            io_as(fd, op.kind == 'w', buf, off, op.kind != 'R');
+            off += op.size as u64;
         }
     }
 }

@@ -443,11 +443,18 @@ pub fn trace_workload_until(
 /// A loop device over a fresh file of `mib` MiB (`losetup`), detached on drop.
 pub struct LoopDev {
     pub dev: String,
+    /// The backing file.
+    pub file: PathBuf,
     _dir: Scratch,
 }
 
 impl LoopDev {
     pub fn new(mib: u64) -> LoopDev {
+        Self::with_flags(mib, &[])
+    }
+
+    /// With `losetup` flags, e.g. `--direct-io=on`.
+    pub fn with_flags(mib: u64, flags: &[&str]) -> LoopDev {
         let dir = Scratch::new();
         let file = dir.0.join("disk.img");
         std::fs::File::create(&file)
@@ -456,6 +463,7 @@ impl LoopDev {
             .unwrap();
         let out = Command::new("losetup")
             .args(["-f", "--show"])
+            .args(flags)
             .arg(&file)
             .output()
             .expect("losetup");
@@ -465,7 +473,11 @@ impl LoopDev {
             String::from_utf8_lossy(&out.stderr)
         );
         let dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
-        LoopDev { dev, _dir: dir }
+        LoopDev {
+            dev,
+            file,
+            _dir: dir,
+        }
     }
 
     /// `loopN`, as `-d` takes it.

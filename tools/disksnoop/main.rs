@@ -68,15 +68,15 @@ const GROUPS: &[Group] = &[
         variants: &[
             Variant {
                 name: "tp_btf",
-                progs: &["btf_issue", "btf_complete", "btf_insert"],
+                progs: &["btf_issue", "btf_complete", "btf_requeue", "btf_insert"],
             },
             Variant {
                 name: "raw_tp",
-                progs: &["raw_issue", "raw_complete", "raw_insert"],
+                progs: &["raw_issue", "raw_complete", "raw_requeue", "raw_insert"],
             },
             Variant {
                 name: "tracepoint",
-                progs: &["tp_issue", "tp_complete", "tp_insert"],
+                progs: &["tp_issue", "tp_complete", "tp_requeue", "tp_insert"],
             },
         ],
     },
@@ -199,8 +199,8 @@ fn classic_layout(sel: &Selection) -> Result<u32> {
         Some((off @ (32 | 34), _)) => off,
         other => anyhow::bail!("block_rq_issue's rwbs field is at {other:?}, not 32 or 34"),
     };
-    let complete = Format::read("block", "block_rq_complete")?;
-    common(&complete)?;
+    common(&Format::read("block", "block_rq_complete")?)?;
+    common(&Format::read("block", "block_rq_requeue")?)?;
     for (prog, event) in [
         ("tp_insert", "block_rq_insert"),
         ("tp_io_start", "block_io_start"),
