@@ -170,7 +170,8 @@ fn run(mut args: Args) -> Result<()> {
         &skel.maps.events,
         &skel.maps.events_lost,
         |e: &skel::types::disk_event, out: &mut String| {
-            let r = Request::of(e, &mut names);
+            // Disk names only where they are printed: the narrow lines stay cheap.
+            let r = Request::of(e, (wide || json).then_some(&mut names));
             if json {
                 let _ = writeln!(out, "{}", r.json(&clock));
             } else {
@@ -238,7 +239,7 @@ struct Request {
 }
 
 impl Request {
-    fn of(e: &skel::types::disk_event, names: &mut disks::Names) -> Request {
+    fn of(e: &skel::types::disk_event, names: Option<&mut disks::Names>) -> Request {
         let comm: Vec<u8> = e
             .comm
             .iter()
@@ -251,7 +252,7 @@ impl Request {
             sector: e.sector,
             bytes: e.bytes,
             dev: e.dev,
-            disk: names.name(e.dev),
+            disk: names.map(|n| n.name(e.dev)).unwrap_or_default(),
             pid: e.pid,
             comm: common::output::escape(&comm),
             kind: (e.r#type as u8) as char,
