@@ -558,9 +558,9 @@ fn disksnoop_virtio_disk_exactly_by_request() {
     assert_nothing_left("disksnoop");
 }
 
-/// urandomread on workload `random MODE N SIZE`: (source, bits) of every line.
-fn random_reads(env: &[&str], mode: &str, n: u64, size: u64) -> (Vec<(String, u64)>, Output) {
-    let w = Workload::start(&prog("random"), &[mode, &n.to_string(), &size.to_string()]);
+/// urandomread on workload `random OPS...`: (source, bits) of every line.
+fn random_reads(env: &[&str], ops: &[&str]) -> (Vec<(String, u64)>, Output) {
+    let w = Workload::start(&prog("random"), ops);
     let pid = w.pid;
     let out = trace_with_env("urandomread", env, w, &["--json", "--debug"]);
     let rows = out
@@ -582,6 +582,10 @@ fn random_reads(env: &[&str], mode: &str, n: u64, size: u64) -> (Vec<(String, u6
 #[test]
 #[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
 fn urandomread_device_reads_and_getrandom_exactly() {
+    // 23 reads of /dev/urandom, 5 of /dev/random, 11 getrandom() calls, in order.
+    let mut want = vec![("urandom".to_string(), 64 * 8); 23];
+    want.extend(vec![("random".to_string(), 16 * 8); 5]);
+    want.extend(vec![("getrandom".to_string(), 32 * 8); 11]);
     // fexit where tracing programs are allowed (these kernels), and kretprobe.
     for (env, via) in [
         ("", "fexit"),
@@ -591,26 +595,15 @@ fn urandomread_device_reads_and_getrandom_exactly() {
         ),
     ] {
         let env: Vec<&str> = if env.is_empty() { vec![] } else { vec![env] };
-        for (mode, n, size, source) in [
-            ("urandom", 23, 64, "urandom"),
-            ("random", 5, 16, "random"),
-            ("getrandom", 11, 32, "getrandom"),
-        ] {
-            let (rows, out) = random_reads(&env, mode, n, size);
-            assert_eq!(
-                rows,
-                vec![(source.to_string(), size * 8); n as usize],
-                "{via} {mode}: stderr:\n{}",
-                out.stderr
-            );
-            assert!(
-                out.stderr
-                    .contains(&format!("reads of /dev/urandom and /dev/random: {via} (")),
-                "{}",
-                out.stderr
-            );
-            assert!(!out.stderr.contains("are not traced"), "{}", out.stderr);
-        }
+        let (rows, out) = random_reads(&env, &["urandom:23:64", "random:5:16", "getrandom:11:32"]);
+        assert_eq!(rows, want, "{via}: stderr:\n{}", out.stderr);
+        assert!(
+            out.stderr
+                .contains(&format!("reads of /dev/urandom and /dev/random: {via} (")),
+            "{}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("are not traced"), "{}", out.stderr);
     }
     assert_nothing_left("urandomread");
 }

@@ -160,7 +160,7 @@ impl Session {
     pub fn fixed(common: &mut CommonArgs, debug: bool) -> Result<Session> {
         system::require_root()?;
         common.check()?;
-        if common.attach_mode != plan::AttachMode::Auto {
+        if common.attach_mode != crate::AttachMode::Auto {
             bail!("--attach-mode is for tools that trace patterns of functions; this tool picks its programs itself (--debug shows them)");
         }
         let stop = Stop::install()?;
