@@ -549,3 +549,137 @@ fn uprobe_groups_and_raw_syscall_links_on_older_kernels() {
     let events = std::fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap();
     assert_eq!(events, "", "uprobe events left behind");
 }
+
+// ---- disksnoop and urandomread ----
+
+/// The guest's scratch virtio disk (`vda`), attached by the guest runner.
+fn guest_disk() -> String {
+    std::env::var("TRACEKIT_GUEST_DISK")
+        .unwrap_or_else(|_| panic!("no scratch disk: run in a guest kernel (cargo xtask guest)"))
+}
+
+/// `tool` run with `env` settings (`VAR=value`) on workload `w`, as [`trace_workload_until`].
+fn trace_with_env(tool: &str, env: &[&str], w: Workload, args: &[&str]) -> Output {
+    let bin = util::tool(tool);
+    let mut cmd = vec!["env"];
+    cmd.extend_from_slice(env);
+    cmd.push(bin.to_str().unwrap());
+    trace_workload_until(&cmd, w, args, header_or_tracing, T)
+}
+
+#[test]
+#[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
+fn disksnoop_virtio_disk_exactly_by_request() {
+    let disk = guest_disk();
+    let dev = format!("/dev/{disk}");
+    // Auto picks tp_btf (keyed by request) in these kernels; the fallbacks are
+    // checked to give the same lines.
+    for variant in ["", "raw_tp", "tracepoint"] {
+        let w = Workload::start(&prog("direct_io"), &[&dev, "w:37:8192", "r:13:4096"]);
+        let pid = w.pid;
+        let env = format!("TRACEKIT_PROGRAMS={variant}");
+        let env: Vec<&str> = if variant.is_empty() {
+            vec![]
+        } else {
+            vec![&env]
+        };
+        let out = trace_with_env("disksnoop", &env, w, &["-d", &disk, "--json", "--debug"]);
+        let recs: Vec<serde_json::Value> = out
+            .stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect();
+        let got: Vec<(String, u64)> = recs
+            .iter()
+            .map(|r| {
+                (
+                    r["type"].as_str().unwrap().to_string(),
+                    r["bytes"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        let mut want = vec![("W".to_string(), 8192); 37];
+        want.extend(vec![("R".to_string(), 4096); 13]);
+        assert_eq!(
+            got, want,
+            "{variant}: stdout:\n{}\nstderr:\n{}",
+            out.stdout, out.stderr
+        );
+        let mut sector = 0;
+        for r in &recs {
+            assert_eq!(r["disk"], disk.as_str());
+            assert_eq!(r["pid"], pid, "{r}");
+            assert_eq!(r["comm"], "direct_io");
+            assert_eq!(r["sector"], sector);
+            sector += r["bytes"].as_u64().unwrap() / 512;
+            assert!(r["lat_ns"].as_u64().unwrap() > 0);
+        }
+        let expect = if variant.is_empty() {
+            "tp_btf"
+        } else {
+            variant
+        };
+        assert!(
+            out.stderr.contains(&format!("block requests: {expect} (")),
+            "{}",
+            out.stderr
+        );
+        assert_eq!(
+            out.stderr.contains("paired by (device, sector)"),
+            expect == "tracepoint",
+            "{}",
+            out.stderr
+        );
+    }
+    assert_nothing_left("disksnoop");
+}
+
+/// urandomread on workload `random OPS...`: (source, bits) of every line.
+fn random_reads(env: &[&str], ops: &[&str]) -> (Vec<(String, u64)>, Output) {
+    let w = Workload::start(&prog("random"), ops);
+    let pid = w.pid;
+    let out = trace_with_env("urandomread", env, w, &["--json", "--debug"]);
+    let rows = out
+        .stdout
+        .lines()
+        .map(|l| {
+            let r: serde_json::Value = serde_json::from_str(l).unwrap();
+            assert_eq!(r["pid"], pid);
+            assert_eq!(r["comm"], "random");
+            (
+                r["source"].as_str().unwrap().to_string(),
+                r["bits"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    (rows, out)
+}
+
+#[test]
+#[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
+fn urandomread_device_reads_and_getrandom_exactly() {
+    // 23 reads of /dev/urandom, 5 of /dev/random, 11 getrandom() calls, in order.
+    let mut want = vec![("urandom".to_string(), 64 * 8); 23];
+    want.extend(vec![("random".to_string(), 16 * 8); 5]);
+    want.extend(vec![("getrandom".to_string(), 32 * 8); 11]);
+    // fexit where tracing programs are allowed (these kernels), and kretprobe.
+    for (env, via) in [
+        ("", "fexit"),
+        (
+            "TRACEKIT_PROGRAMS=kretprobe,tracepoint syscalls:sys_exit_getrandom",
+            "kretprobe",
+        ),
+    ] {
+        let env: Vec<&str> = if env.is_empty() { vec![] } else { vec![env] };
+        let (rows, out) = random_reads(&env, &["urandom:23:64", "random:5:16", "getrandom:11:32"]);
+        assert_eq!(rows, want, "{via}: stderr:\n{}", out.stderr);
+        assert!(
+            out.stderr
+                .contains(&format!("reads of /dev/urandom and /dev/random: {via} (")),
+            "{}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("are not traced"), "{}", out.stderr);
+    }
+    assert_nothing_left("urandomread");
+}

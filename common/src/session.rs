@@ -12,16 +12,18 @@
 
 use std::time::Instant;
 
-use anyhow::Result;
-use libbpf_rs::Object;
+use anyhow::{bail, Result};
+use libbpf_rs::{Link, Object};
 
 use crate::attach::Attached;
 use crate::cli::{self, CommonArgs};
+use crate::events::Events;
 use crate::output;
 use crate::plan::{self, Hooks, Plan};
 use crate::run::{self, Schedule, Stop, StopReason};
 use crate::spec::ProbeSpec;
 use crate::system;
+use crate::tracefs;
 
 /// What a tool hooks, beyond the common flags.
 #[derive(Debug, Clone, Copy, Default)]
@@ -39,6 +41,8 @@ pub struct Session {
     debug: bool,
     pid: Option<u32>,
     attached: Option<Attached>,
+    /// Links of a tool with fixed programs ([`Session::adopt`]).
+    links: Vec<Link>,
 }
 
 impl Session {
@@ -72,6 +76,7 @@ impl Session {
             debug,
             pid: common.pid,
             attached: None,
+            links: Vec::new(),
         })
     }
 
@@ -134,6 +139,94 @@ impl Session {
             self.status("Detaching...")
         };
         drop(self.attached.take());
+        self.links.clear();
         printed
+    }
+}
+
+/// Tools with fixed programs (no probe pattern; see [`crate::fixed`]).
+///
+/// ```text
+/// let mut s = Session::fixed(&mut args.common, debug)?;
+/// let ((skel, links), choice) = fixed::choose(GROUPS, |storage, sel| { ... })?;
+/// s.adopt(links)?;
+/// let mut ev = Events::new(...)?;
+/// s.run_events(duration, &mut ev)?;
+/// s.finish(true)
+/// ```
+impl Session {
+    /// The checks of [`Session::prepare`] (privileges, flags, `-p`), the signal
+    /// handlers, and tracefs mounted for classic tracepoints; the plan is empty.
+    pub fn fixed(common: &mut CommonArgs, debug: bool) -> Result<Session> {
+        system::require_root()?;
+        common.check()?;
+        if common.attach_mode != crate::AttachMode::Auto {
+            bail!("--attach-mode is for tools that trace patterns of functions; this tool picks its programs itself (--debug shows them)");
+        }
+        let stop = Stop::install()?;
+        let plan = Plan::build(
+            &[],
+            &plan::Options {
+                pid: common.pid,
+                ..Default::default()
+            },
+        )?;
+        // Classic tracepoints are attached by the id tracefs gives; a failure
+        // here shows up as the reason those variants did not work.
+        let _ = tracefs::tracefs();
+        Ok(Session {
+            plan,
+            stop,
+            json: common.json,
+            debug,
+            pid: common.pid,
+            attached: None,
+            links: Vec::new(),
+        })
+    }
+
+    /// Takes the links of the programs a tool attached itself (detached by
+    /// [`Session::finish`], or when the session is dropped on an error) and, with
+    /// `-p`, ends the run when that process exits.
+    pub fn adopt(&mut self, links: Vec<Link>) -> Result<()> {
+        self.links.extend(links);
+        if let Some(pid) = self.pid {
+            self.stop.watch_pid(pid)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `--debug` was given.
+    pub fn debug(&self) -> bool {
+        self.debug
+    }
+
+    /// Serves `events` until a signal, the end of `duration`, or the `-p` process
+    /// exits; then handles the records still buffered and reports lost ones.
+    /// An error from a record's handler (a closed stdout) ends the run with it.
+    pub fn run_events(
+        &self,
+        duration: Option<std::time::Duration>,
+        events: &mut Events,
+    ) -> Result<StopReason> {
+        const SLICE: std::time::Duration = std::time::Duration::from_millis(100);
+        let end = duration.map(|d| Instant::now() + d);
+        let why = loop {
+            if let Some(r) = self.stop.reason() {
+                break r;
+            }
+            let left = match end {
+                Some(e) => e.saturating_duration_since(Instant::now()),
+                None => SLICE,
+            };
+            if left.is_zero() {
+                break StopReason::Duration;
+            }
+            events.poll(left.min(SLICE))?;
+            events.report_lost(false)?;
+        };
+        events.drain()?;
+        events.report_lost(true)?;
+        Ok(why)
     }
 }

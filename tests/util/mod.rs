@@ -564,3 +564,98 @@ pub fn bpf_link_exists(id: u32) -> bool {
         fd >= 0
     }
 }
+
+/// Whether `line` says a per-event tool is ready: BCC's examples print their
+/// column header (`TIME(s) ...`), JSON runs a `Tracing ...` line on stderr.
+pub fn header_or_tracing(line: &str) -> bool {
+    line.starts_with("TIME") || line.starts_with("Tracing")
+}
+
+/// [`trace_workload_via`] for tools whose start line is a column header: waits
+/// for a line satisfying `ready`, lets the workload run, and returns the tool's
+/// output once both have exited with success.
+pub fn trace_workload_until(
+    cmd: &[&str],
+    w: Workload,
+    args: &[&str],
+    ready: impl Fn(&str) -> bool,
+    timeout: Duration,
+) -> Output {
+    let pid = w.pid.to_string();
+    let mut all: Vec<&str> = cmd[1..].to_vec();
+    all.extend(["-p", pid.as_str()]);
+    all.extend_from_slice(args);
+    let mut t = spawn(Path::new(cmd[0]), &all);
+    t.wait_line(ready, Duration::from_secs(60));
+    w.go();
+    let out = t.finish(timeout);
+    assert!(w.wait().success(), "the workload failed");
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    out
+}
+
+/// A loop device over a fresh file of `mib` MiB (`losetup`), detached on drop.
+pub struct LoopDev {
+    pub dev: String,
+    /// The backing file.
+    pub file: PathBuf,
+    _dir: Scratch,
+}
+
+impl LoopDev {
+    pub fn new(mib: u64) -> LoopDev {
+        Self::with_flags(mib, &[])
+    }
+
+    /// With `losetup` flags, e.g. `--direct-io=on`.
+    pub fn with_flags(mib: u64, flags: &[&str]) -> LoopDev {
+        let dir = Scratch::new();
+        let file = dir.0.join("disk.img");
+        std::fs::File::create(&file)
+            .unwrap()
+            .set_len(mib << 20)
+            .unwrap();
+        let out = Command::new("losetup")
+            .args(["-f", "--show"])
+            .args(flags)
+            .arg(&file)
+            .output()
+            .expect("losetup");
+        assert!(
+            out.status.success(),
+            "losetup: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        LoopDev {
+            dev,
+            file,
+            _dir: dir,
+        }
+    }
+
+    /// `loopN`, as `-d` takes it.
+    pub fn name(&self) -> &str {
+        self.dev.trim_start_matches("/dev/")
+    }
+}
+
+impl Drop for LoopDev {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+    }
+}
+
+/// The numbers in stderr warnings `... lost N events: ...` (per report), summed.
+pub fn lost_reported(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let rest = l.split_once(": lost ")?.1;
+            let (n, tail) = rest.split_once(' ')?;
+            (tail.starts_with("event: ") || tail.starts_with("events: "))
+                .then(|| n.parse::<u64>().ok())
+                .flatten()
+        })
+        .sum()
+}

@@ -40,9 +40,13 @@ pub const KERNELS: &[KernelSpec] = &[
     },
 ];
 
-/// Modules needed to mount the host root over virtio-9p; whichever are built into a
-/// kernel are simply not found and skipped.
-const ROOT_MODULES: &[&str] = &["virtio_pci", "9pnet_virtio", "9p"];
+/// Modules needed to mount the host root over virtio-9p, and virtio_blk for the
+/// scratch disk; whichever are built into a kernel are simply not found and skipped.
+const ROOT_MODULES: &[&str] = &["virtio_pci", "9pnet_virtio", "9p", "virtio_blk"];
+
+/// Size of the raw scratch disk each guest gets as a virtio disk (`vda`), for
+/// block-device tests (disksnoop); tests find it in $TRACEKIT_GUEST_DISK.
+const SCRATCH_DISK_BYTES: u64 = 64 << 20;
 
 const EXIT_MARK: &str = "TRACEKIT-GUEST-EXIT";
 const BEGIN_MARK: &str = "TRACEKIT-GUEST-BEGIN";
@@ -321,6 +325,8 @@ mount -t bpf bpf /newroot/sys/fs/bpf
 # the host's copy again at the same path.
 mkdir -p '/newroot{workspace}' && mount -o bind '/hostroot{workspace}' '/newroot{workspace}'
 echo 1 > /proc/sys/kernel/panic_on_oops
+# The scratch virtio disk, when the kernel found it.
+[ -e /sys/class/block/vda ] && export TRACEKIT_GUEST_DISK=vda
 # What this kernel can do, from its config, for tests to assert the right path.
 export TRACEKIT_GUEST_KERNEL={label} TRACEKIT_EXPECT_KPROBE_MULTI={multi}
 echo "{BEGIN_MARK} $(uname -r)"
@@ -366,6 +372,11 @@ pub struct Verdict {
 /// Boots `kernel`, runs `script` inside, streams the console with `prefix`.
 pub fn boot(kernel: &Kernel, script: &Path, timeout: Duration) -> Result<Verdict> {
     let initrd = initramfs(kernel, script)?;
+    // A fresh, sparse, zeroed image each boot: tests write to it.
+    let disk = guest_dir().join(format!("disk-{}.img", kernel.label));
+    let f = fs::File::create(&disk).with_context(|| format!("creating {}", disk.display()))?;
+    f.set_len(SCRATCH_DISK_BYTES)?;
+    drop(f);
     let mut child = Command::new("qemu-system-x86_64")
         .args(["-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", "2G"])
         .args(["-nographic", "-no-reboot", "-kernel"])
@@ -378,6 +389,8 @@ pub fn boot(kernel: &Kernel, script: &Path, timeout: Duration) -> Result<Verdict
             "-virtfs",
             "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
         ])
+        .arg("-drive")
+        .arg(format!("file={},format=raw,if=virtio", disk.display()))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

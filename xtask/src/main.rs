@@ -14,11 +14,14 @@
 //!                        funclatency vs bpftrace and BCC: per-call cost on hot user
 //!                        functions (host) and vfs_read (guest), attach time for ~1000
 //!                        kernel functions (guest)
+//!   bench-io             disksnoop vs bpftrace and biosnoop-bpfcc on a loop device (cost per
+//!                        request), and the event rate the ring buffer sustains
 //!   deps                 install every Debian package the tasks need
 
 mod bench;
 mod bench_attach;
 mod bench_common;
+mod bench_io;
 mod bench_latency;
 mod bench_stacks;
 mod deps;
@@ -65,6 +68,10 @@ fn real_main() -> Result<()> {
         Some("bench-stacks") => {
             deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
             bench_stacks::run(&root)
+        }
+        Some("bench-io") => {
+            deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
+            bench_io::run(&root)
         }
         Some("bench-attach") => bench_attach::host(&root),
         // Runs inside the benchmark guest.
@@ -135,6 +142,8 @@ fn test(args: &[String]) -> Result<()> {
 }
 
 /// Per-kernel bound on a guest run: a hung guest fails instead of stalling CI.
+/// The whole list takes 5-8 minutes per kernel on a quiet 2-core machine, and
+/// more when other work shares it; a hung guest still fails within this bound.
 const GUEST_TIMEOUT: Duration = Duration::from_secs(1200);
 
 /// Runs tests/guest.rs inside every guest kernel.

@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/* Per-event records to user space through one ring buffer (common/src/events.rs
+ * reads them as the skeleton's generated types). A record that finds the buffer
+ * full is counted in `events_lost`, per CPU, and reported, never dropped silently.
+ *
+ * There is no perf-buffer fallback: ring buffers came in Linux 5.8, before every
+ * other facility these tools rely on. The buffer is sized by user space before
+ * load (a power of two, at least a page). */
+#ifndef TRACEKIT_EVENTS_H
+#define TRACEKIT_EVENTS_H
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} events_lost SEC(".maps");
+
+/* Wake the reader only once this many bytes wait in the buffer (set by user
+ * space; 0: at every record, as the kernel does by default). The reader also
+ * looks every 100 ms, so a quiet trace is not held back longer than that, and a
+ * busy one costs one wakeup per batch instead of one per record. */
+const volatile __u64 events_wakeup_bytes = 0;
+
+/* Room for one record of `size` bytes, or NULL (counted as lost). */
+static __always_inline void *event_reserve(__u64 size)
+{
+	void *e = bpf_ringbuf_reserve(&events, size, 0);
+
+	if (!e) {
+		__u32 zero = 0;
+		__u64 *n = bpf_map_lookup_elem(&events_lost, &zero);
+
+		if (n) /* atomic: a program of another type may interrupt this one */
+			__sync_fetch_and_add(n, 1);
+	}
+	return e;
+}
+
+static __always_inline void event_submit(void *e)
+{
+	__u64 flags = 0;
+
+	if (events_wakeup_bytes)
+		flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= events_wakeup_bytes ?
+				BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	bpf_ringbuf_submit(e, flags);
+}
+
+#endif

@@ -1,0 +1,382 @@
+//! Tools with fixed programs (disksnoop, urandomread): no probe pattern, but
+//! several ways to reach the same events, of which a kernel accepts some. Each
+//! tool lists them per group of events, best first (tp_btf, raw_tp, classic
+//! tracepoint; fexit, kretprobe), and [`choose`] keeps the first that loads and
+//! attaches here: decided by trying, never by kernel version (lockdown, missing
+//! kprobes, a tracepoint removed in a stable kernel all show up only so).
+//!
+//! A trial loads the tool's object with the chosen programs of the earlier groups
+//! plus one candidate's, and attaches them; the last trial that worked is kept, so
+//! no extra load is needed at the end.
+
+use std::ffi::CString;
+use std::fmt::Write as _;
+use std::fs;
+use std::mem::MaybeUninit;
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::{Link, Object, OpenObject};
+use libbpf_sys as sys;
+
+use crate::cli::escape;
+
+/// One way to reach a group's events: the programs (by function name in the
+/// BPF object) that are loaded and attached together.
+#[derive(Debug, Clone, Copy)]
+pub struct Variant {
+    /// What `--debug` calls it: `tp_btf`, `raw_tp`, `tracepoint`, `kretprobe`...
+    pub name: &'static str,
+    pub progs: &'static [&'static str],
+}
+
+/// Whether a group must have a working variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// The tool cannot run without these events.
+    Required,
+    /// Traced when possible (the tool says what it misses).
+    Optional,
+    /// Optional, and only the variant named as the one chosen for group `n`
+    /// is tried (its programs share that group's map keys).
+    SameAs(usize),
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Group {
+    /// The events, in words: "block requests", "getrandom() calls".
+    pub what: &'static str,
+    pub variants: &'static [Variant],
+    pub need: Need,
+}
+
+/// Environment variable naming the only variants to try (comma-separated), to
+/// test a fallback on a kernel that has better: `TRACEKIT_PROGRAMS=tracepoint`.
+pub const FORCE_ENV: &str = "TRACEKIT_PROGRAMS";
+
+/// What [`choose`] picked, and why the variants before it were passed over.
+#[derive(Debug, Clone)]
+pub struct Choice {
+    groups: Vec<Group>,
+    /// Per group: the index of the variant in use.
+    pub chosen: Vec<Option<usize>>,
+    /// Per group: (variant, why it did not work).
+    pub failed: Vec<Vec<(&'static str, String)>>,
+}
+
+impl Choice {
+    /// The name of the variant in use for group `g`.
+    pub fn name(&self, g: usize) -> Option<&'static str> {
+        self.chosen[g].map(|v| self.groups[g].variants[v].name)
+    }
+
+    /// Why group `g` has no variant (or what was tried before the one in use):
+    /// `variant: reason; variant: reason`.
+    pub fn why_not(&self, g: usize) -> String {
+        self.failed[g]
+            .iter()
+            .map(|(v, why)| format!("{v}: {why}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// What `--debug` prints: per group the programs in use and every variant
+    /// passed over, with the reason.
+    pub fn describe(&self) -> String {
+        let mut s = String::new();
+        // The usual reason for refusals: lockdown=confidentiality forbids reading
+        // kernel memory (raw_tp), kprobes and, on some kernels, BTF-typed programs.
+        if let Some(mode) = lockdown().filter(|m| m != "none") {
+            let _ = writeln!(s, "kernel lockdown: {mode}");
+        }
+        for (g, group) in self.groups.iter().enumerate() {
+            match self.chosen[g] {
+                Some(v) => {
+                    let var = &group.variants[v];
+                    let _ = writeln!(s, "{}: {} ({})", group.what, var.name, var.progs.join(", "));
+                }
+                None => {
+                    let _ = writeln!(s, "{}: not traced", group.what);
+                }
+            }
+            for (v, why) in &self.failed[g] {
+                let _ = writeln!(s, "  {v} did not work: {why}");
+            }
+        }
+        s
+    }
+}
+
+/// The programs of one trial: [`Selection::configure`] them on the open object
+/// before load, [`Selection::attach`] them after.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    progs: Vec<&'static str>,
+}
+
+impl Selection {
+    /// Whether program `name` is part of this trial.
+    pub fn has(&self, name: &str) -> bool {
+        self.progs.contains(&name)
+    }
+
+    /// Loads only the selected programs (the others would fail to load, which is
+    /// why they were passed over, or cost verifier time).
+    pub fn configure(&self, obj: &mut OpenObject) -> Result<()> {
+        let mut found = 0;
+        for mut prog in obj.progs_mut() {
+            let on = prog.name().to_str().is_some_and(|n| self.has(n));
+            found += usize::from(on);
+            prog.set_autoload(on);
+        }
+        if found != self.progs.len() {
+            bail!(
+                "internal error: the BPF object lacks some of the programs {}",
+                self.progs.join(", ")
+            );
+        }
+        Ok(())
+    }
+
+    /// Attaches every selected program where its section says (libbpf's
+    /// auto-attach: `tp_btf/X`, `raw_tp/X`, `tracepoint/C/X`, `kretprobe/F`,
+    /// `fexit/F`); fails on the first that does not attach.
+    pub fn attach(&self, obj: &Object) -> Result<Vec<Link>> {
+        let mut links = Vec::new();
+        for prog in obj.progs_mut() {
+            let Some(name) = prog.name().to_str() else {
+                continue;
+            };
+            if !self.has(name) {
+                continue;
+            }
+            let section = prog.section().to_string_lossy().into_owned();
+            let link = prog
+                .attach()
+                .with_context(|| format!("attaching {section}"))?;
+            links.push(link);
+        }
+        Ok(links)
+    }
+}
+
+/// Tries the variants of each group in order (see the module comment) and
+/// returns the last successful trial's result with the choice. `trial` opens the
+/// tool's object in the storage it is given, calls [`Selection::configure`],
+/// loads, and calls [`Selection::attach`].
+///
+/// Fails, listing every variant tried and why, when a required group has none.
+pub fn choose<S>(
+    groups: &[Group],
+    mut trial: impl FnMut(&'static mut MaybeUninit<OpenObject>, &Selection) -> Result<S>,
+) -> Result<(S, Choice)> {
+    let forced: Option<Vec<String>> = std::env::var(FORCE_ENV)
+        .ok()
+        .map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
+    let mut choice = Choice {
+        groups: groups.to_vec(),
+        chosen: vec![None; groups.len()],
+        failed: vec![Vec::new(); groups.len()],
+    };
+    let mut base = Selection::default();
+    let mut best: Option<S> = None;
+    for (g, group) in groups.iter().enumerate() {
+        for (v, var) in group.variants.iter().enumerate() {
+            if let Need::SameAs(other) = group.need {
+                if choice.name(other) != Some(var.name) {
+                    continue;
+                }
+            }
+            if forced
+                .as_ref()
+                .is_some_and(|f| !f.iter().any(|n| n == var.name))
+            {
+                choice.failed[g].push((var.name, format!("not selected by {FORCE_ENV}")));
+                continue;
+            }
+            let mut sel = base.clone();
+            sel.progs.extend_from_slice(var.progs);
+            // Each trial's skeleton borrows its storage for as long as it lives;
+            // the few bytes of a failed trial's storage are not worth reclaiming.
+            let storage = Box::leak(Box::new(MaybeUninit::uninit()));
+            match trial(storage, &sel) {
+                Ok(s) => {
+                    best = Some(s);
+                    base = sel;
+                    choice.chosen[g] = Some(v);
+                    break;
+                }
+                Err(e) => choice.failed[g].push((var.name, one_reason(&e))),
+            }
+        }
+        if choice.chosen[g].is_none() && group.need == Need::Required {
+            bail!(
+                "no way to trace {} works on this kernel ({})",
+                group.what,
+                choice.why_not(g)
+            );
+        }
+    }
+    match best {
+        Some(s) => Ok((s, choice)),
+        None => bail!(
+            "none of the events can be traced on this kernel: {}",
+            groups
+                .iter()
+                .enumerate()
+                .map(|(g, group)| format!("{}: {}", group.what, choice.why_not(g)))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+    }
+}
+
+/// The active lockdown mode, if securityfs shows it.
+fn lockdown() -> Option<String> {
+    let s = fs::read_to_string("/sys/kernel/security/lockdown").ok()?;
+    let start = s.find('[')? + 1;
+    let end = s[start..].find(']')? + start;
+    Some(s[start..end].to_string())
+}
+
+/// An error chain as one short line (libbpf's errors are terse already).
+fn one_reason(e: &anyhow::Error) -> String {
+    escape(&format!("{e:#}"))
+}
+
+/// The number of arguments a tracepoint passes to BPF, from the kernel's BTF
+/// (`btf_trace_<name>` is a pointer to a function whose first parameter is the
+/// tracepoint's private data). `None` without BTF or without that tracepoint.
+///
+/// Tracepoints change arguments between versions (block_rq_issue lost its queue
+/// in Linux 5.11 and in 5.10.137): counting them beats guessing by version.
+pub fn tracepoint_args(name: &str) -> Option<u32> {
+    let typedef = CString::new(format!("btf_trace_{name}")).ok()?;
+    // SAFETY: plain libbpf BTF calls on a BTF object freed before returning; type
+    // pointers are used only while it lives.
+    unsafe {
+        let btf = sys::btf__load_vmlinux_btf();
+        if btf.is_null() {
+            return None;
+        }
+        let mut found = None;
+        let id = sys::btf__find_by_name_kind(btf, typedef.as_ptr(), sys::BTF_KIND_TYPEDEF);
+        if id > 0 {
+            // typedef -> pointer -> function prototype.
+            let td = sys::btf__type_by_id(btf, id as u32);
+            let ptr =
+                (!td.is_null()).then(|| sys::btf__type_by_id(btf, (*td).__bindgen_anon_1.type_));
+            if let Some(ptr) = ptr.filter(|p| !p.is_null() && btf_kind(*p) == sys::BTF_KIND_PTR) {
+                let proto = sys::btf__type_by_id(btf, (*ptr).__bindgen_anon_1.type_);
+                if !proto.is_null() && btf_kind(proto) == sys::BTF_KIND_FUNC_PROTO {
+                    found = Some(btf_vlen(proto).saturating_sub(1));
+                }
+            }
+        }
+        sys::btf__free(btf);
+        found
+    }
+}
+
+/// BTF_INFO_KIND of a type.
+unsafe fn btf_kind(t: *const sys::btf_type) -> u32 {
+    // SAFETY: the caller passes a valid type pointer.
+    (unsafe { (*t).info } >> 24) & 0x1f
+}
+
+/// BTF_INFO_VLEN of a type.
+unsafe fn btf_vlen(t: *const sys::btf_type) -> u32 {
+    // SAFETY: the caller passes a valid type pointer.
+    (unsafe { (*t).info }) & 0xffff
+}
+
+/// A classic tracepoint's record layout, from tracefs `events/C/E/format`: per
+/// field, its offset and size. Programs for classic tracepoints read fixed
+/// offsets checked against it, so they need no kernel BTF.
+#[derive(Debug, Clone, Default)]
+pub struct Format {
+    fields: Vec<(String, u32, u32)>,
+}
+
+impl Format {
+    /// Reads `category:event`'s format (mounting tracefs if needed).
+    pub fn read(category: &str, event: &str) -> Result<Format> {
+        let path = crate::tracefs::tracefs()?
+            .join("events")
+            .join(category)
+            .join(event)
+            .join("format");
+        let text = fs::read_to_string(&path)
+            .with_context(|| format!("no tracepoint {category}:{event} ({})", path.display()))?;
+        Ok(Format::parse(&text))
+    }
+
+    fn parse(text: &str) -> Format {
+        let mut fields = Vec::new();
+        for line in text.lines() {
+            let mut name = None;
+            let (mut off, mut size) = (None, None);
+            for part in line.trim().split(';') {
+                let part = part.trim();
+                if let Some(decl) = part.strip_prefix("field:") {
+                    // "unsigned int nr_sector" or "char rwbs[10]": the last word, without [..].
+                    name = decl
+                        .split_whitespace()
+                        .last()
+                        .map(|w| w.split('[').next().unwrap_or(w).to_string());
+                } else if let Some(v) = part.strip_prefix("offset:") {
+                    off = v.parse().ok();
+                } else if let Some(v) = part.strip_prefix("size:") {
+                    size = v.parse().ok();
+                }
+            }
+            if let (Some(n), Some(o), Some(s)) = (name, off, size) {
+                fields.push((n, o, s));
+            }
+        }
+        Format { fields }
+    }
+
+    /// (offset, size) of `field`.
+    pub fn field(&self, field: &str) -> Option<(u32, u32)> {
+        self.fields
+            .iter()
+            .find(|(n, _, _)| n == field)
+            .map(|(_, o, s)| (*o, *s))
+    }
+
+    /// Fails unless `field` lies at `offset` with `size` bytes, as the programs read it.
+    pub fn expect(&self, field: &str, offset: u32, size: u32) -> Result<()> {
+        match self.field(field) {
+            Some((o, s)) if o == offset && s == size => Ok(()),
+            Some((o, s)) => {
+                bail!("tracepoint field {field} is {s} bytes at offset {o}, not {size} at {offset}")
+            }
+            None => bail!("tracepoint has no field {field}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_format() {
+        let f = Format::parse(
+            "name: block_rq_issue\nID: 2104\nformat:\n\
+             \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+             \tfield:dev_t dev;\toffset:8;\tsize:4;\tsigned:0;\n\
+             \tfield:char rwbs[10];\toffset:34;\tsize:10;\tsigned:0;\n\
+             \tfield:__data_loc char[] cmd;\toffset:60;\tsize:4;\tsigned:0;\n\n\
+             print fmt: \"%d\", REC->dev\n",
+        );
+        assert_eq!(f.field("dev"), Some((8, 4)));
+        assert_eq!(f.field("rwbs"), Some((34, 10)));
+        assert_eq!(f.field("cmd"), Some((60, 4)));
+        assert!(f.expect("dev", 8, 4).is_ok());
+        assert_eq!(
+            f.expect("rwbs", 32, 8).unwrap_err().to_string(),
+            "tracepoint field rwbs is 10 bytes at offset 34, not 8 at 32"
+        );
+    }
+}

@@ -1,0 +1,120 @@
+//! Disk names and device numbers, from /sys/class/block.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::Path;
+
+use anyhow::{bail, Result};
+use common::cli::escape;
+
+const SYS_BLOCK: &str = "/sys/class/block";
+
+/// The kernel's dev_t layout (MKDEV), as block tracepoints record devices.
+pub fn kdev(major: u32, minor: u32) -> u32 {
+    (major << 20) | (minor & 0xf_ffff)
+}
+
+/// `major:minor` of a kernel dev_t.
+pub fn show_dev(dev: u32) -> String {
+    format!("{}:{}", dev >> 20, dev & 0xf_ffff)
+}
+
+fn read_dev(dir: &Path) -> Option<u32> {
+    let s = fs::read_to_string(dir.join("dev")).ok()?;
+    let (maj, min) = s.trim().split_once(':')?;
+    Some(kdev(maj.parse().ok()?, min.parse().ok()?))
+}
+
+/// The whole disk named `name` (`loop0`, `vda`, `/dev/sda`) as a kernel dev_t.
+pub fn resolve(name: &str) -> Result<u32> {
+    let short = name.strip_prefix("/dev/").unwrap_or(name);
+    let dir = Path::new(SYS_BLOCK).join(short);
+    if short.is_empty() || short.contains('/') || short.starts_with('.') || !dir.exists() {
+        let mut all: Vec<String> = fs::read_dir(SYS_BLOCK)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| !e.path().join("partition").exists())
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        all.sort();
+        const SHOWN: usize = 12;
+        let more = all.len().saturating_sub(SHOWN);
+        all.truncate(SHOWN);
+        bail!(
+            "no disk named '{}' (disks: {}{})",
+            escape(name),
+            if all.is_empty() {
+                "none".to_string()
+            } else {
+                all.join(", ")
+            },
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        );
+    }
+    if dir.join("partition").exists() {
+        let disk = fs::canonicalize(&dir)
+            .ok()
+            .and_then(|p| Some(p.parent()?.file_name()?.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "its disk".to_string());
+        bail!(
+            "'{}' is a partition: block requests are traced per whole disk (-d {})",
+            escape(short),
+            escape(&disk)
+        );
+    }
+    match read_dev(&dir) {
+        Some(d) => Ok(d),
+        None => bail!("cannot read the device number of disk '{}'", escape(short)),
+    }
+}
+
+/// Names of devices by kernel dev_t, refreshed when an unknown one appears.
+#[derive(Default)]
+pub struct Names {
+    by_dev: HashMap<u32, String>,
+}
+
+impl Names {
+    pub fn load() -> Names {
+        let mut n = Names::default();
+        n.refresh();
+        n
+    }
+
+    fn refresh(&mut self) {
+        if let Ok(d) = fs::read_dir(SYS_BLOCK) {
+            for e in d.flatten() {
+                if let (Some(dev), Ok(name)) = (read_dev(&e.path()), e.file_name().into_string()) {
+                    self.by_dev.insert(dev, name);
+                }
+            }
+        }
+    }
+
+    /// The disk's name, or `major:minor` for one that is gone or unnamed.
+    pub fn name(&mut self, dev: u32) -> String {
+        if !self.by_dev.contains_key(&dev) {
+            self.refresh();
+            // Remember misses too: one scan per unknown device, not per request.
+            self.by_dev.entry(dev).or_insert_with(|| show_dev(dev));
+        }
+        self.by_dev[&dev].clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dev_numbers() {
+        assert_eq!(kdev(7, 0), 7 << 20);
+        assert_eq!(show_dev(kdev(259, 3)), "259:3");
+    }
+}

@@ -1,0 +1,297 @@
+//! disksnoop: one line per completed block request, with its latency (BCC's
+//! examples/tracing/disksnoop.py, keyed by request and read from a ring buffer).
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use common::cli::{parse_secs, warn, CommonArgs};
+use common::events::{self, Clock, Events};
+use common::fixed::{self, Format, Group, Need, Selection, Variant};
+use common::session::Session;
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use serde_json::json;
+
+mod disks;
+
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/disksnoop.skel.rs"));
+}
+
+// SAFETY: a plain C struct of integers and bytes, valid for any bit pattern.
+unsafe impl plain::Plain for skel::types::disk_event {}
+
+const EXAMPLES: &str = "\
+Examples:
+  disksnoop                 # every completed block request
+  disksnoop -d vda          # only requests to disk vda
+  disksnoop -w              # also the issuing process, disk and sector
+  disksnoop -T              # wall-clock times
+  disksnoop --json          # one JSON object per request
+  disksnoop --duration 10   # for 10 seconds";
+
+/// Trace block device requests: one line per completed request, with its type,
+/// size and latency from issue to completion.
+#[derive(Parser, Debug)]
+#[command(name = "disksnoop", version, after_help = EXAMPLES)]
+struct Args {
+    #[command(flatten)]
+    common: CommonArgs,
+
+    /// Only requests to this disk (loop0, vda, sda, /dev/nvme0n1)
+    #[arg(short, long, value_name = "DISK")]
+    disk: Option<String>,
+
+    /// Wide output: also COMM and PID of the issuing process, DISK and SECTOR
+    #[arg(short, long)]
+    wide: bool,
+
+    /// Wall-clock time (HH:MM:SS.micros) instead of seconds since boot
+    #[arg(short = 'T', long)]
+    timestamp: bool,
+
+    /// Trace for SECS seconds, then exit
+    #[arg(long, value_name = "SECS", value_parser = parse_secs, allow_hyphen_values = true)]
+    duration: Option<Duration>,
+
+    /// Print the programs in use (tp_btf, raw_tp, tracepoint) and why others were not
+    #[arg(long)]
+    debug: bool,
+}
+
+/// Which of the three program sets pairs requests: see bpf/disksnoop.bpf.c.
+const GROUPS: &[Group] = &[
+    Group {
+        what: "block requests",
+        need: Need::Required,
+        variants: &[
+            Variant {
+                name: "tp_btf",
+                progs: &["btf_issue", "btf_complete", "btf_requeue", "btf_insert"],
+            },
+            Variant {
+                name: "raw_tp",
+                progs: &["raw_issue", "raw_complete", "raw_requeue", "raw_insert"],
+            },
+            Variant {
+                name: "tracepoint",
+                progs: &["tp_issue", "tp_complete", "tp_requeue", "tp_insert"],
+            },
+        ],
+    },
+    // Linux 6.5+: the submitting process, before a kworker may issue the request.
+    Group {
+        what: "request submitters (block_io_start)",
+        need: Need::SameAs(0),
+        variants: &[
+            Variant {
+                name: "tp_btf",
+                progs: &["btf_io_start"],
+            },
+            Variant {
+                name: "raw_tp",
+                progs: &["raw_io_start"],
+            },
+            Variant {
+                name: "tracepoint",
+                progs: &["tp_io_start"],
+            },
+        ],
+    },
+];
+
+fn main() {
+    common::cli::main("disksnoop", || run(Args::parse()))
+}
+
+fn run(mut args: Args) -> Result<()> {
+    let mut session = Session::fixed(&mut args.common, args.debug)?;
+    let filter_dev = match &args.disk {
+        Some(d) => disks::resolve(d)?,
+        None => 0,
+    };
+    let ring = events::ring_bytes()?;
+    let filter = session.plan.filter(args.common.cpu);
+    // block_rq_issue/insert: (rq) since Linux 5.11 and 5.10.137, (q, rq) before.
+    let rq_arg = match fixed::tracepoint_args("block_rq_issue") {
+        Some(2) => 1,
+        _ => 0,
+    };
+
+    let ((skel, links), choice) = fixed::choose(GROUPS, |storage, sel: &Selection| {
+        let rwbs_off = if sel.has("tp_issue") {
+            classic_layout(sel)?
+        } else {
+            34
+        };
+        let mut open = skel::DisksnoopSkelBuilder::default()
+            .open(storage)
+            .context("opening the BPF object")?;
+        sel.configure(open.open_object_mut())?;
+        let rodata = open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .context("BPF object has no .rodata")?;
+        common::set_filter!(&mut *rodata, filter);
+        rodata.rq_arg = rq_arg;
+        rodata.filter_dev = filter_dev;
+        rodata.issue_rwbs_off = rwbs_off;
+        rodata.events_wakeup_bytes = events::wakeup_bytes(ring);
+        open.maps.events.set_max_entries(ring)?;
+        let skel = open.load().context("loading")?;
+        let links = sel.attach(skel.object())?;
+        Ok((skel, links))
+    })?;
+    session.adopt(links)?;
+    if args.debug {
+        common::cli::stderr(&choice.describe());
+    }
+    if choice.name(0) == Some("tracepoint") {
+        warn(
+            "requests are paired by (device, sector), which is approximate when two requests \
+             to one sector are in flight at once: the programs that pair them by request \
+             do not work here (--debug says why)",
+        );
+    }
+
+    let json = session.json;
+    let clock = Clock::new();
+    let mut names = disks::Names::load();
+    let wide = args.wide;
+    let wall = args.timestamp;
+    if json {
+        session.status("Tracing block requests... Hit Ctrl-C to end.")?;
+    } else {
+        session.status(&header(wide, wall))?;
+    }
+    let mut ev = Events::new(
+        &skel.maps.events,
+        &skel.maps.events_lost,
+        |e: &skel::types::disk_event, out: &mut String| {
+            // Disk names only where they are printed: the narrow lines stay cheap.
+            let r = Request::of(e, (wide || json).then_some(&mut names));
+            if json {
+                let _ = writeln!(out, "{}", r.json(&clock));
+            } else {
+                let _ = writeln!(out, "{}", r.line(&clock, wide, wall));
+            }
+            Ok(())
+        },
+    )?;
+    session.run_events(args.duration, &mut ev)?;
+    drop(ev);
+    session.finish(true)
+}
+
+/// Checks the classic tracepoints' records against the offsets the programs
+/// read (bpf/disksnoop.bpf.c) and returns block_rq_issue's rwbs offset.
+fn classic_layout(sel: &Selection) -> Result<u32> {
+    let common = |f: &Format| -> Result<()> {
+        f.expect("dev", 8, 4)?;
+        f.expect("sector", 16, 8)?;
+        f.expect("nr_sector", 24, 4)
+    };
+    let issue = Format::read("block", "block_rq_issue")?;
+    common(&issue)?;
+    issue.expect("bytes", 28, 4)?;
+    let rwbs = match issue.field("rwbs") {
+        Some((off @ (32 | 34), _)) => off,
+        other => anyhow::bail!("block_rq_issue's rwbs field is at {other:?}, not 32 or 34"),
+    };
+    common(&Format::read("block", "block_rq_complete")?)?;
+    common(&Format::read("block", "block_rq_requeue")?)?;
+    for (prog, event) in [
+        ("tp_insert", "block_rq_insert"),
+        ("tp_io_start", "block_io_start"),
+    ] {
+        if sel.has(prog) {
+            common(&Format::read("block", event)?)?;
+        }
+    }
+    Ok(rwbs)
+}
+
+fn header(wide: bool, wall: bool) -> String {
+    let time = if wall { "TIME" } else { "TIME(s)" };
+    if wide {
+        format!(
+            "{time:<18} {:<16} {:<7} {:<7} {:<2} {:<10} {:<7} {:>8}",
+            "COMM", "PID", "DISK", "T", "SECTOR", "BYTES", "LAT(ms)"
+        )
+    } else {
+        format!("{time:<18} {:<2} {:<7} {:>8}", "T", "BYTES", "LAT(ms)")
+    }
+}
+
+/// One completed request, decoded.
+struct Request {
+    ts: u64,
+    lat_ns: u64,
+    sector: u64,
+    bytes: u32,
+    dev: u32,
+    disk: String,
+    pid: u32,
+    comm: String,
+    kind: char,
+}
+
+impl Request {
+    fn of(e: &skel::types::disk_event, names: Option<&mut disks::Names>) -> Request {
+        let comm: Vec<u8> = e
+            .comm
+            .iter()
+            .map(|&c| c as u8)
+            .take_while(|&c| c != 0)
+            .collect();
+        Request {
+            ts: e.ts,
+            lat_ns: e.lat_ns,
+            sector: e.sector,
+            bytes: e.bytes,
+            dev: e.dev,
+            disk: names.map(|n| n.name(e.dev)).unwrap_or_default(),
+            pid: e.pid,
+            comm: common::output::escape(&comm),
+            kind: (e.r#type as u8) as char,
+        }
+    }
+
+    fn line(&self, clock: &Clock, wide: bool, wall: bool) -> String {
+        let time = if wall {
+            clock.local(self.ts)
+        } else {
+            format!("{:.9}", Clock::secs(self.ts))
+        };
+        let lat_ms = self.lat_ns as f64 / 1e6;
+        if wide {
+            format!(
+                "{time:<18} {:<16} {:<7} {:<7} {:<2} {:<10} {:<7} {lat_ms:>8.2}",
+                self.comm, self.pid, self.disk, self.kind, self.sector, self.bytes
+            )
+        } else {
+            format!(
+                "{time:<18} {:<2} {:<7} {lat_ms:>8.2}",
+                self.kind, self.bytes
+            )
+        }
+    }
+
+    fn json(&self, clock: &Clock) -> serde_json::Value {
+        json!({
+            "time_s": Clock::secs(self.ts),
+            "unix_time": clock.unix(self.ts),
+            "type": self.kind.to_string(),
+            "bytes": self.bytes,
+            "lat_ms": self.lat_ns as f64 / 1e6,
+            "lat_ns": self.lat_ns,
+            "comm": self.comm,
+            "pid": self.pid,
+            "disk": self.disk,
+            "dev": disks::show_dev(self.dev),
+            "sector": self.sector,
+        })
+    }
+}

@@ -1,0 +1,198 @@
+//! urandomread: one line per read of random bytes (BCC's
+//! examples/tracing/urandomread.py, which stopped working in Linux 5.18): reads of
+//! /dev/urandom and /dev/random, and getrandom(2) calls.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use common::cli::{parse_secs, warn, CommonArgs};
+use common::events::{self, Clock, Events};
+use common::fixed::{self, Format, Group, Need, Selection, Variant};
+use common::session::Session;
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use serde_json::json;
+
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/urandomread.skel.rs"));
+}
+
+// SAFETY: a plain C struct of integers and bytes, valid for any bit pattern.
+unsafe impl plain::Plain for skel::types::rand_event {}
+
+const EXAMPLES: &str = "\
+Examples:
+  urandomread               # every read of random bytes
+  urandomread -w            # with the SOURCE column (urandom, random, getrandom)
+  urandomread -p 181        # only process 181
+  urandomread --json        # one JSON object per read
+  urandomread --duration 5  # for 5 seconds";
+
+/// Trace reads of random bytes: /dev/urandom, /dev/random and getrandom(2), one
+/// line per read with the bits delivered.
+#[derive(Parser, Debug)]
+#[command(name = "urandomread", version, after_help = EXAMPLES)]
+struct Args {
+    #[command(flatten)]
+    common: CommonArgs,
+
+    /// Wide output: a SOURCE column (urandom, random, getrandom)
+    #[arg(short, long)]
+    wide: bool,
+
+    /// Trace for SECS seconds, then exit
+    #[arg(long, value_name = "SECS", value_parser = parse_secs, allow_hyphen_values = true)]
+    duration: Option<Duration>,
+
+    /// Print the programs in use and why others were not
+    #[arg(long)]
+    debug: bool,
+}
+
+const DEVICES: usize = 0;
+
+const GROUPS: &[Group] = &[
+    Group {
+        what: "reads of /dev/urandom and /dev/random",
+        need: Need::Optional,
+        variants: &[
+            Variant {
+                name: "tracepoint random:urandom_read",
+                progs: &["tp_urandom_read"],
+            },
+            Variant {
+                name: "fexit",
+                progs: &["fexit_urandom_read_iter", "fexit_random_read_iter"],
+            },
+            Variant {
+                name: "kretprobe",
+                progs: &["kret_urandom_read_iter", "kret_random_read_iter"],
+            },
+            Variant {
+                name: "kretprobe (before 5.19)",
+                progs: &["kret_urandom_read", "kret_random_read"],
+            },
+        ],
+    },
+    Group {
+        what: "getrandom() calls",
+        need: Need::Optional,
+        variants: &[Variant {
+            name: "tracepoint syscalls:sys_exit_getrandom",
+            progs: &["tp_getrandom"],
+        }],
+    },
+];
+
+const SOURCES: [&str; 3] = ["urandom", "random", "getrandom"];
+
+fn main() {
+    common::cli::main("urandomread", || run(Args::parse()))
+}
+
+fn run(mut args: Args) -> Result<()> {
+    let mut session = Session::fixed(&mut args.common, args.debug)?;
+    let ring = events::ring_bytes()?;
+    let filter = session.plan.filter(args.common.cpu);
+
+    let ((skel, links), choice) = fixed::choose(GROUPS, |storage, sel: &Selection| {
+        check_layouts(sel)?;
+        let mut open = skel::UrandomreadSkelBuilder::default()
+            .open(storage)
+            .context("opening the BPF object")?;
+        sel.configure(open.open_object_mut())?;
+        let rodata = open
+            .maps
+            .rodata_data
+            .as_deref_mut()
+            .context("BPF object has no .rodata")?;
+        common::set_filter!(&mut *rodata, filter);
+        rodata.events_wakeup_bytes = events::wakeup_bytes(ring);
+        open.maps.events.set_max_entries(ring)?;
+        let skel = open.load().context("loading")?;
+        let links = sel.attach(skel.object())?;
+        Ok((skel, links))
+    })?;
+    session.adopt(links)?;
+    if args.debug {
+        common::cli::stderr(&choice.describe());
+    }
+    if choice.name(DEVICES).is_none() {
+        warn(
+            "reads of /dev/urandom and /dev/random are not traced: they need kprobes or \
+             fentry on urandom_read_iter, which this kernel does not allow (--debug says \
+             why); tracing getrandom() calls only",
+        );
+    }
+
+    let json = session.json;
+    let wide = args.wide;
+    let clock = Clock::new();
+    if json {
+        session.status("Tracing reads of random bytes... Hit Ctrl-C to end.")?;
+    } else if wide {
+        session.status(&format!(
+            "{:<18} {:<16} {:<6} {:<9} {}",
+            "TIME(s)", "COMM", "PID", "SOURCE", "GOTBITS"
+        ))?;
+    } else {
+        session.status(&format!(
+            "{:<18} {:<16} {:<6} {}",
+            "TIME(s)", "COMM", "PID", "GOTBITS"
+        ))?;
+    }
+    let mut ev = Events::new(
+        &skel.maps.events,
+        &skel.maps.events_lost,
+        |e: &skel::types::rand_event, out: &mut String| {
+            let comm: Vec<u8> = e
+                .comm
+                .iter()
+                .map(|&c| c as u8)
+                .take_while(|&c| c != 0)
+                .collect();
+            let comm = common::output::escape(&comm);
+            let source = SOURCES.get(e.source as usize).copied().unwrap_or("?");
+            let secs = Clock::secs(e.ts);
+            let _ = if json {
+                writeln!(
+                    out,
+                    "{}",
+                    json!({
+                        "time_s": secs,
+                        "unix_time": clock.unix(e.ts),
+                        "comm": comm,
+                        "pid": e.pid,
+                        "tid": e.tid,
+                        "source": source,
+                        "bits": e.bits,
+                    })
+                )
+            } else if wide {
+                writeln!(
+                    out,
+                    "{secs:<18.9} {comm:<16} {:<6} {source:<9} {}",
+                    e.pid, e.bits
+                )
+            } else {
+                writeln!(out, "{secs:<18.9} {comm:<16} {:<6} {}", e.pid, e.bits)
+            };
+            Ok(())
+        },
+    )?;
+    session.run_events(args.duration, &mut ev)?;
+    drop(ev);
+    session.finish(true)
+}
+
+/// Checks the classic tracepoints' records against the offsets the programs read.
+fn check_layouts(sel: &Selection) -> Result<()> {
+    if sel.has("tp_urandom_read") {
+        Format::read("random", "urandom_read")?.expect("got_bits", 8, 4)?;
+    }
+    if sel.has("tp_getrandom") {
+        Format::read("syscalls", "sys_exit_getrandom")?.expect("ret", 16, 8)?;
+    }
+    Ok(())
+}
