@@ -18,8 +18,22 @@ pub const BUILD: &[&str] = &[
 
 /// Host tests (setpriv, unshare and taskset are in util-linux; libc6-dbg gives libc's
 /// local function names, which user-function tests check with and without; binutils'
-/// objcopy strips a test binary; zlib1g is the Debian library the tests trace).
-pub const TEST: &[&str] = &["util-linux", "libc6-dbg", "binutils", "zlib1g"];
+/// objcopy strips a test binary; zlib1g is the Debian library the tests trace;
+/// the install test renders man pages with man-db and loads completions in bash,
+/// zsh and fish).
+pub const TEST: &[&str] = &[
+    "util-linux",
+    "libc6-dbg",
+    "binutils",
+    "zlib1g",
+    "man-db",
+    "bash",
+    "zsh",
+    "fish",
+];
+
+/// `cargo xtask deb`: dpkg-shlibdeps, which cargo-deb runs for Depends.
+pub const DEB: &[&str] = &["dpkg-dev"];
 
 /// Booting guest kernels.
 pub const GUEST: &[&str] = &[
