@@ -7,7 +7,7 @@
 //!    installed and complete `--help`; run as nobody into a root-owned prefix it
 //!    refuses and says what to do; `--uninstall` leaves the prefix exactly as it
 //!    was (every path and file content compared).
-//! 2. `cargo xtask deb`: the package's fields and Depends (every library the tools
+//! 2. `cargo xtask deb` (compressed fast): the package's fields and Depends (every library the tools
 //!    link against, by its Debian package), then `dpkg -i` on this host: files,
 //!    `--version`, `man -w`; `dpkg --purge` leaves every directory it touched as
 //!    it was.
@@ -442,7 +442,7 @@ fn deb_round_trip(pkg: &Package) -> Result<()> {
              and purges its own: remove it first with dpkg --purge tracekit"
         );
     }
-    let deb = install::deb()?;
+    let deb = install::deb(true)?;
     // After the build, which may install build dependencies.
     let before: Vec<_> = DEB_DIRS
         .iter()

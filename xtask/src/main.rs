@@ -93,7 +93,7 @@ fn real_main() -> Result<()> {
         Some("bench-latency") => bench_latency::host(&root, &args[1..]),
         // Runs inside the benchmark guest.
         Some("bench-latency-guest") => bench_latency::guest(&args[1..]),
-        Some("deb") => install::deb().map(drop),
+        Some("deb") => install::deb(false).map(drop),
         Some("install-test") => install_test::run(),
         Some("deps") => {
             deps::ensure(&[deps::BUILD, deps::TEST, deps::DEB, deps::GUEST, deps::BENCH].concat())
