@@ -32,8 +32,8 @@ pub const TEST: &[&str] = &[
     "fish",
 ];
 
-/// `cargo xtask deb`: dpkg-shlibdeps, which cargo-deb runs for Depends.
-pub const DEB: &[&str] = &["dpkg-dev"];
+/// `cargo xtask deb`: dpkg-shlibdeps, which cargo-deb runs for Depends; strip.
+pub const DEB: &[&str] = &["dpkg-dev", "binutils"];
 
 /// Booting guest kernels.
 pub const GUEST: &[&str] = &[

@@ -4,7 +4,7 @@
 //!
 //! | what | where (under the prefix) |
 //! |---|---|
-//! | every `[[bin]]` of the `tracekit` package, release (the profile strips debug info) | `sbin/` |
+//! | every `[[bin]]` of the `tracekit` package, release (the profile strips debug info; the .deb's also lose their symbol table, as dh_strip does) | `sbin/` |
 //! | its man page, `man/<tool>.8` | `share/man/man8/` (gzipped in the .deb) |
 //! | bash completion | `share/bash-completion/completions/<tool>` |
 //! | zsh completion | `share/zsh/site-functions/_<tool>` (.deb: `vendor-completions`, Debian's place) |
@@ -22,7 +22,7 @@
 //! `deb` stages the files under `target/deb/root/usr` and has `cargo-deb` (installed
 //! with `cargo install --locked` when missing) package them with the metadata in
 //! the root Cargo.toml's `[package.metadata.deb]`: Depends from `dpkg-shlibdeps`,
-//! copyright, md5sums, man pages gzipped.
+//! copyright, md5sums, man pages gzipped, `packaging/changelog` as changelog.gz.
 //!
 //! `cargo xtask test` checks both ([`test`]): it installs into a temporary prefix
 //! and uninstalls, then builds the .deb, installs it on the host and purges it.
@@ -45,6 +45,9 @@ const PACKAGE: &str = "tracekit";
 pub const MANIFEST: &str = "share/tracekit/install-manifest";
 /// cargo-deb, pinned: `cargo xtask deb` installs this version when cargo has none.
 const CARGO_DEB_VERSION: &str = "3.8.0";
+/// The package's changelog, in Debian's format; its newest entry is the version
+/// (the install test checks).
+pub const CHANGELOG: &str = "packaging/changelog";
 /// Where `deb` stages the package's tree, in the target directory; the `assets`
 /// of `[package.metadata.deb]` in Cargo.toml point here (`target/deb/root`:
 /// cargo-deb reads `target/` there as the target directory, wherever it is).
@@ -69,6 +72,9 @@ pub struct File {
 
 pub enum Content {
     Copy(PathBuf),
+    /// A release binary, stripped as Debian's dh_strip does (symbol table too), for
+    /// the .deb: Debian policy wants no symbols in a package's binaries.
+    Stripped(PathBuf),
     Bytes(Vec<u8>),
 }
 
@@ -150,7 +156,12 @@ pub fn files(pkg: &Package, layout: Layout) -> Result<Vec<File>> {
         let script = |shell: &str| completions(&bin, tool, shell);
         files.push(File {
             rel: Path::new(sbin).join(tool),
-            content: Content::Copy(bin.clone()),
+            content: match layout {
+                // The release profile already leaves out debug info; the symbol
+                // table stays, so RUST_BACKTRACE=1 names functions.
+                Layout::Prefix => Content::Copy(bin.clone()),
+                Layout::Debian => Content::Stripped(bin.clone()),
+            },
             mode: 0o755,
         });
         files.push(File {
@@ -206,6 +217,19 @@ fn put(root: &Path, file: &File) -> Result<()> {
     match &file.content {
         Content::Copy(src) => {
             fs::copy(src, &tmp).with_context(|| format!("copying {}", src.display()))?;
+        }
+        Content::Stripped(src) => {
+            let mut strip = Command::new("strip");
+            strip
+                .args([
+                    "--strip-unneeded",
+                    "--remove-section=.comment",
+                    "--remove-section=.note",
+                    "-o",
+                ])
+                .arg(&tmp)
+                .arg(src);
+            status(strip)?;
         }
         Content::Bytes(bytes) => fs::write(&tmp, bytes)?,
     }
@@ -464,6 +488,20 @@ pub fn deb(fast: bool) -> Result<PathBuf> {
         fs::remove_dir_all(&stage_root)?;
     }
     stage(&stage_root.join("usr"), &files)?;
+    // A native package's changelog (Debian's format, `gzip -9n` as dh_compress).
+    let doc = stage_root.join("usr/share/doc").join(PACKAGE);
+    fs::create_dir_all(&doc)?;
+    let gz = Command::new("gzip")
+        .args(["-9n", "-c"])
+        .arg(root.join(CHANGELOG))
+        .output()
+        .context("running gzip")?;
+    ensure!(
+        gz.status.success(),
+        "gzip {CHANGELOG} failed ({})",
+        gz.status
+    );
+    fs::write(doc.join("changelog.gz"), gz.stdout)?;
 
     cargo_deb()?;
     let arch = String::from_utf8(

@@ -3,14 +3,14 @@
 //!
 //! 1. `cargo xtask install --prefix` into a temporary prefix that already holds
 //!    someone else's files: every tool runs `--version`, every man page renders
-//!    with `man -l`, the bash, zsh and fish completions load from where they were
-//!    installed and complete `--help`; run as nobody into a root-owned prefix it
-//!    refuses and says what to do; `--uninstall` leaves the prefix exactly as it
-//!    was (every path and file content compared).
-//! 2. `cargo xtask deb` (compressed fast): the package's fields and Depends (every library the tools
-//!    link against, by its Debian package), then `dpkg -i` on this host: files,
-//!    `--version`, `man -w`; `dpkg --purge` leaves every directory it touched as
-//!    it was.
+//!    with `man -l`, no binary has debug info, the bash, zsh and fish completions
+//!    load from where they were installed and complete `--help`; run as nobody
+//!    into a root-owned prefix it refuses and says what to do; `--uninstall`
+//!    leaves the prefix exactly as it was (every path and file content compared).
+//! 2. `cargo xtask deb` (compressed fast): the package's fields, changelog and
+//!    Depends (every library the tools link against, by its Debian package), then
+//!    `dpkg -i` on this host: files, stripped binaries, `--version`, `man -w`, the
+//!    completions; `dpkg --purge` leaves every directory it touched as it was.
 //!
 //! Both use the same release build (cargo builds it once).
 
@@ -115,6 +115,29 @@ fn check_version(bin: &Path, tool: &str, pkg: &Package) -> Result<()> {
         out == format!("{tool} {}\n", pkg.version),
         "{} --version printed {out:?}",
         bin.display()
+    );
+    Ok(())
+}
+
+/// The ELF sections of `bin`: release binaries carry no debug info; the
+/// installed ones keep their symbol table (function names in backtraces), the
+/// .deb's do not (Debian policy, as dh_strip).
+fn check_sections(bin: &Path, symtab: bool) -> Result<()> {
+    let sections = stdout(Command::new("readelf").args(["-S", "-W"]).arg(bin))?;
+    let names: Vec<&str> = sections
+        .lines()
+        .filter_map(|l| l.split(']').nth(1)?.split_whitespace().next())
+        .collect();
+    ensure!(
+        !names.iter().any(|n| n.starts_with(".debug_")),
+        "{} has debug sections: {names:?}",
+        bin.display()
+    );
+    ensure!(
+        names.contains(&".symtab") == symtab,
+        "{}: .symtab {}expected, sections {names:?}",
+        bin.display(),
+        if symtab { "" } else { "not " }
     );
     Ok(())
 }
@@ -267,6 +290,7 @@ fn prefix_round_trip(pkg: &Package) -> Result<()> {
     let manifest = fs::read_to_string(prefix.join(install::MANIFEST))?;
     for tool in &pkg.tools {
         check_version(&prefix.join("sbin").join(tool), tool, pkg)?;
+        check_sections(&prefix.join("sbin").join(tool), true)?;
         check_man(&prefix.join(format!("share/man/man8/{tool}.8")), tool)?;
         check_bash(
             &prefix.join(format!("share/bash-completion/completions/{tool}")),
@@ -502,6 +526,7 @@ fn deb_round_trip(pkg: &Package) -> Result<()> {
     let mut expected = vec![
         PathBuf::from("/usr/share/doc/tracekit/copyright"),
         PathBuf::from("/usr/share/doc/tracekit/README.md"),
+        PathBuf::from("/usr/share/doc/tracekit/changelog.gz"),
     ];
     for tool in &pkg.tools {
         expected.extend(
@@ -524,6 +549,7 @@ fn deb_round_trip(pkg: &Package) -> Result<()> {
     }
     for tool in &pkg.tools {
         check_version(&Path::new("/usr/sbin").join(tool), tool, pkg)?;
+        check_sections(&Path::new("/usr/sbin").join(tool), false)?;
         let page = stdout(Command::new("man").args(["-w", tool]).env_remove("MANPATH"))?;
         ensure!(
             page == format!("/usr/share/man/man8/{tool}.8.gz\n"),
