@@ -108,7 +108,7 @@ fn real_main() -> Result<()> {
     }
 }
 
-pub fn workspace_root() -> PathBuf {
+fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("xtask lives in the workspace")
