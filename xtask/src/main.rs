@@ -94,10 +94,21 @@ fn real_main() -> Result<()> {
         // Runs inside the benchmark guest.
         Some("bench-latency-guest") => bench_latency::guest(&args[1..]),
         Some("deb") => install::deb(false).map(drop),
-        Some("install-test") => install_test::run(),
-        Some("deps") => {
-            deps::ensure(&[deps::BUILD, deps::TEST, deps::DEB, deps::GUEST, deps::BENCH].concat())
+        Some("install-test") => {
+            deps::ensure(&[deps::BUILD, deps::INSTALL_TEST, deps::DEB].concat())?;
+            install_test::run()
         }
+        Some("deps") => deps::ensure(
+            &[
+                deps::BUILD,
+                deps::TEST,
+                deps::INSTALL_TEST,
+                deps::DEB,
+                deps::GUEST,
+                deps::BENCH,
+            ]
+            .concat(),
+        ),
         _ => {
             eprintln!(
                 "usage: cargo xtask run TOOL [ARGS...] | test [--no-guest] | guest [TEST-FILTER...] \
@@ -145,7 +156,7 @@ fn run_tool(args: &[String]) -> Result<()> {
 /// `cargo xtask test`: the README's second command, and what CI runs.
 fn test(args: &[String]) -> Result<()> {
     let guest = !args.iter().any(|a| a == "--no-guest");
-    let mut pkgs = [deps::BUILD, deps::TEST, deps::DEB].concat();
+    let mut pkgs = [deps::BUILD, deps::TEST, deps::INSTALL_TEST, deps::DEB].concat();
     if guest {
         pkgs.extend(deps::GUEST);
     }
