@@ -22,10 +22,10 @@
 //! `deb` stages the files under `target/deb/root/usr` and has `cargo-deb` (installed
 //! with `cargo install --locked` when missing) package them with the metadata in
 //! the root Cargo.toml's `[package.metadata.deb]`: Depends from `dpkg-shlibdeps`,
-//! copyright, md5sums, man pages gzipped, `packaging/changelog` as changelog.gz.
+//! copyright, man pages gzipped, `packaging/changelog` as changelog.gz.
 //!
-//! `cargo xtask test` checks both ([`test`]): it installs into a temporary prefix
-//! and uninstalls, then builds the .deb, installs it on the host and purges it.
+//! `cargo xtask test` checks both (install_test.rs): it installs into a temporary
+//! prefix and uninstalls, then builds the .deb, installs it on the host and purges it.
 
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
