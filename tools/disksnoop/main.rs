@@ -102,7 +102,7 @@ const GROUPS: &[Group] = &[
 ];
 
 fn main() {
-    common::cli::main("disksnoop", || run(Args::parse()))
+    common::cli::main("disksnoop", || run(common::cli::parse::<Args>()))
 }
 
 fn run(mut args: Args) -> Result<()> {

@@ -59,7 +59,7 @@ struct Args {
 }
 
 fn main() {
-    common::cli::main("funccount", || run(Args::parse()))
+    common::cli::main("funccount", || run(common::cli::parse::<Args>()))
 }
 
 fn run(mut args: Args) -> Result<()> {

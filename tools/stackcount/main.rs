@@ -116,7 +116,7 @@ struct Args {
 const MAX_STACK_STORAGE: u32 = 1 << 20;
 
 fn main() {
-    common::cli::main("stackcount", || run(Args::parse()))
+    common::cli::main("stackcount", || run(common::cli::parse::<Args>()))
 }
 
 /// One distinct stack of a summary, as printed.

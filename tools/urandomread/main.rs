@@ -88,7 +88,7 @@ const GROUPS: &[Group] = &[
 const SOURCES: [&str; 3] = ["urandom", "random", "getrandom"];
 
 fn main() {
-    common::cli::main("urandomread", || run(Args::parse()))
+    common::cli::main("urandomread", || run(common::cli::parse::<Args>()))
 }
 
 fn run(mut args: Args) -> Result<()> {

@@ -21,6 +21,14 @@ pub const BUILD: &[&str] = &[
 /// objcopy strips a test binary; zlib1g is the Debian library the tests trace).
 pub const TEST: &[&str] = &["util-linux", "libc6-dbg", "binutils", "zlib1g"];
 
+/// The install test (install_test.rs): man-db renders the man pages; bash, zsh and
+/// fish load the completions; readelf (binutils) lists sections and libraries;
+/// setpriv (util-linux) runs xtask as nobody.
+pub const INSTALL_TEST: &[&str] = &["man-db", "bash", "zsh", "fish", "binutils", "util-linux"];
+
+/// `cargo xtask deb`: dpkg-shlibdeps, which cargo-deb runs for Depends; strip.
+pub const DEB: &[&str] = &["dpkg-dev", "binutils"];
+
 /// Booting guest kernels.
 pub const GUEST: &[&str] = &[
     "qemu-system-x86",

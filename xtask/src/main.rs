@@ -16,6 +16,13 @@
 //!                        kernel functions (guest)
 //!   bench-io             disksnoop vs bpftrace and biosnoop-bpfcc on a loop device (cost per
 //!                        request), and the event rate the ring buffer sustains
+//!   install [--prefix DIR] [--uninstall]
+//!                        install the tools (release), their man pages and
+//!                        bash/zsh/fish completions under DIR (default /usr/local);
+//!                        --uninstall removes exactly what was installed
+//!   deb                  build target/debian/tracekit_<version>_<arch>.deb with cargo-deb
+//!   install-test         only the install test `test` runs after the host tests: install
+//!                        into a temporary prefix and uninstall, then the .deb on this host
 //!   deps                 install every Debian package the tasks need
 
 mod bench;
@@ -26,6 +33,8 @@ mod bench_latency;
 mod bench_stacks;
 mod deps;
 mod guest;
+mod install;
+mod install_test;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -43,6 +52,11 @@ fn main() {
 fn real_main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let root = workspace_root();
+    if args.first().map(String::as_str) == Some("install") {
+        // Before entering the workspace: a user who cannot write to the prefix
+        // is told what to do first (the install test checks this as nobody).
+        return install::main(&args[1..]);
+    }
     std::env::set_current_dir(&root)?;
     match args.first().map(String::as_str) {
         Some("run") => run_tool(&args[1..]),
@@ -79,10 +93,26 @@ fn real_main() -> Result<()> {
         Some("bench-latency") => bench_latency::host(&root, &args[1..]),
         // Runs inside the benchmark guest.
         Some("bench-latency-guest") => bench_latency::guest(&args[1..]),
-        Some("deps") => deps::ensure(&[deps::BUILD, deps::TEST, deps::GUEST, deps::BENCH].concat()),
+        Some("deb") => install::deb(false).map(drop),
+        Some("install-test") => {
+            deps::ensure(&[deps::BUILD, deps::INSTALL_TEST, deps::DEB].concat())?;
+            install_test::run()
+        }
+        Some("deps") => deps::ensure(
+            &[
+                deps::BUILD,
+                deps::TEST,
+                deps::INSTALL_TEST,
+                deps::DEB,
+                deps::GUEST,
+                deps::BENCH,
+            ]
+            .concat(),
+        ),
         _ => {
             eprintln!(
-                "usage: cargo xtask run TOOL [ARGS...] | test [--no-guest] | guest [TEST-FILTER...] | deps"
+                "usage: cargo xtask run TOOL [ARGS...] | test [--no-guest] | guest [TEST-FILTER...] \
+                 | install [--prefix DIR] [--uninstall] | deb | install-test | deps"
             );
             std::process::exit(2);
         }
@@ -126,7 +156,7 @@ fn run_tool(args: &[String]) -> Result<()> {
 /// `cargo xtask test`: the README's second command, and what CI runs.
 fn test(args: &[String]) -> Result<()> {
     let guest = !args.iter().any(|a| a == "--no-guest");
-    let mut pkgs = [deps::BUILD, deps::TEST].concat();
+    let mut pkgs = [deps::BUILD, deps::TEST, deps::INSTALL_TEST, deps::DEB].concat();
     if guest {
         pkgs.extend(deps::GUEST);
     }
@@ -135,6 +165,7 @@ fn test(args: &[String]) -> Result<()> {
     // Builds the test programs (examples) without running them as tests.
     t.args(["test", "--workspace"]);
     status(t)?;
+    install_test::run()?;
     if guest {
         guest_tests(&[])?;
     }
