@@ -34,6 +34,11 @@ pub fn main(tool: &'static str, body: impl FnOnce() -> Result<()>) -> ! {
     std::process::exit(code)
 }
 
+/// The running tool's name (as given to [`main`]).
+pub fn tool_name() -> &'static str {
+    TOOL.get().copied().unwrap_or("tracekit")
+}
+
 fn print_libbpf(_level: libbpf_rs::PrintLevel, msg: String) {
     stderr(&format!("libbpf: {msg}"));
 }
@@ -84,6 +89,16 @@ pub struct CommonArgs {
     /// for tools that time calls also session and fentry
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub attach_mode: AttachMode,
+
+    /// Serve GET /metrics (Prometheus), GET /summary (the --json object), POST /stop
+    /// and POST /reset on ADDR:PORT (:PORT binds 127.0.0.1)
+    #[arg(long, value_name = "ADDR:PORT", value_parser = crate::serve::parse_listen)]
+    pub listen: Option<std::net::SocketAddr>,
+
+    /// POST /stop and /reset need `Authorization: Bearer TOKEN` (TOKEN read from
+    /// FILE), and are then accepted from any address, not only loopback
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    pub listen_token: Option<std::path::PathBuf>,
 }
 
 impl CommonArgs {
@@ -112,6 +127,9 @@ impl CommonArgs {
                 ));
                 self.pid = Some(tgid);
             }
+        }
+        if self.listen.is_some() {
+            crate::serve::check_tool(TOOL.get().copied().unwrap_or("tracekit"))?;
         }
         Ok(())
     }
