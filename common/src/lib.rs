@@ -29,6 +29,7 @@ pub mod spec;
 pub mod stacks;
 pub mod symbolize;
 pub mod system;
+pub mod tally;
 pub mod tracefs;
 pub mod tracepoints;
 pub mod ufuncs;

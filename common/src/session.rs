@@ -256,7 +256,8 @@ impl Session {
             events.report_lost(false)?;
             if let (Some(server), Some(tool)) = (&self.server, tool.as_deref_mut()) {
                 while let Some(rq) = server.next(None) {
-                    self.handle(rq, tool);
+                    let lost = events.lost_total();
+                    self.handle(rq, tool, Some(lost));
                 }
             }
         };
@@ -309,18 +310,24 @@ impl Session {
                     return None;
                 }
                 if let Some(rq) = server.next(Some(left.min(SERVE_SLICE))) {
-                    self.handle(rq, &mut **tool.borrow_mut());
+                    self.handle(rq, &mut **tool.borrow_mut(), None);
                 }
             },
             |last| tool.borrow_mut().print(last),
         )
     }
 
-    /// Answers one request. An error is a 500 for that request; tracing goes on.
-    fn handle(&self, rq: Request, tool: &mut dyn Served) {
+    /// Whether `--listen` is serving (tools count what they serve only then).
+    pub fn serving(&self) -> bool {
+        self.server.is_some()
+    }
+
+    /// Answers one request (`lost`: records a ring buffer lost). An error is a
+    /// 500 for that request; tracing goes on.
+    fn handle(&self, rq: Request, tool: &mut dyn Served, lost: Option<u64>) {
         let reply = match &rq.route {
             Route::Metrics => self
-                .scrape(tool)
+                .scrape(tool, lost)
                 .map(|text| Reply::ok(metrics::CONTENT_TYPE, text)),
             Route::Summary => tool.summary().map(|v| Reply::json(&v)),
             Route::Reset => tool
@@ -340,10 +347,13 @@ impl Session {
     }
 
     /// The tool's metrics and the session's own health, read now.
-    fn scrape(&self, tool: &mut dyn Served) -> Result<String> {
+    fn scrape(&self, tool: &mut dyn Served, lost: Option<u64>) -> Result<String> {
         let t0 = Instant::now();
         let mut m = Metrics::default();
         tool.metrics(&mut m)?;
+        if let Some(n) = lost {
+            m.lost_records += n;
+        }
         let none = || Vec::new();
         let (attached, skipped, missed) = match &self.attached {
             Some(a) => (a.probes_attached(), a.skipped.len(), a.missed()),
