@@ -45,7 +45,6 @@ const SERVING: &[&str] = &[
     "vfsreadlat",
     "disksnoop",
     "urandomread",
-    "stackcount",
 ];
 
 /// What a tool gives its server: its metrics and summaries, read when asked.
@@ -60,10 +59,6 @@ pub trait Served {
     fn summary(&mut self) -> Result<serde_json::Value>;
     /// Zeroes what the next summary counts from.
     fn reset(&mut self) -> Result<()>;
-    /// Extra endpoints (`GET /stacks`): the body and content type, or None.
-    fn extra(&mut self, _path: &str) -> Option<Result<(String, &'static str)>> {
-        None
-    }
 }
 
 /// `--listen ADDR:PORT`: `:PORT` binds 127.0.0.1; ADDR may be a name
@@ -131,8 +126,6 @@ pub enum Route {
     Summary,
     Stop,
     Reset,
-    /// A tool's own GET endpoint ([`Served::extra`]).
-    Extra(String),
 }
 
 /// An answer: status, content type, body.
@@ -410,10 +403,9 @@ fn judge(head: &[u8], peer: Option<IpAddr>, token: Option<&str>) -> Verdict {
         )
     };
     let route = match path {
-        "/metrics" | "/summary" | "/stacks" if !get => return allow("GET, HEAD"),
+        "/metrics" | "/summary" if !get => return allow("GET, HEAD"),
         "/metrics" => Route::Metrics,
         "/summary" => Route::Summary,
-        "/stacks" => Route::Extra(path.to_string()),
         "/stop" | "/reset" if method != "POST" => return allow("POST"),
         "/stop" => Route::Stop,
         "/reset" => Route::Reset,

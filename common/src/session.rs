@@ -333,10 +333,6 @@ impl Session {
             Route::Reset => tool
                 .reset()
                 .map(|()| Reply::json(&serde_json::json!({ "reset": true }))),
-            Route::Extra(path) => match tool.extra(path) {
-                Some(r) => r.map(|(body, ct)| Reply::ok(ct, body)),
-                None => Ok(Reply::error(404, "no such endpoint for this tool")),
-            },
             Route::Stop => {
                 self.stop.trigger(StopReason::Requested);
                 self.stopping.borrow_mut().push(rq);
