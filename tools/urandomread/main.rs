@@ -155,7 +155,7 @@ fn run(mut args: Args) -> Result<()> {
         &skel.maps.events_lost,
         move |e: &skel::types::rand_event, out: &mut String| {
             if let Some(t) = &count {
-                t.borrow_mut().add(e.source, u64::from(e.bits / 8), None);
+                t.borrow_mut().add(e.source, e.bits / 8, None);
             }
             let comm: Vec<u8> = e
                 .comm
