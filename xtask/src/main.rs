@@ -16,6 +16,8 @@
 //!                        kernel functions (guest)
 //!   bench-io             disksnoop vs bpftrace and biosnoop-bpfcc on a loop device (cost per
 //!                        request), and the event rate the ring buffer sustains
+//!   bench-serve          funccount --listen: scrape time with 10,000 series, and the
+//!                        traced calls' cost while scraped
 //!   deps                 install every Debian package the tasks need
 
 mod bench;
@@ -23,6 +25,7 @@ mod bench_attach;
 mod bench_common;
 mod bench_io;
 mod bench_latency;
+mod bench_serve;
 mod bench_stacks;
 mod deps;
 mod guest;
@@ -72,6 +75,10 @@ fn real_main() -> Result<()> {
         Some("bench-io") => {
             deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
             bench_io::run(&root)
+        }
+        Some("bench-serve") => {
+            deps::ensure(deps::BUILD)?;
+            bench_serve::run(&root)
         }
         Some("bench-attach") => bench_attach::host(&root),
         // Runs inside the benchmark guest.
