@@ -545,3 +545,41 @@ fn prometheus_scrapes_exact_counts() {
     assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
     assert!(out.stdout.contains("count: 3\n"), "{}", out.stdout);
 }
+
+#[test]
+fn urandomread_counts_getrandom_bytes_by_source() {
+    let w = Workload::start(&prog("random"), &["getrandom", "40", "48", "--hold"]);
+    let pid = w.pid.to_string();
+    // --json puts the "Tracing" line where Served::start waits for it.
+    let s = Served::start("urandomread", &["--listen", ":0", "--json", "-p", &pid]);
+    w.go();
+    let reads = "tracekit_urandomread_reads_total{source=\"getrandom\"}";
+    let end = Instant::now() + T;
+    let m = loop {
+        let m = s.get("/metrics").1;
+        if m.contains(&format!("{reads} 40")) || Instant::now() > end {
+            break m;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(sample(&m, reads), 40.0, "{m}");
+    assert_eq!(
+        sample(&m, "tracekit_urandomread_bytes_total{source=\"getrandom\"}"),
+        40.0 * 48.0
+    );
+    assert_eq!(sample(&m, "tracekit_lost_records_total"), 0.0);
+    let v: serde_json::Value = serde_json::from_str(&s.get("/summary").1).unwrap();
+    assert_eq!(
+        v["counts"],
+        serde_json::json!([{"source": "getrandom", "reads": 40, "bytes": 1920}])
+    );
+    assert_eq!(s.post("/reset").0, 200);
+    let v: serde_json::Value = serde_json::from_str(&s.get("/summary").1).unwrap();
+    assert_eq!(v["counts"], serde_json::json!([]));
+    assert_eq!(s.post("/stop").0, 200);
+    let out = s.run.finish(T);
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert_eq!(out.stdout.lines().count(), 40, "{}", out.stdout);
+    w.go();
+    assert!(w.wait().success());
+}
