@@ -583,3 +583,68 @@ fn urandomread_counts_getrandom_bytes_by_source() {
     w.go();
     assert!(w.wait().success());
 }
+
+#[test]
+fn disksnoop_latency_and_bytes_by_disk_and_operation() {
+    let lo = LoopDev::new(16);
+    let w = Workload::start(&prog("direct_io"), &[&lo.dev, "w:37:8192", "r:13:4096"]);
+    // -d: only this loop device's requests, so the counts are exact.
+    let s = Served::start("disksnoop", &["--listen", ":0", "--json", "-d", lo.name()]);
+    w.go();
+    assert!(w.wait().success());
+    // The value of the one series of `metric` for this disk and `op`.
+    let value = |m: &str, metric: &str, op: &str| -> f64 {
+        let prefix = format!("{metric}{{disk=\"{}\",", lo.name());
+        let lines: Vec<&str> = m
+            .lines()
+            .filter(|l| l.starts_with(&prefix) && l.contains(&format!("operation=\"{op}\"}}")))
+            .collect();
+        assert_eq!(lines.len(), 1, "{metric} {op}:\n{m}");
+        lines[0].rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let end = Instant::now() + T;
+    let m = loop {
+        let m = s.get("/metrics").1;
+        if m.contains("operation=\"read\"") || Instant::now() > end {
+            break m;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let count = "tracekit_disksnoop_request_seconds_count";
+    assert_eq!(value(&m, count, "write"), 37.0);
+    assert_eq!(value(&m, count, "read"), 13.0);
+    assert_eq!(
+        value(&m, "tracekit_disksnoop_bytes_total", "write"),
+        37.0 * 8192.0
+    );
+    assert_eq!(
+        value(&m, "tracekit_disksnoop_bytes_total", "read"),
+        13.0 * 4096.0
+    );
+    assert!(value(&m, "tracekit_disksnoop_request_seconds_sum", "write") > 0.0);
+    let v: serde_json::Value = serde_json::from_str(&s.get("/summary").1).unwrap();
+    let reqs: Vec<(String, u64, u64)> = v["counts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            assert_eq!(c["disk"], lo.name());
+            (
+                c["operation"].as_str().unwrap().to_string(),
+                c["requests"].as_u64().unwrap(),
+                c["bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        reqs,
+        vec![
+            ("read".into(), 13, 13 * 4096),
+            ("write".into(), 37, 37 * 8192)
+        ]
+    );
+    assert_eq!(s.post("/stop").0, 200);
+    let out = s.run.finish(T);
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert_eq!(out.stdout.lines().count(), 50, "{}", out.stdout);
+}
