@@ -45,6 +45,7 @@ const SERVING: &[&str] = &[
     "vfsreadlat",
     "disksnoop",
     "urandomread",
+    "stackcount",
 ];
 
 /// What a tool gives its server: its metrics and summaries, read when asked.
@@ -59,6 +60,10 @@ pub trait Served {
     fn summary(&mut self) -> Result<serde_json::Value>;
     /// Zeroes what the next summary counts from.
     fn reset(&mut self) -> Result<()>;
+    /// `GET /stacks`: folded stacks since the start (stackcount); None: 404.
+    fn folded(&mut self) -> Option<Result<String>> {
+        None
+    }
 }
 
 /// `--listen ADDR:PORT`: `:PORT` binds 127.0.0.1; ADDR may be a name
@@ -126,6 +131,7 @@ pub enum Route {
     Summary,
     Stop,
     Reset,
+    Stacks,
 }
 
 /// An answer: status, content type, body.
@@ -403,9 +409,10 @@ fn judge(head: &[u8], peer: Option<IpAddr>, token: Option<&str>) -> Verdict {
         )
     };
     let route = match path {
-        "/metrics" | "/summary" if !get => return allow("GET, HEAD"),
+        "/metrics" | "/summary" | "/stacks" if !get => return allow("GET, HEAD"),
         "/metrics" => Route::Metrics,
         "/summary" => Route::Summary,
+        "/stacks" => Route::Stacks,
         "/stop" | "/reset" if method != "POST" => return allow("POST"),
         "/stop" => Route::Stop,
         "/reset" => Route::Reset,

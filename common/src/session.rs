@@ -317,6 +317,32 @@ impl Session {
         )
     }
 
+    /// [`Session::run_polling`] with `tool` printing the summaries and, with
+    /// `--listen`, answering requests between polls.
+    pub fn run_polling_served(
+        &self,
+        schedule: Schedule,
+        mut poll: impl FnMut(Duration),
+        tool: &mut dyn Served,
+    ) -> Result<StopReason> {
+        let tool = RefCell::new(tool);
+        let Some(server) = &self.server else {
+            return self.run_polling(schedule, poll, |last| tool.borrow_mut().print(last));
+        };
+        run::run_loop_with(
+            schedule,
+            |deadline| {
+                self.stop.poll_until(deadline, |t| {
+                    poll(t.min(SERVE_SLICE));
+                    while let Some(rq) = server.next(None) {
+                        self.handle(rq, &mut **tool.borrow_mut(), None);
+                    }
+                })
+            },
+            |last| tool.borrow_mut().print(last),
+        )
+    }
+
     /// Whether `--listen` is serving (tools count what they serve only then).
     pub fn serving(&self) -> bool {
         self.server.is_some()
@@ -333,6 +359,10 @@ impl Session {
             Route::Reset => tool
                 .reset()
                 .map(|()| Reply::json(&serde_json::json!({ "reset": true }))),
+            Route::Stacks => match tool.folded() {
+                Some(r) => r.map(|text| Reply::ok("text/plain; charset=utf-8", text)),
+                None => Ok(Reply::error(404, "this tool has no stacks")),
+            },
             Route::Stop => {
                 self.stop.trigger(StopReason::Requested);
                 self.stopping.borrow_mut().push(rq);

@@ -12,9 +12,11 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use common::cli::{self, parse_secs, warn, CommonArgs, SummaryArgs};
 use common::counters::PerCpuCounters;
+use common::metrics::Metrics;
 use common::output::{emit, timestamp, unix_time};
 use common::plan::Site;
 use common::run::Schedule;
+use common::serve::Served;
 use common::session::{How, Session};
 use common::stacks::{self, Batch};
 use common::symbolize::{Frame, Symbols};
@@ -211,15 +213,27 @@ fn run(mut args: Args) -> Result<()> {
     })?;
     let rb = rb.build()?;
     let symbols = RefCell::new(symbols);
-    let mut stacks_lost = PerCpuCounters::new(&skel.maps.stacks_lost, 2)?;
-    let mut counts_lost = PerCpuCounters::new(&skel.maps.counts_lost, 1)?;
-    let mut folded_run: BTreeMap<String, u64> = BTreeMap::new();
-
     let schedule = Schedule {
         interval: args.summary.interval,
         duration: args.duration,
     };
-    session.run_polling(
+    let mut st = Stacks {
+        skel: &skel,
+        symbols: &symbols,
+        new_pids: &new_pids,
+        rb: &rb,
+        args: &args,
+        shape: &shape,
+        json,
+        stacks_lost: PerCpuCounters::new(&skel.maps.stacks_lost, 2)?,
+        counts_lost: PerCpuCounters::new(&skel.maps.counts_lost, 1)?,
+        keep_run: svg.is_some() || session.serving(),
+        pending: HashMap::new(),
+        lost: [0; 4],
+        lost_total: 0,
+        run: BTreeMap::new(),
+    };
+    session.run_polling_served(
         schedule,
         |t| {
             let _ = rb.poll(t);
@@ -227,33 +241,10 @@ fn run(mut args: Args) -> Result<()> {
                 symbols.borrow_mut().remember(pid);
             }
         },
-        |last| {
-            let _ = rb.consume();
-            for pid in new_pids.borrow_mut().drain(..) {
-                symbols.borrow_mut().remember(pid);
-            }
-            let (entries, expired) = drain(&skel, &symbols.borrow(), &args, &shape)?;
-            let mut lost = stacks_lost.deltas()?;
-            lost.extend(counts_lost.deltas()?);
-            lost.push(expired);
-            report_lost(&lost);
-            if svg.is_some() {
-                for (k, c) in &entries {
-                    *folded_run.entry(folded_line(&shape, k, 0)).or_default() += c;
-                }
-            }
-            emit(&if json {
-                json_summary(&entries, &lost, last)
-            } else if args.folded {
-                entries
-                    .iter()
-                    .map(|(k, c)| format!("{}\n", folded_line(&shape, k, *c)))
-                    .collect()
-            } else {
-                text(&entries, &args, &shape)
-            })
-        },
+        &mut st,
     )?;
+    let folded_run = std::mem::take(&mut st.run);
+    drop(st);
     session.finish(args.folded)?;
     if let (Some(file), Some(path)) = (svg, &args.svg) {
         // Folded lines were keyed with count 0; put the run's totals back.
@@ -270,6 +261,123 @@ fn run(mut args: Args) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// A run's stacks: drained from the maps at each summary and, with --listen,
+/// at each request; printed per summary and served.
+struct Stacks<'a> {
+    skel: &'a skel::StackcountSkel<'a>,
+    symbols: &'a RefCell<Symbols>,
+    new_pids: &'a RefCell<Vec<u32>>,
+    rb: &'a libbpf_rs::RingBuffer<'a>,
+    args: &'a Args,
+    shape: &'a Shape,
+    json: bool,
+    stacks_lost: PerCpuCounters,
+    counts_lost: PerCpuCounters,
+    /// Keep the run's folded totals (--svg, --listen's /stacks).
+    keep_run: bool,
+    /// Drained since the last summary (or /reset), and what was lost meanwhile.
+    pending: HashMap<Key, u64>,
+    lost: [u64; 4],
+    lost_total: u64,
+    /// Folded lines (keyed with count 0) and their totals since the start.
+    run: BTreeMap<String, u64>,
+}
+
+impl Stacks<'_> {
+    /// Moves what the maps counted since the last drain into `pending`.
+    fn collect(&mut self) -> Result<()> {
+        let _ = self.rb.consume();
+        for pid in self.new_pids.borrow_mut().drain(..) {
+            self.symbols.borrow_mut().remember(pid);
+        }
+        let (entries, expired) = drain(self.skel, &self.symbols.borrow(), self.args, self.shape)?;
+        let mut lost = self.stacks_lost.deltas()?;
+        lost.extend(self.counts_lost.deltas()?);
+        lost.push(expired);
+        for (l, n) in self.lost.iter_mut().zip(&lost) {
+            *l += n;
+        }
+        self.lost_total += lost.iter().sum::<u64>();
+        for (k, c) in entries {
+            if self.keep_run {
+                *self.run.entry(folded_line(self.shape, &k, 0)).or_default() += c;
+            }
+            *self.pending.entry(k).or_default() += c;
+        }
+        Ok(())
+    }
+
+    /// The pending stacks, ascending by count (BCC order).
+    fn sorted(&self) -> Vec<(Key, u64)> {
+        let mut out: Vec<(Key, u64)> = self.pending.iter().map(|(k, c)| (k.clone(), *c)).collect();
+        out.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+        out
+    }
+}
+
+impl Served for Stacks<'_> {
+    fn print(&mut self, last: bool) -> Result<()> {
+        self.collect()?;
+        let entries = self.sorted();
+        let lost = std::mem::take(&mut self.lost);
+        self.pending.clear();
+        report_lost(&lost);
+        emit(&if self.json {
+            json_summary(&entries, &lost, last)
+        } else if self.args.folded {
+            entries
+                .iter()
+                .map(|(k, c)| format!("{}\n", folded_line(self.shape, k, *c)))
+                .collect()
+        } else {
+            text(&entries, self.args, self.shape)
+        })
+    }
+
+    fn metrics(&mut self, m: &mut Metrics) -> Result<()> {
+        self.collect()?;
+        let none = Vec::new;
+        m.counters(
+            "tracekit_stackcount_events",
+            "Events counted with their stacks since the start (GET /stacks has them folded)",
+            vec![(none(), self.run.values().sum())],
+        );
+        m.gauges(
+            "tracekit_stackcount_stacks",
+            "Distinct stacks seen since the start",
+            None,
+            vec![(none(), self.run.len() as f64)],
+        );
+        m.lost_records = self.lost_total;
+        Ok(())
+    }
+
+    fn summary(&mut self) -> Result<serde_json::Value> {
+        self.collect()?;
+        Ok(serde_json::from_str(&json_summary(
+            &self.sorted(),
+            &self.lost,
+            false,
+        ))?)
+    }
+
+    fn reset(&mut self) -> Result<()> {
+        self.collect()?;
+        self.pending.clear();
+        self.lost = [0; 4];
+        Ok(())
+    }
+
+    fn folded(&mut self) -> Option<Result<String>> {
+        Some(self.collect().map(|()| {
+            self.run
+                .iter()
+                .map(|(l, c)| format!("{} {c}\n", l.rsplit_once(' ').map_or(l.as_str(), |x| x.0)))
+                .collect()
+        }))
+    }
 }
 
 /// The one pattern stackcount takes; a second positional is most often a
