@@ -648,3 +648,40 @@ fn disksnoop_latency_and_bytes_by_disk_and_operation() {
     assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
     assert_eq!(out.stdout.lines().count(), 50, "{}", out.stdout);
 }
+
+#[test]
+fn stackcount_serves_folded_stacks() {
+    let dir = Scratch::new();
+    let bin = dir.copy(&prog("workload"));
+    let w = Workload::start(&bin, &["funcs", "250", "--hold"]);
+    let pid = w.pid.to_string();
+    let spec = format!("{}:tk_beta", bin.display());
+    let s = Served::start("stackcount", &["--listen", ":0", "-p", &pid, &spec]);
+    w.go();
+    let end = Instant::now() + T;
+    let folded = loop {
+        let (code, f) = s.get("/stacks");
+        assert_eq!(code, 200);
+        let total: u64 = f
+            .lines()
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+            .sum();
+        if total >= 500 || Instant::now() > end {
+            break f;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let lines: Vec<&str> = folded.lines().collect();
+    assert_eq!(lines.len(), 1, "one call path:\n{folded}");
+    assert!(lines[0].ends_with(";tk_beta 500"), "{folded}");
+    let m = s.get("/metrics").1;
+    assert_eq!(sample(&m, "tracekit_stackcount_events_total"), 500.0);
+    assert_eq!(sample(&m, "tracekit_stackcount_stacks"), 1.0);
+    // /stacks drained the maps: the final summary still has every event.
+    assert_eq!(s.post("/stop").0, 200);
+    let out = s.run.finish(T);
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert!(out.stdout.contains("\n    500\n"), "{}", out.stdout);
+    w.go();
+    assert!(w.wait().success());
+}
