@@ -90,8 +90,10 @@ pub struct CommonArgs {
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub attach_mode: AttachMode,
 
-    /// Serve GET /metrics (Prometheus), GET /summary (the --json object), POST /stop
-    /// and POST /reset on ADDR:PORT (:PORT binds 127.0.0.1)
+    /// Serve HTTP on ADDR:PORT (:PORT binds 127.0.0.1): GET /metrics (Prometheus,
+    /// cumulative), GET /summary (the --json object of the next summary), POST /stop
+    /// (final summary, exit 0), POST /reset (zero the next summary); stackcount
+    /// also GET /stacks (folded). The man page's SERVICE MODE has the details
     #[arg(long, value_name = "ADDR:PORT", value_parser = crate::serve::parse_listen)]
     pub listen: Option<std::net::SocketAddr>,
 
