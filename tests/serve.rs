@@ -677,7 +677,7 @@ fn stackcount_serves_folded_stacks() {
     let m = s.get("/metrics").1;
     assert_eq!(sample(&m, "tracekit_stackcount_events_total"), 500.0);
     assert_eq!(sample(&m, "tracekit_stackcount_stacks"), 1.0);
-    // /stacks drained the maps: the final summary still has every event.
+    // Requests only read the maps: the final summary still has every event.
     assert_eq!(s.post("/stop").0, 200);
     let out = s.run.finish(T);
     assert_eq!(out.code(), 0, "stderr: {}", out.stderr);

@@ -14,6 +14,7 @@ pub mod hist;
 pub mod ifunc;
 pub mod insn;
 pub mod kfuncs;
+pub mod listen;
 pub mod mechanism;
 pub mod metrics;
 pub mod missed;

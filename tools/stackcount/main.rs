@@ -277,7 +277,8 @@ struct Stacks<'a> {
     counts_lost: PerCpuCounters,
     /// Keep the run's folded totals (--svg, --listen's /stacks).
     keep_run: bool,
-    /// Drained since the last summary (or /reset), and what was lost meanwhile.
+    /// Drained since the last summary (or /reset), and what was lost meanwhile
+    /// (requests only read the maps: they drain at summaries and /reset).
     pending: HashMap<Key, u64>,
     lost: [u64; 4],
     lost_total: u64,
@@ -286,13 +287,24 @@ struct Stacks<'a> {
 }
 
 impl Stacks<'_> {
-    /// Moves what the maps counted since the last drain into `pending`.
-    fn collect(&mut self) -> Result<()> {
+    fn consume_ring(&self) {
         let _ = self.rb.consume();
         for pid in self.new_pids.borrow_mut().drain(..) {
             self.symbols.borrow_mut().remember(pid);
         }
-        let (entries, expired) = drain(self.skel, &self.symbols.borrow(), self.args, self.shape)?;
+    }
+
+    /// Moves what the maps counted since the last drain into `pending` (at a
+    /// summary, or a /reset).
+    fn collect(&mut self) -> Result<()> {
+        self.consume_ring();
+        let (entries, expired) = drain(
+            self.skel,
+            &self.symbols.borrow(),
+            self.args,
+            self.shape,
+            true,
+        )?;
         let mut lost = self.stacks_lost.deltas()?;
         lost.extend(self.counts_lost.deltas()?);
         lost.push(expired);
@@ -309,9 +321,32 @@ impl Stacks<'_> {
         Ok(())
     }
 
-    /// The pending stacks, ascending by count (BCC order).
-    fn sorted(&self) -> Vec<(Key, u64)> {
-        let mut out: Vec<(Key, u64)> = self.pending.iter().map(|(k, c)| (k.clone(), *c)).collect();
+    /// What the maps hold now, read without clearing them (a request).
+    fn peek(&self) -> Result<Vec<(Key, u64)>> {
+        self.consume_ring();
+        Ok(drain(
+            self.skel,
+            &self.symbols.borrow(),
+            self.args,
+            self.shape,
+            false,
+        )?
+        .0)
+    }
+
+    /// Folded lines (count 0) and their totals since the start: the drained
+    /// run plus what the maps hold now.
+    fn run_now(&self) -> Result<BTreeMap<String, u64>> {
+        let mut run = self.run.clone();
+        for (k, c) in self.peek()? {
+            *run.entry(folded_line(self.shape, &k, 0)).or_default() += c;
+        }
+        Ok(run)
+    }
+
+    /// Ascending by count (BCC order).
+    fn sorted(entries: impl IntoIterator<Item = (Key, u64)>) -> Vec<(Key, u64)> {
+        let mut out: Vec<(Key, u64)> = entries.into_iter().collect();
         out.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
         out
     }
@@ -320,9 +355,8 @@ impl Stacks<'_> {
 impl Served for Stacks<'_> {
     fn print(&mut self, last: bool) -> Result<()> {
         self.collect()?;
-        let entries = self.sorted();
+        let entries = Self::sorted(std::mem::take(&mut self.pending));
         let lost = std::mem::take(&mut self.lost);
-        self.pending.clear();
         report_lost(&lost);
         emit(&if self.json {
             json_summary(&entries, &lost, last)
@@ -337,27 +371,32 @@ impl Served for Stacks<'_> {
     }
 
     fn metrics(&mut self, m: &mut Metrics) -> Result<()> {
-        self.collect()?;
+        let run = self.run_now()?;
         let none = Vec::new;
         m.counters(
             "tracekit_stackcount_events",
             "Events counted with their stacks since the start (GET /stacks has them folded)",
-            vec![(none(), self.run.values().sum())],
+            vec![(none(), run.values().sum())],
         );
         m.gauges(
             "tracekit_stackcount_stacks",
             "Distinct stacks seen since the start",
             None,
-            vec![(none(), self.run.len() as f64)],
+            vec![(none(), run.len() as f64)],
         );
-        m.lost_records = self.lost_total;
+        m.lost_records = self.lost_total
+            + self.stacks_lost.peek()?.iter().sum::<u64>()
+            + self.counts_lost.peek()?.iter().sum::<u64>();
         Ok(())
     }
 
     fn summary(&mut self) -> Result<serde_json::Value> {
-        self.collect()?;
+        let mut pending = self.pending.clone();
+        for (k, c) in self.peek()? {
+            *pending.entry(k).or_default() += c;
+        }
         Ok(serde_json::from_str(&json_summary(
-            &self.sorted(),
+            &Self::sorted(pending),
             &self.lost,
             false,
         ))?)
@@ -371,9 +410,8 @@ impl Served for Stacks<'_> {
     }
 
     fn folded(&mut self) -> Option<Result<String>> {
-        Some(self.collect().map(|()| {
-            self.run
-                .iter()
+        Some(self.run_now().map(|run| {
+            run.iter()
                 .map(|(l, c)| format!("{} {c}\n", l.rsplit_once(' ').map_or(l.as_str(), |x| x.0)))
                 .collect()
         }))
@@ -426,19 +464,24 @@ fn parse_key(k: &[u8]) -> Option<RawKey> {
 
 /// Reads and clears this interval's counts, resolves every distinct address once,
 /// and merges stacks that print the same. Sorted ascending by count (BCC order).
-/// Also returns how many events referred to a stack no longer stored.
+/// Also returns how many events referred to a stack no longer stored. With
+/// `consume` false (a --listen request) nothing is cleared or freed, so a
+/// request never races an event out of the counts.
 fn drain(
     skel: &skel::StackcountSkel,
     symbols: &Symbols,
     args: &Args,
     shape: &Shape,
+    consume: bool,
 ) -> Result<(Vec<(Key, u64)>, u64)> {
     let counts = &skel.maps.counts;
     let keys: Vec<Vec<u8>> = counts.keys().collect();
     let mut raw = Vec::with_capacity(keys.len());
     for k in &keys {
         if let Some(v) = counts.lookup(k, MapFlags::ANY)? {
-            let _ = counts.delete(k);
+            if consume {
+                let _ = counts.delete(k);
+            }
             let n = u64::from_ne_bytes(v[..8].try_into().context("count value")?);
             if let Some(key) = parse_key(k) {
                 raw.push((key, n));
@@ -456,7 +499,9 @@ fn drain(
             addrs.insert(h, a);
         }
     }
-    stacks::forget(&skel.maps.stacks, hashes);
+    if consume {
+        stacks::forget(&skel.maps.stacks, hashes);
+    }
     // A stack freed by the previous summary just as this event counted it.
     let mut expired = 0;
     raw.retain(|(k, n)| {
