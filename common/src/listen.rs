@@ -173,6 +173,6 @@ impl Session {
             Some(prometheus_client::registry::Unit::Seconds),
             one(t0.elapsed().as_secs_f64()),
         );
-        Ok(m.encode())
+        m.encode()
     }
 }

@@ -189,14 +189,13 @@ fn encode_value(v: &Value, mut e: MetricEncoder) -> Result<(), std::fmt::Error> 
 
 impl Metrics {
     /// The OpenMetrics text of this snapshot (ends with `# EOF`).
-    pub fn encode(self) -> String {
+    pub fn encode(self) -> anyhow::Result<String> {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(Snapshot(Arc::new(self.families))));
         let mut out = String::new();
-        // Writing to a String cannot fail; a failure would be an encoder bug.
         prometheus_client::encoding::text::encode(&mut out, &registry)
-            .expect("encoding metrics into a String");
-        out
+            .map_err(|_| anyhow::anyhow!("encoding the metrics failed"))?;
+        Ok(out)
     }
 }
 
@@ -225,7 +224,7 @@ mod tests {
                 (label("probe", "a"), 3),
             ],
         );
-        let text = m.encode();
+        let text = m.encode().unwrap();
         assert!(
             text.contains("# TYPE tracekit_funccount_calls counter\n"),
             "{text}"
@@ -258,7 +257,7 @@ mod tests {
                 123_000_000_000,
             )],
         );
-        let text = m.encode();
+        let text = m.encode().unwrap();
         let line = |s: &str| text.lines().any(|l| l == s);
         assert!(
             line("tracekit_funclatency_seconds_count{probe=\"f\"} 7"),

@@ -244,11 +244,9 @@ fn accept(
         if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
             active.fetch_sub(1, Ordering::SeqCst);
             let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
-            write_reply(
-                &mut stream,
-                &Reply::error(503, "too many connections"),
-                &[],
-                false,
+            // Answered without lingering: the accept thread must not wait on it.
+            let _ = stream.write_all(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n",
             );
             continue;
         }
