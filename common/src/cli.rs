@@ -97,6 +97,11 @@ fn parse_from<A: clap::Parser>(
     A::try_parse_from(argv).map(Parsed::Run)
 }
 
+/// The running tool's name (as given to [`main`]).
+pub fn tool_name() -> &'static str {
+    TOOL.get().copied().unwrap_or("tracekit")
+}
+
 fn print_libbpf(_level: libbpf_rs::PrintLevel, msg: String) {
     stderr(&format!("libbpf: {msg}"));
 }
@@ -147,6 +152,18 @@ pub struct CommonArgs {
     /// for tools that time calls also session and fentry
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub attach_mode: AttachMode,
+
+    /// Serve HTTP on ADDR:PORT (:PORT binds 127.0.0.1): GET /metrics (Prometheus,
+    /// cumulative), GET /summary (the --json object of the next summary), POST /stop
+    /// (final summary, exit 0), POST /reset (zero the next summary); stackcount
+    /// also GET /stacks (folded). The man page's SERVICE MODE has the details
+    #[arg(long, value_name = "ADDR:PORT", value_parser = crate::serve::parse_listen)]
+    pub listen: Option<std::net::SocketAddr>,
+
+    /// POST /stop and /reset need `Authorization: Bearer TOKEN` (TOKEN read from
+    /// FILE), and are then accepted from any address, not only loopback
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    pub listen_token: Option<std::path::PathBuf>,
 }
 
 impl CommonArgs {
@@ -175,6 +192,9 @@ impl CommonArgs {
                 ));
                 self.pid = Some(tgid);
             }
+        }
+        if self.listen.is_some() {
+            crate::serve::check_tool(TOOL.get().copied().unwrap_or("tracekit"))?;
         }
         Ok(())
     }

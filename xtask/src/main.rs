@@ -23,6 +23,8 @@
 //!   deb                  build target/debian/tracekit_<version>_<arch>.deb with cargo-deb
 //!   install-test         only the install test `test` runs after the host tests: install
 //!                        into a temporary prefix and uninstall, then the .deb on this host
+//!   bench-serve          funccount --listen: scrape time with 10,000 series, and the
+//!                        traced calls' cost while scraped
 //!   deps                 install every Debian package the tasks need
 
 mod bench;
@@ -30,6 +32,7 @@ mod bench_attach;
 mod bench_common;
 mod bench_io;
 mod bench_latency;
+mod bench_serve;
 mod bench_stacks;
 mod deps;
 mod guest;
@@ -86,6 +89,10 @@ fn real_main() -> Result<()> {
         Some("bench-io") => {
             deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
             bench_io::run(&root)
+        }
+        Some("bench-serve") => {
+            deps::ensure(deps::BUILD)?;
+            bench_serve::run(&root)
         }
         Some("bench-attach") => bench_attach::host(&root),
         // Runs inside the benchmark guest.
