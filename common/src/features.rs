@@ -76,13 +76,17 @@ fn link_create(
 /// kernel has and can trace (as bpftrace and cilium/ebpf do). A name that happens
 /// not to exist (ESRCH) moves on to the next candidate, ending with `fallback`.
 pub fn kprobe_multi(fallback: &str) -> Result<(), String> {
-    kprobe_link("kprobe_multi", sys::BPF_TRACE_KPROBE_MULTI, fallback)
+    crate::timing::span("features", || {
+        kprobe_link("kprobe_multi", sys::BPF_TRACE_KPROBE_MULTI, fallback)
+    })
 }
 
 /// Whether kprobe.session links work (Linux 6.10+ with CONFIG_FPROBE), tested as
 /// [`kprobe_multi`] is.
 pub fn kprobe_session(fallback: &str) -> Result<(), String> {
-    kprobe_link("kprobe.session", sys::BPF_TRACE_KPROBE_SESSION, fallback)
+    crate::timing::span("features", || {
+        kprobe_link("kprobe.session", sys::BPF_TRACE_KPROBE_SESSION, fallback)
+    })
 }
 
 fn kprobe_link(what: &str, ty: sys::bpf_attach_type, fallback: &str) -> Result<(), String> {
@@ -124,12 +128,12 @@ fn kprobe_link(what: &str, ty: sys::bpf_attach_type, fallback: &str) -> Result<(
 /// Whether uprobe_multi links work with PID filtering (kernel 6.6, PID fix in 6.10),
 /// probed the way libbpf does: a bad path must give EBADF, a bad PID EINVAL.
 pub fn uprobe_multi() -> bool {
-    uprobe_link(sys::BPF_TRACE_UPROBE_MULTI)
+    crate::timing::span("features", || uprobe_link(sys::BPF_TRACE_UPROBE_MULTI))
 }
 
 /// Whether uprobe.session links work (Linux 6.13+), probed as [`uprobe_multi`].
 pub fn uprobe_session() -> bool {
-    uprobe_link(sys::BPF_TRACE_UPROBE_SESSION)
+    crate::timing::span("features", || uprobe_link(sys::BPF_TRACE_UPROBE_SESSION))
 }
 
 fn uprobe_link(ty: sys::bpf_attach_type) -> bool {
@@ -161,7 +165,11 @@ fn uprobe_link(ty: sys::bpf_attach_type) -> bool {
 /// tracepoint every kernel has, for the moment of the probe).
 pub fn raw_tp_cookie() -> bool {
     static ANSWER: OnceLock<bool> = OnceLock::new();
-    *ANSWER.get_or_init(|| {
+    *ANSWER.get_or_init(|| crate::timing::span("features", raw_tp_cookie_probe))
+}
+
+fn raw_tp_cookie_probe() -> bool {
+    {
         const GET_ATTACH_COOKIE: u8 = 174;
         let Ok(prog) = load(
             sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
@@ -187,7 +195,7 @@ pub fn raw_tp_cookie() -> bool {
         // SAFETY: fd is a fresh link fd; closing it detaches the probe.
         drop(unsafe { OwnedFd::from_raw_fd(fd) });
         true
-    })
+    }
 }
 
 /// Whether BPF programs may read kernel memory (bpf_probe_read_kernel, which
@@ -195,7 +203,11 @@ pub fn raw_tp_cookie() -> bool {
 /// TRACEKIT_NO_KERNEL_READS=1 answers no (to test the locked-down paths).
 pub fn kernel_reads() -> bool {
     static ANSWER: OnceLock<bool> = OnceLock::new();
-    *ANSWER.get_or_init(|| {
+    *ANSWER.get_or_init(|| crate::timing::span("features", kernel_reads_probe))
+}
+
+fn kernel_reads_probe() -> bool {
+    {
         if std::env::var_os("TRACEKIT_NO_KERNEL_READS").is_some_and(|v| v != "0") {
             return false;
         }
@@ -215,13 +227,17 @@ pub fn kernel_reads() -> bool {
             ],
         )
         .is_ok()
-    })
+    }
 }
 
 /// Whether `func` (a vmlinux function) can be traced with fentry/fexit: a trivial
 /// tracing program is loaded for it and attached (as libbpf-tools' fentry_can_attach
 /// does). Fails under lockdown, without BTF, and for module functions.
 pub fn fentry(func: &str) -> Result<(), String> {
+    crate::timing::span("features", || fentry_probe(func))
+}
+
+fn fentry_probe(func: &str) -> Result<(), String> {
     let name = CString::new(func).map_err(|_| "bad name".to_string())?;
     // SAFETY: plain libbpf calls; the BTF object is freed below.
     let id = unsafe {

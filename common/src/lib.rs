@@ -27,6 +27,7 @@ pub mod spec;
 pub mod stacks;
 pub mod symbolize;
 pub mod system;
+pub mod timing;
 pub mod tracefs;
 pub mod tracepoints;
 pub mod ufuncs;

@@ -82,7 +82,9 @@ impl Plan {
         let mut seen: HashMap<String, usize> = HashMap::new();
         let mut matches = Vec::new();
         for spec in specs {
-            let found = expand(spec, opts.pid, &mut kfuncs, &mut binaries, &mut skipped)?;
+            let found = crate::timing::span("tables", || {
+                expand(spec, opts.pid, &mut kfuncs, &mut binaries, &mut skipped)
+            })?;
             matches.push((spec.raw.clone(), found.len()));
             for p in found {
                 match seen.entry(site_key(&p.site)) {
@@ -103,6 +105,9 @@ impl Plan {
                     }
                 }
             }
+        }
+        if let Some(k) = &kfuncs {
+            crate::timing::note("tables", k.source);
         }
         let kernel_via = choose_kernel_via(&probes, opts)?;
         let user_via = choose_user_via(&probes, opts)?;
