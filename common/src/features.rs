@@ -72,9 +72,11 @@ fn link_create(
     }
 }
 
-/// Whether kprobe_multi links work, tested by linking a program to a function every
-/// kernel has and can trace (as bpftrace and cilium/ebpf do). A name that happens
-/// not to exist (ESRCH) moves on to the next candidate, ending with `fallback`.
+/// Whether kprobe_multi links work. Asked first without touching kernel text
+/// ([`kprobe_link_refused`]); a kernel that answers otherwise than expected gets
+/// the trial attach to a function every kernel has and can trace (as bpftrace
+/// and cilium/ebpf do). A name that happens not to exist (ESRCH) moves on to the
+/// next candidate, ending with `fallback`.
 pub fn kprobe_multi(fallback: &str) -> Result<(), String> {
     crate::timing::span("features", || {
         kprobe_link("kprobe_multi", sys::BPF_TRACE_KPROBE_MULTI, fallback)
@@ -96,6 +98,16 @@ fn kprobe_link(what: &str, ty: sys::bpf_attach_type, fallback: &str) -> Result<(
             crate::attach::errno_reason(e)
         )
     })?;
+    match kprobe_link_refused(&prog, ty) {
+        Some(libc::ENOENT) => return Ok(()),
+        Some(e @ (libc::EOPNOTSUPP | 524)) => {
+            return Err(format!(
+                "creating a {what} link: {}",
+                crate::attach::errno_reason(e)
+            ))
+        }
+        _ => {}
+    }
     for symbol in ["vprintk", "ksys_read", "do_sys_openat2", fallback] {
         let Ok(name) = CString::new(symbol) else {
             continue;
@@ -123,6 +135,25 @@ fn kprobe_link(what: &str, ty: sys::bpf_attach_type, fallback: &str) -> Result<(
         }
     }
     Err("no probe symbol found".to_string())
+}
+
+/// A kprobe_multi-style link request for one address that is no function (1),
+/// which fails fast and patches nothing: a kernel that has the link type gets as
+/// far as looking the address up in ftrace and answers ENOENT; one built without
+/// fprobe answers EOPNOTSUPP, one older than the link type EINVAL. Returns the
+/// errno (`None` if a link was made, which cannot happen).
+fn kprobe_link_refused(prog: &OwnedFd, ty: sys::bpf_attach_type) -> Option<i32> {
+    let addr: std::os::raw::c_ulong = 1;
+    let mut opts = sys::bpf_link_create_opts {
+        sz: size_of::<sys::bpf_link_create_opts>() as _,
+        ..Default::default()
+    };
+    opts.__bindgen_anon_1.kprobe_multi = sys::bpf_link_create_opts__bindgen_ty_1__bindgen_ty_2 {
+        cnt: 1,
+        addrs: &addr,
+        ..Default::default()
+    };
+    link_create(prog, ty, &opts).err()
 }
 
 /// Whether uprobe_multi links work with PID filtering (kernel 6.6, PID fix in 6.10),
@@ -161,8 +192,9 @@ fn uprobe_link(ty: sys::bpf_attach_type) -> bool {
 }
 
 /// Whether raw tracepoint links take a BPF cookie (Linux 6.10+), found by loading a
-/// raw tracepoint program that reads its cookie and attaching it with one (to a
-/// tracepoint every kernel has, for the moment of the probe).
+/// raw tracepoint program that reads its cookie and opening a link with one (to a
+/// tracepoint that does not exist, else to one every kernel has, for the moment
+/// of the probe).
 pub fn raw_tp_cookie() -> bool {
     static ANSWER: OnceLock<bool> = OnceLock::new();
     *ANSWER.get_or_init(|| crate::timing::span("features", raw_tp_cookie_probe))
@@ -179,6 +211,25 @@ fn raw_tp_cookie_probe() -> bool {
         ) else {
             return false;
         };
+        // A tracepoint that does not exist first: a kernel that takes the cookie
+        // gets as far as looking the name up (ENOENT) and enables nothing. Any
+        // other answer gets the trial attach.
+        let fake = CString::new("tracekit_no_such_tracepoint").expect("no NUL");
+        let opts = sys::bpf_raw_tp_opts {
+            sz: size_of::<sys::bpf_raw_tp_opts>() as _,
+            tp_name: fake.as_ptr(),
+            cookie: 1,
+        };
+        // SAFETY: fake outlives the call; a non-negative result is an fd we own.
+        let fd = unsafe {
+            sys::bpf_raw_tracepoint_open_opts(prog.as_raw_fd(), &opts as *const _ as *mut _)
+        };
+        if fd >= 0 {
+            // SAFETY: as above.
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
+        } else if -fd == libc::ENOENT {
+            return true;
+        }
         let name = CString::new("sched_switch").expect("no NUL");
         let opts = sys::bpf_raw_tp_opts {
             sz: size_of::<sys::bpf_raw_tp_opts>() as _,

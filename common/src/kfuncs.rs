@@ -11,6 +11,7 @@ use std::fs;
 
 use anyhow::{Context, Result};
 
+use crate::kcache;
 use crate::pattern::Matcher;
 use crate::tracefs;
 
@@ -57,17 +58,53 @@ pub struct KernelFuncs {
     /// Sorted by name, one entry per name.
     funcs: Vec<KernelFunc>,
     /// Where the list came from, for `-D`.
-    pub source: &'static str,
+    pub source: String,
+    /// How it was obtained this run (the cache, or the kernel and why), for the
+    /// `timing:` line.
+    pub how: &'static str,
     /// How many traceable names the deny list and kprobe blacklist removed.
     pub removed: usize,
     removed_names: HashSet<String>,
 }
 
 impl KernelFuncs {
-    /// Reads the traceable functions of the running kernel.
+    /// The traceable functions of the running kernel: from the cache when it is
+    /// fresh ([`crate::kcache`]), else read from the kernel (and cached).
     pub fn load() -> Result<Self> {
         let tracefs = tracefs::tracefs()?;
         crate::system::require_kernel_functions(tracefs)?;
+        let (key, miss) = match Self::cached() {
+            Ok(k) => return Ok(k),
+            Err(m) => m,
+        };
+        let mut k = Self::read(tracefs)?;
+        k.how = miss;
+        if let Some(key) = key {
+            kcache::store(&kcache::dir(), &key, &k.table());
+        }
+        Ok(k)
+    }
+
+    /// The cached table when it is fresh; else the cache key (if any) and why the
+    /// cache was not used. The caller has checked that kernel functions can be
+    /// traced at all.
+    pub fn cached() -> Result<Self, (Option<kcache::Key>, &'static str)> {
+        if kcache::disabled() {
+            return Err((None, "kernel, cache off"));
+        }
+        let Some(key) = kcache::Key::current() else {
+            return Err((None, "kernel, no boot id"));
+        };
+        match kcache::load(&kcache::dir(), &key) {
+            Ok(t) => Ok(Self::from_table(t)),
+            Err(kcache::Miss::Absent) => Err((Some(key), "kernel, no cache yet")),
+            Err(kcache::Miss::Stale) => Err((Some(key), "kernel, cache stale")),
+            Err(kcache::Miss::Corrupt) => Err((Some(key), "kernel, cache unreadable")),
+        }
+    }
+
+    /// Reads the kernel's lists.
+    fn read(tracefs: &std::path::Path) -> Result<Self> {
         let addrs_file = tracefs.join("available_filter_functions_addrs");
         let kallsyms = fs::read_to_string("/proc/kallsyms").unwrap_or_default();
         let (funcs, source) = if let Ok(text) = fs::read_to_string(&addrs_file) {
@@ -84,11 +121,27 @@ impl KernelFuncs {
                 "available_filter_functions + /proc/kallsyms",
             )
         };
-        let blacklist = tracefs::debugfs()
-            .and_then(|d| fs::read_to_string(d.join("kprobes/blacklist")).ok())
-            .map(|t| parse_blacklist(&t))
-            .unwrap_or_default();
-        Ok(Self::from_parts(funcs, source, &blacklist))
+        Ok(Self::from_parts(funcs, source, &blacklist()))
+    }
+
+    fn from_table(t: kcache::Table) -> Self {
+        KernelFuncs {
+            funcs: t.funcs,
+            source: format!("cache of {}", t.source),
+            how: "cache",
+            removed: t.removed.len(),
+            removed_names: t.removed.into_iter().collect(),
+        }
+    }
+
+    fn table(&self) -> kcache::Table {
+        let mut removed: Vec<String> = self.removed_names.iter().cloned().collect();
+        removed.sort();
+        kcache::Table {
+            source: self.source.clone(),
+            funcs: self.funcs.clone(),
+            removed,
+        }
     }
 
     fn from_parts(
@@ -96,13 +149,10 @@ impl KernelFuncs {
         source: &'static str,
         blacklist: &HashSet<String>,
     ) -> Self {
-        let deny: Vec<Matcher> = DENY_LIST
-            .iter()
-            .map(|g| Matcher::glob(g).expect("valid deny glob"))
-            .collect();
+        let deny = deny_matchers();
         let mut removed_names = HashSet::new();
         funcs.retain(|f| {
-            let bad = blacklist.contains(&f.name) || deny.iter().any(|d| d.is_match(&f.name));
+            let bad = blacklist.contains(&f.name) || denied(&deny, &f.name);
             if bad {
                 removed_names.insert(f.name.clone());
             }
@@ -111,7 +161,8 @@ impl KernelFuncs {
         funcs.sort_by(|a, b| a.name.cmp(&b.name));
         KernelFuncs {
             funcs,
-            source,
+            source: source.to_string(),
+            how: "kernel",
             removed: removed_names.len(),
             removed_names,
         }
@@ -144,6 +195,32 @@ impl KernelFuncs {
     pub fn is_removed(&self, name: &str) -> bool {
         self.removed_names.contains(name)
     }
+}
+
+fn deny_matchers() -> Vec<Matcher> {
+    DENY_LIST
+        .iter()
+        .map(|g| Matcher::glob(g).expect("valid deny glob"))
+        .collect()
+}
+
+fn denied(deny: &[Matcher], name: &str) -> bool {
+    deny.iter().any(|d| d.is_match(name))
+}
+
+/// Whether `name` is unsafe to trace (the deny list or the kprobe blacklist), for
+/// a function named exactly, without reading the traceable-function table: the
+/// kernel resolves the name when it attaches, and refuses one it cannot trace.
+pub fn unsafe_to_trace(name: &str) -> bool {
+    denied(&deny_matchers(), name) || blacklist().contains(name)
+}
+
+/// The kprobe blacklist (debugfs), empty when unreadable.
+fn blacklist() -> HashSet<String> {
+    tracefs::debugfs()
+        .and_then(|d| fs::read_to_string(d.join("kprobes/blacklist")).ok())
+        .map(|t| parse_blacklist(&t))
+        .unwrap_or_default()
 }
 
 /// Text symbols of kallsyms as (address, name without `.llvm.HASH`).

@@ -13,6 +13,7 @@ pub mod fixed;
 pub mod hist;
 pub mod ifunc;
 pub mod insn;
+pub mod kcache;
 pub mod kfuncs;
 pub mod mechanism;
 pub mod missed;
