@@ -65,15 +65,19 @@ pub struct KernelFuncs {
     /// How many traceable names the deny list and kprobe blacklist removed.
     pub removed: usize,
     removed_names: HashSet<String>,
+    /// How many traceable functions the kernel has (`funcs` may hold only those a
+    /// run asked for, when they came from the cache).
+    total: usize,
 }
 
 impl KernelFuncs {
-    /// The traceable functions of the running kernel: from the cache when it is
-    /// fresh ([`crate::kcache`]), else read from the kernel (and cached).
-    pub fn load() -> Result<Self> {
+    /// The traceable functions of the running kernel, at least those whose names
+    /// `wanted` accepts: from the cache when it is fresh ([`crate::kcache`]), else
+    /// read from the kernel (and cached).
+    pub fn load(wanted: &dyn Fn(&str) -> bool) -> Result<Self> {
         let tracefs = tracefs::tracefs()?;
         crate::system::require_kernel_functions(tracefs)?;
-        let (key, miss) = match Self::cached() {
+        let (key, miss) = match Self::cached(wanted) {
             Ok(k) => return Ok(k),
             Err(m) => m,
         };
@@ -88,14 +92,16 @@ impl KernelFuncs {
     /// The cached table when it is fresh; else the cache key (if any) and why the
     /// cache was not used. The caller has checked that kernel functions can be
     /// traced at all.
-    pub fn cached() -> Result<Self, (Option<kcache::Key>, &'static str)> {
+    pub fn cached(
+        wanted: &dyn Fn(&str) -> bool,
+    ) -> Result<Self, (Option<kcache::Key>, &'static str)> {
         if kcache::disabled() {
             return Err((None, "kernel, cache off"));
         }
         let Some(key) = kcache::Key::current() else {
             return Err((None, "kernel, no boot id"));
         };
-        match kcache::load(&kcache::dir(), &key) {
+        match kcache::load(&kcache::dir(), &key, wanted) {
             Ok(t) => Ok(Self::from_table(t)),
             Err(kcache::Miss::Absent) => Err((Some(key), "kernel, no cache yet")),
             Err(kcache::Miss::Stale) => Err((Some(key), "kernel, cache stale")),
@@ -131,6 +137,7 @@ impl KernelFuncs {
             how: "cache",
             removed: t.removed.len(),
             removed_names: t.removed.into_iter().collect(),
+            total: t.total,
         }
     }
 
@@ -140,6 +147,7 @@ impl KernelFuncs {
         kcache::Table {
             source: self.source.clone(),
             funcs: self.funcs.clone(),
+            total: self.funcs.len(),
             removed,
         }
     }
@@ -160,6 +168,7 @@ impl KernelFuncs {
         });
         funcs.sort_by(|a, b| a.name.cmp(&b.name));
         KernelFuncs {
+            total: funcs.len(),
             funcs,
             source: source.to_string(),
             how: "kernel",
@@ -168,12 +177,13 @@ impl KernelFuncs {
         }
     }
 
+    /// How many traceable functions the kernel has.
     pub fn len(&self) -> usize {
-        self.funcs.len()
+        self.total
     }
 
     pub fn is_empty(&self) -> bool {
-        self.funcs.is_empty()
+        self.total == 0
     }
 
     /// Every traceable function whose name the matcher accepts, in name order.
@@ -215,12 +225,21 @@ pub fn unsafe_to_trace(name: &str) -> bool {
     denied(&deny_matchers(), name) || blacklist().contains(name)
 }
 
-/// The kprobe blacklist (debugfs), empty when unreadable.
+/// The kprobe blacklist (debugfs), empty when unreadable; cached as the table is.
 fn blacklist() -> HashSet<String> {
-    tracefs::debugfs()
+    let key = (!kcache::disabled()).then(kcache::Key::current).flatten();
+    if let Some(key) = &key {
+        if let Ok(names) = kcache::load_blacklist(&kcache::dir(), key) {
+            return names.into_iter().collect();
+        }
+    }
+    let names = tracefs::debugfs()
         .and_then(|d| fs::read_to_string(d.join("kprobes/blacklist")).ok())
-        .map(|t| parse_blacklist(&t))
-        .unwrap_or_default()
+        .map(|t| parse_blacklist(&t));
+    if let (Some(key), Some(names)) = (&key, &names) {
+        kcache::store_blacklist(&kcache::dir(), key, names.iter());
+    }
+    names.unwrap_or_default()
 }
 
 /// Text symbols of kallsyms as (address, name without `.llvm.HASH`).

@@ -79,7 +79,15 @@ impl Plan {
             system::check_pid(pid)?;
         }
         let mut kfuncs: Option<KernelFuncs> = None;
-        let by_name = crate::timing::span("tables", || kernel_by_name(specs, &mut kfuncs))?;
+        // Only these names are parsed out of a cached table.
+        let kernel_specs: Vec<&ProbeSpec> = specs
+            .iter()
+            .filter(|s| matches!(s.source, Source::Kernel))
+            .collect();
+        let wanted = |name: &str| kernel_specs.iter().any(|s| s.matcher.is_match(name));
+        let by_name = crate::timing::span("tables", || {
+            kernel_by_name(&kernel_specs, &wanted, &mut kfuncs)
+        })?;
         let mut binaries = Binaries::default();
         let mut skipped = Vec::new();
         let mut probes = Vec::new();
@@ -92,6 +100,7 @@ impl Plan {
                     opts.pid,
                     &mut kfuncs,
                     by_name,
+                    &wanted,
                     &mut binaries,
                     &mut skipped,
                 )
@@ -379,16 +388,16 @@ pub(crate) fn not_traceable(name: &str) -> String {
 /// cached table (with one, it is loaded into `kfuncs`, and gives every instance
 /// of a static function's name, as a wildcard does). Reading the kernel's lists
 /// costs far more than attaching one function.
-fn kernel_by_name(specs: &[ProbeSpec], kfuncs: &mut Option<KernelFuncs>) -> Result<bool> {
-    let mut kernel = specs
-        .iter()
-        .filter(|s| matches!(s.source, Source::Kernel))
-        .peekable();
-    if kernel.peek().is_none() || !kernel.all(|s| s.matcher.literal().is_some()) {
+fn kernel_by_name(
+    kernel: &[&ProbeSpec],
+    wanted: &dyn Fn(&str) -> bool,
+    kfuncs: &mut Option<KernelFuncs>,
+) -> Result<bool> {
+    if kernel.is_empty() || !kernel.iter().all(|s| s.matcher.literal().is_some()) {
         return Ok(false);
     }
     system::require_kernel_functions(crate::tracefs::tracefs()?)?;
-    match KernelFuncs::cached() {
+    match KernelFuncs::cached(wanted) {
         Ok(k) => {
             *kfuncs = Some(k);
             Ok(false)
@@ -402,6 +411,7 @@ fn expand(
     pid: Option<u32>,
     kfuncs: &mut Option<KernelFuncs>,
     by_name: bool,
+    wanted: &dyn Fn(&str) -> bool,
     binaries: &mut Binaries,
     skipped: &mut Vec<Skipped>,
 ) -> Result<Vec<Probe>> {
@@ -425,7 +435,7 @@ fn expand(
         }
         Source::Kernel => {
             if kfuncs.is_none() {
-                *kfuncs = Some(KernelFuncs::load()?);
+                *kfuncs = Some(KernelFuncs::load(wanted)?);
             }
             let k = kfuncs.as_ref().expect("loaded above");
             let found: Vec<Probe> = k
