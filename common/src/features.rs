@@ -99,7 +99,7 @@ fn kprobe_link(what: &str, ty: sys::bpf_attach_type, fallback: &str) -> Result<(
         )
     })?;
     match kprobe_link_refused(&prog, ty) {
-        Some(libc::ENOENT) => return Ok(()),
+        Some(libc::E2BIG) => return Ok(()),
         Some(e @ (libc::EOPNOTSUPP | 524)) => {
             return Err(format!(
                 "creating a {what} link: {}",
@@ -137,20 +137,24 @@ fn kprobe_link(what: &str, ty: sys::bpf_attach_type, fallback: &str) -> Result<(
     Err("no probe symbol found".to_string())
 }
 
-/// A kprobe_multi-style link request for one address that is no function (1),
-/// which fails fast and patches nothing: a kernel that has the link type gets as
-/// far as looking the address up in ftrace and answers ENOENT; one built without
-/// fprobe answers EOPNOTSUPP, one older than the link type EINVAL. Returns the
-/// errno (`None` if a link was made, which cannot happen).
+/// A kprobe_multi-style link request that fails fast and patches nothing: more
+/// functions than the kernel takes in one link (MAX_KPROBE_MULTI_CNT, 2^20), so
+/// a kernel with the link type answers E2BIG before it reads the (invalid)
+/// address array; one built without fprobe answers EOPNOTSUPP, one older than
+/// the link type EINVAL. (An address that is no function would get EINVAL from
+/// ftrace, the same as an old kernel.) Returns the errno (`None` if a link was
+/// made, which cannot happen).
 fn kprobe_link_refused(prog: &OwnedFd, ty: sys::bpf_attach_type) -> Option<i32> {
-    let addr: std::os::raw::c_ulong = 1;
+    const MAX_KPROBE_MULTI_CNT: u32 = 1 << 20;
     let mut opts = sys::bpf_link_create_opts {
         sz: size_of::<sys::bpf_link_create_opts>() as _,
         ..Default::default()
     };
     opts.__bindgen_anon_1.kprobe_multi = sys::bpf_link_create_opts__bindgen_ty_1__bindgen_ty_2 {
-        cnt: 1,
-        addrs: &addr,
+        cnt: MAX_KPROBE_MULTI_CNT + 1,
+        // Never dereferenced by a kernel that checks the count first; one that
+        // does not faults on it (EFAULT) and gets the trial attach.
+        addrs: std::ptr::dangling(),
         ..Default::default()
     };
     link_create(prog, ty, &opts).err()

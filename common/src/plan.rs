@@ -85,9 +85,7 @@ impl Plan {
             .filter(|s| matches!(s.source, Source::Kernel))
             .collect();
         let wanted = |name: &str| kernel_specs.iter().any(|s| s.matcher.is_match(name));
-        let by_name = crate::timing::span("tables", || {
-            kernel_by_name(&kernel_specs, &wanted, &mut kfuncs)
-        })?;
+        let by_name = crate::timing::span("tables", || kernel_by_name(&kernel_specs))?;
         let mut binaries = Binaries::default();
         let mut skipped = Vec::new();
         let mut probes = Vec::new();
@@ -384,26 +382,18 @@ pub(crate) fn not_traceable(name: &str) -> String {
 }
 
 /// Whether this plan's kernel functions are left to the kernel to resolve by
-/// name: every kernel pattern names one function exactly and there is no fresh
-/// cached table (with one, it is loaded into `kfuncs`, and gives every instance
-/// of a static function's name, as a wildcard does). Reading the kernel's lists
-/// costs far more than attaching one function.
-fn kernel_by_name(
-    kernel: &[&ProbeSpec],
-    wanted: &dyn Fn(&str) -> bool,
-    kfuncs: &mut Option<KernelFuncs>,
-) -> Result<bool> {
+/// name: every kernel pattern names one function exactly. No table is read then
+/// (reading the kernel's lists, or even the cached table, costs more than
+/// attaching one function); the deny list and the kprobe blacklist are still
+/// checked, and a name the kernel cannot attach is an error in the same words.
+/// The kernel traces the first traceable instance of a static function whose
+/// name several share (a wildcard traces every instance).
+fn kernel_by_name(kernel: &[&ProbeSpec]) -> Result<bool> {
     if kernel.is_empty() || !kernel.iter().all(|s| s.matcher.literal().is_some()) {
         return Ok(false);
     }
     system::require_kernel_functions(crate::tracefs::tracefs()?)?;
-    match KernelFuncs::cached(wanted) {
-        Ok(k) => {
-            *kfuncs = Some(k);
-            Ok(false)
-        }
-        Err(_) => Ok(true),
-    }
+    Ok(true)
 }
 
 fn expand(
