@@ -4,7 +4,8 @@
 //! tracepoint, by tracekit's funccount (with no cached function table, as after a
 //! boot or a module load, and with one), bpftrace and BCC's funccount-bpfcc, in
 //! the same guest run. tracekit's `timing:` line (TRACEKIT_TIMING=1) says where
-//! its time went. `funccount --version` gives the cost of exec alone.
+//! its time went. `funccount --version` and `bpftrace --version` give the cost
+//! of exec alone.
 
 use std::fs;
 use std::process::{Command, Stdio};
@@ -39,87 +40,104 @@ const LIMIT: Duration = Duration::from_secs(240);
 const CACHE: &str = "/tmp/tracekit-bench-cache";
 
 /// Guest half: one `BENCH` line per (row, tool), skipping what `done` lists.
+/// The tools take turns, a round at a time (the emulator shares the host with
+/// other work, whose load drifts); a tool slower than [`QUICK`] runs once.
 pub fn guest(funccount: &str, bcc: bool, done: &[Value]) -> Result<()> {
     let mut rows: Vec<(&str, &str, &str, &str)> = vec![("--version", "", "", "")];
     rows.extend_from_slice(ROWS);
     for (row, pattern, bpftrace, bcc_pattern) in rows {
-        for &tool in TOOLS {
-            let key = serde_json::json!({"startup": row, "tool": tool});
-            let version = row == "--version";
-            if (version && tool != "tracekit (cached)")
-                || (tool == "bcc" && !bcc)
-                || done.iter().any(|d| matches(d, &key))
-            {
-                continue;
-            }
-            eprintln!("bench: start-up of {tool} on {row}...");
-            announce_start(&key);
-            let cmd = || -> Command {
-                match tool {
-                    _ if version => {
-                        let mut c = Command::new(funccount);
-                        c.arg("--version");
-                        c
-                    }
-                    "bpftrace" => {
-                        let mut c = Command::new("bpftrace");
-                        c.arg("-e").arg(format!(
-                            "{bpftrace} {{ @ = count(); }} interval:s:1 {{ exit(); }}"
-                        ));
-                        c
-                    }
-                    "bcc" => {
-                        let mut c = Command::new("funccount-bpfcc");
-                        c.args(["-d", "1", bcc_pattern]);
-                        c
-                    }
-                    _ => {
-                        if tool == "tracekit (no cache)" {
-                            let _ = fs::remove_dir_all(CACHE);
-                        }
-                        let mut c = Command::new(funccount);
-                        c.args(["-d", "1", pattern])
-                            .env("TRACEKIT_CACHE_DIR", CACHE)
-                            .env("TRACEKIT_TIMING", "1");
-                        c
-                    }
+        let version = row == "--version";
+        let tools: Vec<&str> = TOOLS
+            .iter()
+            .copied()
+            .filter(|&tool| {
+                let key = serde_json::json!({"startup": row, "tool": tool});
+                !((version && !matches!(tool, "tracekit (cached)" | "bpftrace"))
+                    || (tool == "bcc" && !bcc)
+                    || done.iter().any(|d| matches(d, &key)))
+            })
+            .collect();
+        if tools.is_empty() {
+            continue;
+        }
+        eprintln!("bench: start-up on {row}...");
+        announce_start(&serde_json::json!({ "startup": row }));
+        let cmd = |tool: &str| -> Command {
+            match tool {
+                "bpftrace" if version => {
+                    let mut c = Command::new("bpftrace");
+                    c.arg("--version");
+                    c
                 }
-            };
-            if tool == "tracekit (cached)" && !version {
-                // Fills the cache, as the first run after a boot would.
-                let _ = run(cmd(), 0.0);
+                _ if version => {
+                    let mut c = Command::new(funccount);
+                    c.arg("--version");
+                    c
+                }
+                "bpftrace" => {
+                    let mut c = Command::new("bpftrace");
+                    c.arg("-e").arg(format!(
+                        "{bpftrace} {{ @ = count(); }} interval:s:1 {{ exit(); }}"
+                    ));
+                    c
+                }
+                "bcc" => {
+                    let mut c = Command::new("funccount-bpfcc");
+                    c.args(["-d", "1", bcc_pattern]);
+                    c
+                }
+                _ => {
+                    if tool == "tracekit (no cache)" {
+                        let _ = fs::remove_dir_all(CACHE);
+                    }
+                    let mut c = Command::new(funccount);
+                    c.args(["-d", "1", pattern])
+                        .env("TRACEKIT_CACHE_DIR", CACHE)
+                        .env("TRACEKIT_TIMING", "1");
+                    c
+                }
             }
-            let traced = if version { 0.0 } else { 1.0 };
-            let mut line = match repeated(&cmd, traced) {
-                Ok((runs, timing)) => serde_json::json!({
-                    "overhead_s": median(runs.clone()),
-                    "runs_s": runs,
-                    "timing": timing,
+        };
+        let traced = if version { 0.0 } else { 1.0 };
+        let mut runs: Vec<Vec<f64>> = vec![Vec::new(); tools.len()];
+        let mut timing: Vec<Option<String>> = vec![None; tools.len()];
+        let mut error: Vec<Option<String>> = vec![None; tools.len()];
+        for _round in 0..REPS {
+            for (i, &tool) in tools.iter().enumerate() {
+                let slow = runs[i].first().is_some_and(|&s| s > QUICK.as_secs_f64());
+                if error[i].is_some() || slow {
+                    continue;
+                }
+                if tool == "tracekit (cached)" && !version {
+                    // Fills the cache, as the first run after a boot would (the
+                    // no-cache runs empty it).
+                    let _ = run(cmd(tool), 0.0);
+                }
+                match run(cmd(tool), traced) {
+                    Ok((s, t)) => {
+                        runs[i].push(s);
+                        timing[i] = t.or(timing[i].take());
+                    }
+                    Err(e) => error[i] = Some(format!("{e:#}")),
+                }
+                wait_clean().map_err(anyhow::Error::msg)?;
+            }
+        }
+        for (i, &tool) in tools.iter().enumerate() {
+            let mut line = match &error[i] {
+                Some(e) => serde_json::json!({"error": e}),
+                None => serde_json::json!({
+                    "overhead_s": median(runs[i].clone()),
+                    "runs_s": runs[i],
+                    "timing": timing[i],
                 }),
-                Err(e) => serde_json::json!({"error": format!("{e:#}")}),
             };
-            if let (Some(l), Some(k)) = (line.as_object_mut(), key.as_object()) {
-                l.extend(k.clone());
-            }
+            line["startup"] = row.into();
+            line["tool"] = tool.into();
             println!("{MARK}{line}");
         }
     }
     Ok(())
-}
-
-/// Up to [`REPS`] runs (one if it is slow): the overheads, and tracekit's
-/// `timing:` line of the last run.
-fn repeated(cmd: &dyn Fn() -> Command, traced: f64) -> Result<(Vec<f64>, Option<String>)> {
-    let mut runs = Vec::new();
-    let mut timing = None;
-    let started = Instant::now();
-    while runs.len() < REPS && (runs.is_empty() || started.elapsed() < QUICK * runs.len() as u32) {
-        let (s, t) = run(cmd(), traced)?;
-        runs.push(s);
-        timing = t.or(timing);
-        wait_clean().map_err(anyhow::Error::msg)?;
-    }
-    Ok((runs, timing))
 }
 
 /// Exec to exit of `cmd`, less the `traced` seconds, and its `timing:` line.
@@ -176,11 +194,14 @@ pub fn table(results: &[Value]) {
             .and_then(|r| r["overhead_s"].as_f64())
     };
     let exec = get("--version", "tracekit (cached)");
+    let bpftrace_exec = get("--version", "bpftrace");
     println!(
         "\nStart-up: exec to exit with 1 s traced (-d 1), that second subtracted, in seconds \
-         (median of up to {REPS} runs). `funccount --version` takes {}. Ratios are against \
+         (median of {REPS} rounds, the tools taking turns; one run of a tool over {} s). `funccount --version` takes {}, `bpftrace --version` {}. Ratios are against \
          tracekit with its function table cached; above 1 = slower than it.",
-        exec.map_or("-".into(), |e| format!("{e:.2} s"))
+        QUICK.as_secs(),
+        exec.map_or("-".into(), |e| format!("{e:.2} s")),
+        bpftrace_exec.map_or("-".into(), |e| format!("{e:.2} s"))
     );
     let mut t = Builder::default();
     let mut header = vec!["probe".to_string()];
