@@ -245,7 +245,7 @@ fn no_leftovers_after_sigterm_and_kill() {
         // Forcing a mode the kernel lacks is a clear error, not a silent fallback.
         fails_with(
             &["--attach-mode", "multi", "vfs_*"],
-            "--attach-mode multi: this kernel cannot create kprobe_multi links (creating a kprobe_multi link on vprintk: not supported by this kernel; needs Linux 5.18+ with CONFIG_FPROBE)",
+            "--attach-mode multi: this kernel cannot create kprobe_multi links (creating a kprobe_multi link: not supported by this kernel; needs Linux 5.18+ with CONFIG_FPROBE)",
         );
         &["single"]
     };
