@@ -126,6 +126,36 @@ fn libc_function_with_pid() {
 }
 
 #[test]
+fn timing_line_names_every_phase() {
+    let mut cmd = Command::new(funccount());
+    cmd.args(["-d", "0.2", "t:sched:sched_switch"])
+        .env("TRACEKIT_TIMING", "1");
+    let out = spawn_cmd(cmd).finish(T);
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("timing: "))
+        .unwrap_or_else(|| panic!("no timing line in {}", out.stderr));
+    for phase in [
+        "exec ",
+        "tables ",
+        "features ",
+        "load ",
+        "attach ",
+        "traced ",
+        "first summary ",
+        "detach ",
+        "; overhead ",
+    ] {
+        assert!(line.contains(phase), "{phase:?} missing: {line}");
+    }
+    // Without TRACEKIT_TIMING or --debug: no timing line.
+    let out = run(&funccount(), &["-d", "0.1", "t:sched:sched_switch"], T);
+    assert!(!out.stderr.contains("timing:"), "{}", out.stderr);
+}
+
+#[test]
 fn tracepoint_with_pid() {
     let out = count_with_pid(&["getppid", "777"], &["t:syscalls:sys_enter_getppid"]);
     assert_eq!(

@@ -245,7 +245,7 @@ fn no_leftovers_after_sigterm_and_kill() {
         // Forcing a mode the kernel lacks is a clear error, not a silent fallback.
         fails_with(
             &["--attach-mode", "multi", "vfs_*"],
-            "--attach-mode multi: this kernel cannot create kprobe_multi links (creating a kprobe_multi link on vprintk: not supported by this kernel; needs Linux 5.18+ with CONFIG_FPROBE)",
+            "--attach-mode multi: this kernel cannot create kprobe_multi links (creating a kprobe_multi link: not supported by this kernel; needs Linux 5.18+ with CONFIG_FPROBE)",
         );
         &["single"]
     };
@@ -725,4 +725,48 @@ fn urandomread_device_reads_and_getrandom_exactly() {
         assert!(!out.stderr.contains("are not traced"), "{}", out.stderr);
     }
     assert_nothing_left("urandomread");
+}
+
+/// The function table cache (TRACEKIT_CACHE_DIR here): the first run reads the
+/// kernel and writes it, later runs use it and count the same; a table of
+/// another boot or a corrupt one is not used, silently.
+#[test]
+#[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
+fn function_table_cache_is_used_only_when_fresh() {
+    let cache = Scratch::new();
+    // Counts 300 reads with `pattern`; returns the timing line's table source.
+    let count = |pattern: &str| -> String {
+        let dir = Scratch::new();
+        let file = data_file(&dir);
+        let w = Workload::start(&prog("workload"), &["read", "300", file.to_str().unwrap()]);
+        let mut cmd = std::process::Command::new(funccount());
+        cmd.args(["-p", &w.pid.to_string(), pattern])
+            .env("TRACEKIT_CACHE_DIR", &cache.0)
+            .env("TRACEKIT_TIMING", "1");
+        let mut t = spawn_cmd(cmd);
+        t.wait_ready();
+        w.go();
+        let out = t.finish(T);
+        assert!(w.wait().success());
+        assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+        assert_eq!(vfs_read_count(&out), 300, "{pattern}: {}", out.stdout);
+        let timing = out.stderr.lines().find(|l| l.starts_with("timing:"));
+        timing
+            .and_then(|l| l.split("tables ").nth(1))
+            .and_then(|t| t.split(['(', ')']).nth(1))
+            .unwrap_or_else(|| panic!("no table source in {}", out.stderr))
+            .to_string()
+    };
+    assert_eq!(count("vfs_rea*"), "kernel, no cache yet");
+    assert_eq!(count("vfs_rea*"), "cache");
+    // One function named exactly needs no table.
+    assert_eq!(count("vfs_read"), "none: kernel functions by name");
+    let table = cache.0.join("kfuncs");
+    let text = std::fs::read_to_string(&table).unwrap();
+    std::fs::write(&table, text.replacen("\nboot ", "\nboot 0", 1)).unwrap();
+    assert_eq!(count("vfs_rea*"), "kernel, cache stale");
+    std::fs::write(&table, "tracekit-kfuncs 1\ngarbage\n").unwrap();
+    assert_eq!(count("vfs_rea*"), "kernel, cache unreadable");
+    assert_eq!(count("vfs_rea*"), "cache");
+    assert_nothing_left("cached-table runs");
 }

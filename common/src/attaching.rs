@@ -18,6 +18,30 @@ use crate::run::{Phase, Stop};
 use crate::system;
 use crate::tracepoints::{self, Tracepoint};
 
+/// Fails on a kernel function named exactly that the kernel did not attach (no
+/// table was read to check it first), with the words a table check would give.
+fn not_attached_by_name(kernel: &[(usize, &KernelFunc)], out: &Attached) -> Result<()> {
+    for (i, f) in kernel {
+        if out.is_attached(*i) {
+            continue;
+        }
+        let reason = out
+            .skipped
+            .iter()
+            .rev()
+            .find(|s| s.label == f.name)
+            .map(|s| s.reason.as_str());
+        let missing = [libc::ESRCH, libc::ENOENT, libc::EINVAL].map(attach::errno_reason);
+        match reason {
+            Some(r) if !missing.iter().any(|m| m == r) => {
+                bail!("\"{}\" could not be attached: {r}", f.name)
+            }
+            _ => bail!(crate::plan::not_traceable(&f.name)),
+        }
+    }
+    Ok(())
+}
+
 impl Plan {
     /// Attaches every probe to the loaded object's programs. Stops early (keeping
     /// what is attached, for the caller to drop) when `stop` is raised.
@@ -74,6 +98,9 @@ impl Plan {
                     Via::Single => attach::kprobes(p, hook, &sites, stop, &mut out),
                     Via::Trampoline => attach::trampoline(p, &sites, &mut out),
                 }
+            }
+            if self.kernel_by_name && !stop.is_set() {
+                not_attached_by_name(&kernel, &out)?;
             }
         }
 

@@ -72,17 +72,23 @@ fn link_create(
     }
 }
 
-/// Whether kprobe_multi links work, tested by linking a program to a function every
-/// kernel has and can trace (as bpftrace and cilium/ebpf do). A name that happens
-/// not to exist (ESRCH) moves on to the next candidate, ending with `fallback`.
+/// Whether kprobe_multi links work. Asked first without touching kernel text
+/// ([`kprobe_link_refused`]); a kernel that answers otherwise than expected gets
+/// the trial attach to a function every kernel has and can trace (as bpftrace
+/// and cilium/ebpf do). A name that happens not to exist (ESRCH) moves on to the
+/// next candidate, ending with `fallback`.
 pub fn kprobe_multi(fallback: &str) -> Result<(), String> {
-    kprobe_link("kprobe_multi", sys::BPF_TRACE_KPROBE_MULTI, fallback)
+    crate::timing::span("features", || {
+        kprobe_link("kprobe_multi", sys::BPF_TRACE_KPROBE_MULTI, fallback)
+    })
 }
 
 /// Whether kprobe.session links work (Linux 6.10+ with CONFIG_FPROBE), tested as
 /// [`kprobe_multi`] is.
 pub fn kprobe_session(fallback: &str) -> Result<(), String> {
-    kprobe_link("kprobe.session", sys::BPF_TRACE_KPROBE_SESSION, fallback)
+    crate::timing::span("features", || {
+        kprobe_link("kprobe.session", sys::BPF_TRACE_KPROBE_SESSION, fallback)
+    })
 }
 
 fn kprobe_link(what: &str, ty: sys::bpf_attach_type, fallback: &str) -> Result<(), String> {
@@ -92,6 +98,16 @@ fn kprobe_link(what: &str, ty: sys::bpf_attach_type, fallback: &str) -> Result<(
             crate::attach::errno_reason(e)
         )
     })?;
+    match kprobe_link_refused(&prog, ty) {
+        Some(libc::E2BIG) => return Ok(()),
+        Some(e @ (libc::EOPNOTSUPP | 524)) => {
+            return Err(format!(
+                "creating a {what} link: {}",
+                crate::attach::errno_reason(e)
+            ))
+        }
+        _ => {}
+    }
     for symbol in ["vprintk", "ksys_read", "do_sys_openat2", fallback] {
         let Ok(name) = CString::new(symbol) else {
             continue;
@@ -121,15 +137,38 @@ fn kprobe_link(what: &str, ty: sys::bpf_attach_type, fallback: &str) -> Result<(
     Err("no probe symbol found".to_string())
 }
 
+/// A kprobe_multi-style link request that fails fast and patches nothing: more
+/// functions than the kernel takes in one link (MAX_KPROBE_MULTI_CNT, 2^20), so
+/// a kernel with the link type answers E2BIG before it reads the (invalid)
+/// address array; one built without fprobe answers EOPNOTSUPP, one older than
+/// the link type EINVAL. (An address that is no function would get EINVAL from
+/// ftrace, the same as an old kernel.) Returns the errno (`None` if a link was
+/// made, which cannot happen).
+fn kprobe_link_refused(prog: &OwnedFd, ty: sys::bpf_attach_type) -> Option<i32> {
+    const MAX_KPROBE_MULTI_CNT: u32 = 1 << 20;
+    let mut opts = sys::bpf_link_create_opts {
+        sz: size_of::<sys::bpf_link_create_opts>() as _,
+        ..Default::default()
+    };
+    opts.__bindgen_anon_1.kprobe_multi = sys::bpf_link_create_opts__bindgen_ty_1__bindgen_ty_2 {
+        cnt: MAX_KPROBE_MULTI_CNT + 1,
+        // Never dereferenced by a kernel that checks the count first; one that
+        // does not faults on it (EFAULT) and gets the trial attach.
+        addrs: std::ptr::dangling(),
+        ..Default::default()
+    };
+    link_create(prog, ty, &opts).err()
+}
+
 /// Whether uprobe_multi links work with PID filtering (kernel 6.6, PID fix in 6.10),
 /// probed the way libbpf does: a bad path must give EBADF, a bad PID EINVAL.
 pub fn uprobe_multi() -> bool {
-    uprobe_link(sys::BPF_TRACE_UPROBE_MULTI)
+    crate::timing::span("features", || uprobe_link(sys::BPF_TRACE_UPROBE_MULTI))
 }
 
 /// Whether uprobe.session links work (Linux 6.13+), probed as [`uprobe_multi`].
 pub fn uprobe_session() -> bool {
-    uprobe_link(sys::BPF_TRACE_UPROBE_SESSION)
+    crate::timing::span("features", || uprobe_link(sys::BPF_TRACE_UPROBE_SESSION))
 }
 
 fn uprobe_link(ty: sys::bpf_attach_type) -> bool {
@@ -157,11 +196,16 @@ fn uprobe_link(ty: sys::bpf_attach_type) -> bool {
 }
 
 /// Whether raw tracepoint links take a BPF cookie (Linux 6.10+), found by loading a
-/// raw tracepoint program that reads its cookie and attaching it with one (to a
-/// tracepoint every kernel has, for the moment of the probe).
+/// raw tracepoint program that reads its cookie and opening a link with one (to a
+/// tracepoint that does not exist, else to one every kernel has, for the moment
+/// of the probe).
 pub fn raw_tp_cookie() -> bool {
     static ANSWER: OnceLock<bool> = OnceLock::new();
-    *ANSWER.get_or_init(|| {
+    *ANSWER.get_or_init(|| crate::timing::span("features", raw_tp_cookie_probe))
+}
+
+fn raw_tp_cookie_probe() -> bool {
+    {
         const GET_ATTACH_COOKIE: u8 = 174;
         let Ok(prog) = load(
             sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
@@ -171,6 +215,25 @@ pub fn raw_tp_cookie() -> bool {
         ) else {
             return false;
         };
+        // A tracepoint that does not exist first: a kernel that takes the cookie
+        // gets as far as looking the name up (ENOENT) and enables nothing. Any
+        // other answer gets the trial attach.
+        let fake = CString::new("tracekit_no_such_tracepoint").expect("no NUL");
+        let opts = sys::bpf_raw_tp_opts {
+            sz: size_of::<sys::bpf_raw_tp_opts>() as _,
+            tp_name: fake.as_ptr(),
+            cookie: 1,
+        };
+        // SAFETY: fake outlives the call; a non-negative result is an fd we own.
+        let fd = unsafe {
+            sys::bpf_raw_tracepoint_open_opts(prog.as_raw_fd(), &opts as *const _ as *mut _)
+        };
+        if fd >= 0 {
+            // SAFETY: as above.
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
+        } else if -fd == libc::ENOENT {
+            return true;
+        }
         let name = CString::new("sched_switch").expect("no NUL");
         let opts = sys::bpf_raw_tp_opts {
             sz: size_of::<sys::bpf_raw_tp_opts>() as _,
@@ -187,7 +250,7 @@ pub fn raw_tp_cookie() -> bool {
         // SAFETY: fd is a fresh link fd; closing it detaches the probe.
         drop(unsafe { OwnedFd::from_raw_fd(fd) });
         true
-    })
+    }
 }
 
 /// Whether BPF programs may read kernel memory (bpf_probe_read_kernel, which
@@ -195,7 +258,11 @@ pub fn raw_tp_cookie() -> bool {
 /// TRACEKIT_NO_KERNEL_READS=1 answers no (to test the locked-down paths).
 pub fn kernel_reads() -> bool {
     static ANSWER: OnceLock<bool> = OnceLock::new();
-    *ANSWER.get_or_init(|| {
+    *ANSWER.get_or_init(|| crate::timing::span("features", kernel_reads_probe))
+}
+
+fn kernel_reads_probe() -> bool {
+    {
         if std::env::var_os("TRACEKIT_NO_KERNEL_READS").is_some_and(|v| v != "0") {
             return false;
         }
@@ -215,13 +282,17 @@ pub fn kernel_reads() -> bool {
             ],
         )
         .is_ok()
-    })
+    }
 }
 
 /// Whether `func` (a vmlinux function) can be traced with fentry/fexit: a trivial
 /// tracing program is loaded for it and attached (as libbpf-tools' fentry_can_attach
 /// does). Fails under lockdown, without BTF, and for module functions.
 pub fn fentry(func: &str) -> Result<(), String> {
+    crate::timing::span("features", || fentry_probe(func))
+}
+
+fn fentry_probe(func: &str) -> Result<(), String> {
     let name = CString::new(func).map_err(|_| "bad name".to_string())?;
     // SAFETY: plain libbpf calls; the BTF object is freed below.
     let id = unsafe {

@@ -141,6 +141,10 @@ impl Selection {
     /// auto-attach: `tp_btf/X`, `raw_tp/X`, `tracepoint/C/X`, `kretprobe/F`,
     /// `fexit/F`); fails on the first that does not attach.
     pub fn attach(&self, obj: &Object) -> Result<Vec<Link>> {
+        crate::timing::span("attach", || self.attach_all(obj))
+    }
+
+    fn attach_all(&self, obj: &Object) -> Result<Vec<Link>> {
         let mut links = Vec::new();
         for prog in obj.progs_mut() {
             let Some(name) = prog.name().to_str() else {

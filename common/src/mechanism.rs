@@ -147,9 +147,12 @@ pub(crate) fn choose_kernel_via(probes: &[Probe], opts: &Options) -> Result<Opti
                         "--attach-mode multi: this kernel cannot create kprobe_multi links ({why}; needs Linux 5.18+ with CONFIG_FPROBE)"
                     ),
                     Err(why) => {
-                        warn(&format!(
+                        // One function costs one kprobe either way: nothing to say.
+                        if kernel.len() > 1 {
+                            warn(&format!(
                             "kprobe_multi is not available on this kernel ({why}): attaching one kprobe per function (slower to attach and detach)"
-                        ));
+                            ));
+                        }
                         Via::Single
                     }
                 },

@@ -66,7 +66,10 @@ pub struct Plan {
     /// File descriptors to keep free beyond the probes' own (symbolization opens
     /// files after attaching); checked against RLIMIT_NOFILE before attaching.
     pub fd_reserve: usize,
-    kernel_table: Option<(&'static str, usize, usize)>,
+    kernel_table: Option<(String, usize, usize)>,
+    /// Kernel functions named exactly and left to the kernel to resolve (no
+    /// table was read): one that does not attach is an error, not a skip.
+    pub(crate) kernel_by_name: bool,
 }
 
 impl Plan {
@@ -76,13 +79,30 @@ impl Plan {
             system::check_pid(pid)?;
         }
         let mut kfuncs: Option<KernelFuncs> = None;
+        // Only these names are parsed out of a cached table.
+        let kernel_specs: Vec<&ProbeSpec> = specs
+            .iter()
+            .filter(|s| matches!(s.source, Source::Kernel))
+            .collect();
+        let wanted = |name: &str| kernel_specs.iter().any(|s| s.matcher.is_match(name));
+        let by_name = crate::timing::span("tables", || kernel_by_name(&kernel_specs))?;
         let mut binaries = Binaries::default();
         let mut skipped = Vec::new();
         let mut probes = Vec::new();
         let mut seen: HashMap<String, usize> = HashMap::new();
         let mut matches = Vec::new();
         for spec in specs {
-            let found = expand(spec, opts.pid, &mut kfuncs, &mut binaries, &mut skipped)?;
+            let found = crate::timing::span("tables", || {
+                expand(
+                    spec,
+                    opts.pid,
+                    &mut kfuncs,
+                    by_name,
+                    &wanted,
+                    &mut binaries,
+                    &mut skipped,
+                )
+            })?;
             matches.push((spec.raw.clone(), found.len()));
             for p in found {
                 match seen.entry(site_key(&p.site)) {
@@ -104,10 +124,16 @@ impl Plan {
                 }
             }
         }
+        if let Some(k) = &kfuncs {
+            crate::timing::note("tables", k.how);
+        } else if by_name {
+            crate::timing::note("tables", "none: kernel functions by name");
+        }
         let kernel_via = choose_kernel_via(&probes, opts)?;
         let user_via = choose_user_via(&probes, opts)?;
         Ok(Plan {
-            kernel_table: kfuncs.map(|k| (k.source, k.len(), k.removed)),
+            kernel_table: kfuncs.map(|k| (k.source.clone(), k.len(), k.removed)),
+            kernel_by_name: by_name,
             probes,
             matches,
             pid: opts.pid,
@@ -129,7 +155,7 @@ impl Plan {
                 if *n == 1 { "" } else { "es" }
             );
         }
-        if let Some((src, n, removed)) = self.kernel_table {
+        if let Some((src, n, removed)) = &self.kernel_table {
             let _ = writeln!(
                 s,
                 "kernel functions: {n} traceable (from {src}), {removed} excluded by the deny list and kprobe blacklist"
@@ -350,18 +376,56 @@ fn no_user_function(spec: &ProbeSpec, bin: &Binary, skipped: &[(String, String)]
     }
 }
 
+/// The error for a kernel function named exactly that cannot be traced.
+pub(crate) fn not_traceable(name: &str) -> String {
+    format!("\"{name}\" is not a traceable kernel function (it may not exist, be inlined, or be marked notrace)")
+}
+
+/// Whether this plan's kernel functions are left to the kernel to resolve by
+/// name: every kernel pattern names one function exactly. No table is read then
+/// (reading the kernel's lists, or even the cached table, costs more than
+/// attaching one function); the deny list and the kprobe blacklist are still
+/// checked, and a name the kernel cannot attach is an error in the same words.
+/// The kernel traces the first traceable instance of a static function whose
+/// name several share (a wildcard traces every instance).
+fn kernel_by_name(kernel: &[&ProbeSpec]) -> Result<bool> {
+    if kernel.is_empty() || !kernel.iter().all(|s| s.matcher.literal().is_some()) {
+        return Ok(false);
+    }
+    system::require_kernel_functions(crate::tracefs::tracefs()?)?;
+    Ok(true)
+}
+
 fn expand(
     spec: &ProbeSpec,
     pid: Option<u32>,
     kfuncs: &mut Option<KernelFuncs>,
+    by_name: bool,
+    wanted: &dyn Fn(&str) -> bool,
     binaries: &mut Binaries,
     skipped: &mut Vec<Skipped>,
 ) -> Result<Vec<Probe>> {
     let m = &spec.matcher;
     let probes: Vec<Probe> = match &spec.source {
+        Source::Kernel if by_name => {
+            let name = m
+                .literal()
+                .expect("by name: every kernel pattern is literal");
+            if crate::kfuncs::unsafe_to_trace(name) {
+                bail!("\"{name}\" is not traced: it is on the kprobe blacklist or the deny list of functions that hang or recurse when traced");
+            }
+            vec![Probe {
+                label: name.to_string(),
+                site: Site::Kernel(KernelFunc {
+                    name: name.to_string(),
+                    module: None,
+                    addrs: Vec::new(),
+                }),
+            }]
+        }
         Source::Kernel => {
             if kfuncs.is_none() {
-                *kfuncs = Some(KernelFuncs::load()?);
+                *kfuncs = Some(KernelFuncs::load(wanted)?);
             }
             let k = kfuncs.as_ref().expect("loaded above");
             let found: Vec<Probe> = k
@@ -376,7 +440,7 @@ fn expand(
                     if k.is_removed(name) {
                         bail!("\"{name}\" is not traced: it is on the kprobe blacklist or the deny list of functions that hang or recurse when traced");
                     }
-                    bail!("\"{name}\" is not a traceable kernel function (it may not exist, be inlined, or be marked notrace)");
+                    bail!(not_traceable(name));
                 }
                 bail!("no traceable kernel function matches \"{spec}\"");
             }

@@ -25,6 +25,7 @@ use crate::run::{self, Schedule, Stop, StopReason};
 use crate::serve::{Reply, Request, Served, Server};
 use crate::spec::ProbeSpec;
 use crate::system;
+use crate::timing::{self, Marks};
 use crate::tracefs;
 
 /// What a tool hooks, beyond the common flags.
@@ -49,6 +50,8 @@ pub struct Session {
     /// requests answered once everything is detached.
     pub(crate) server: Option<Server>,
     pub(crate) stopping: RefCell<Vec<Request>>,
+    /// Phase times for the `timing:` line ([`crate::timing`]).
+    marks: RefCell<Marks>,
 }
 
 impl Session {
@@ -60,6 +63,7 @@ impl Session {
         how: How,
         debug: bool,
     ) -> Result<Session> {
+        let marks = Marks::start();
         system::require_root()?;
         common.check()?;
         let stop = Stop::install()?;
@@ -85,13 +89,16 @@ impl Session {
             links: Vec::new(),
             server: crate::listen::bind(common)?,
             stopping: RefCell::new(Vec::new()),
+            marks: RefCell::new(marks),
         })
     }
 
     /// Attaches the plan to the loaded object and, with `-p`, ends the run when
     /// that process exits. Returns how many probes are attached.
     pub fn attach(&mut self, obj: &Object) -> Result<usize> {
+        self.marks.get_mut().attach_start();
         let attached = self.plan.attach_and_report(obj, self.stop, self.debug)?;
+        self.marks.get_mut().attach_end();
         let n = attached.probes_attached();
         self.attached = Some(attached);
         if let Some(pid) = self.pid {
@@ -120,9 +127,11 @@ impl Session {
     pub fn run(
         &self,
         schedule: Schedule,
-        summary: impl FnMut(bool) -> Result<()>,
+        mut summary: impl FnMut(bool) -> Result<()>,
     ) -> Result<StopReason> {
-        run::run_loop(schedule, self.stop, summary)
+        run::run_loop(schedule, self.stop, |last| {
+            self.marks.borrow_mut().summary(|| summary(last))
+        })
     }
 
     /// The summary loop, calling `poll(timeout)` while waiting (a ring buffer).
@@ -130,24 +139,31 @@ impl Session {
         &self,
         schedule: Schedule,
         mut poll: impl FnMut(std::time::Duration),
-        summary: impl FnMut(bool) -> Result<()>,
+        mut summary: impl FnMut(bool) -> Result<()>,
     ) -> Result<StopReason> {
         run::run_loop_with(
             schedule,
             |deadline: Option<Instant>| self.stop.poll_until(deadline, &mut poll),
-            summary,
+            |last| self.marks.borrow_mut().summary(|| summary(last)),
         )
     }
 
-    /// Prints `Detaching...` (unless `quiet`) and detaches everything.
+    /// Prints `Detaching...` (unless `quiet`) and detaches everything; then,
+    /// with `--debug` or TRACEKIT_TIMING=1, the `timing:` line (stderr).
     pub fn finish(mut self, quiet: bool) -> Result<()> {
         let printed = if quiet {
             Ok(())
         } else {
             self.status("Detaching...")
         };
+        let t = Instant::now();
         drop(self.attached.take());
         self.links.clear();
+        let marks = self.marks.get_mut();
+        marks.detached(t.elapsed());
+        if self.debug || timing::requested() {
+            cli::stderr(&marks.line());
+        }
         // POST /stop is answered when nothing is attached any more.
         for rq in self.stopping.take() {
             rq.answer(Reply::json(&serde_json::json!({ "stopped": true })));
@@ -170,6 +186,7 @@ impl Session {
     /// The checks of [`Session::prepare`] (privileges, flags, `-p`), the signal
     /// handlers, and tracefs mounted for classic tracepoints; the plan is empty.
     pub fn fixed(common: &mut CommonArgs, debug: bool) -> Result<Session> {
+        let marks = Marks::start();
         system::require_root()?;
         common.check()?;
         if common.attach_mode != crate::AttachMode::Auto {
@@ -196,6 +213,7 @@ impl Session {
             links: Vec::new(),
             server: crate::listen::bind(common)?,
             stopping: RefCell::new(Vec::new()),
+            marks: RefCell::new(marks),
         })
     }
 
@@ -203,6 +221,9 @@ impl Session {
     /// [`Session::finish`], or when the session is dropped on an error) and, with
     /// `-p`, ends the run when that process exits.
     pub fn adopt(&mut self, links: Vec<Link>) -> Result<()> {
+        self.marks
+            .get_mut()
+            .attached_within(timing::total("attach"));
         self.links.extend(links);
         if let Some(pid) = self.pid {
             self.stop.watch_pid(pid)?;

@@ -51,7 +51,7 @@ struct Args {
     #[arg(short, long, value_name = "SECS", value_parser = parse_secs, allow_hyphen_values = true)]
     duration: Option<Duration>,
 
-    /// Print the plan: what matched, the attach mode, skipped probes
+    /// Print the plan (what matched, the attach mode, skipped probes) and the time of each start-up phase
     #[arg(short = 'D', long)]
     debug: bool,
 

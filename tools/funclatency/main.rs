@@ -56,7 +56,7 @@ struct Args {
     #[arg(short = 'l', long, value_name = "LEVEL", value_parser = clap::value_parser!(u32).range(1..))]
     level: Option<u32>,
 
-    /// Print the plan: what matched, the attach mechanism, skipped probes
+    /// Print the plan (what matched, the attach mechanism, skipped probes) and the time of each start-up phase
     #[arg(short = 'D', long)]
     debug: bool,
 

@@ -99,7 +99,7 @@ struct Args {
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
 
-    /// Print the plan: what matched, attach mode, skipped probes
+    /// Print the plan (what matched, attach mode, skipped probes) and the time of each start-up phase
     #[arg(long)]
     debug: bool,
 

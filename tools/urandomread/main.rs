@@ -50,7 +50,7 @@ struct Args {
     #[arg(long, value_name = "SECS", value_parser = parse_secs, allow_hyphen_values = true)]
     duration: Option<Duration>,
 
-    /// Print the programs in use and why others were not
+    /// Print the programs in use, why others were not, and the time of each start-up phase
     #[arg(long)]
     debug: bool,
 }

@@ -30,7 +30,7 @@ struct Args {
     #[arg(short = 'T', long)]
     timestamp: bool,
 
-    /// Print the plan: the attach mechanism chosen (fentry/fexit, session, ...)
+    /// Print the plan (the attach mechanism chosen: fentry/fexit, session, ...) and the time of each start-up phase
     #[arg(long)]
     debug: bool,
 

@@ -7,6 +7,9 @@
 //! Times are emulated (TCG) and only comparable within one run. The guest half runs
 //! this same xtask binary (`bench-attach-guest`) and prints one `BENCH {json}` line
 //! per measurement; the host half collects them into a table and target/bench/.
+//!
+//! It begins with the start-up rows ([`crate::bench_startup`]): exec to exit with
+//! one second traced, against bpftrace and BCC. `--startup` runs only those.
 
 use std::fs;
 use std::path::Path;
@@ -29,7 +32,8 @@ const LIMIT: Duration = Duration::from_secs(240);
 const TOOLS: &[&str] = &["tracekit-multi", "tracekit-single", "bpftrace", "bcc"];
 
 /// Host half: boots the 6.12 guest running the guest half, then prints the table.
-pub fn host(root: &Path) -> Result<()> {
+pub fn host(root: &Path, args: &[String]) -> Result<()> {
+    let startup_only = args.iter().any(|a| a == "--startup");
     deps::ensure(&[deps::BUILD, deps::GUEST, deps::BENCH].concat())?;
     crate::build_release(&["--bin", "funccount"])?;
     let spec = &guest::KERNELS[0];
@@ -46,11 +50,12 @@ pub fn host(root: &Path) -> Result<()> {
     let script = guest::write_script(
         "bench-attach.sh",
         &format!(
-            "'{}' bench-attach-guest '{}' --done '{}' {}",
+            "'{}' bench-attach-guest '{}' --done '{}' {} {}",
             xtask.display(),
             root.join("target/release/funccount").display(),
             done_file.display(),
-            if bcc_note.is_some() { "--no-bcc" } else { "" }
+            if bcc_note.is_some() { "--no-bcc" } else { "" },
+            if startup_only { "--startup-only" } else { "" }
         ),
     )?;
     // Mass ftrace patching can crash an emulated guest kernel (seen once in ~10
@@ -79,10 +84,15 @@ pub fn host(root: &Path) -> Result<()> {
         kernel.version,
         QUICK.as_secs()
     );
-    for (phase, key) in [
-        ("attach (s, exec to tracing)", "attach_s"),
-        ("detach (s, SIGINT to exit)", "detach_s"),
-    ] {
+    let phases = if startup_only {
+        &[][..]
+    } else {
+        &[
+            ("attach (s, exec to tracing)", "attach_s"),
+            ("detach (s, SIGINT to exit)", "detach_s"),
+        ][..]
+    };
+    for &(phase, key) in phases {
         let mut t = Builder::default();
         let mut header = vec!["pattern".to_string(), "functions".to_string()];
         header.extend(TOOLS.iter().map(|t| t.to_string()));
@@ -130,7 +140,11 @@ pub fn host(root: &Path) -> Result<()> {
         }
         println!("\n{phase}:\n{}", t.build().with(Style::markdown()));
     }
-    for r in results.iter().filter(|r| r["error"].is_string()) {
+    crate::bench_startup::table(&results);
+    for r in results
+        .iter()
+        .filter(|r| r["error"].is_string() && r["pattern"].is_string())
+    {
         println!(
             "failed: {} on '{}': {}",
             r["tool"].as_str().unwrap_or(""),
@@ -160,10 +174,14 @@ pub fn host(root: &Path) -> Result<()> {
 /// `start` line before each measurement (so the host knows what a crash interrupted)
 /// and its result after. Measurements listed in the `--done` file are skipped.
 pub fn guest(args: &[String]) -> Result<()> {
-    let usage = "usage: bench-attach-guest FUNCCOUNT [--done FILE] [--no-bcc]";
+    let usage = "usage: bench-attach-guest FUNCCOUNT [--done FILE] [--no-bcc] [--startup-only]";
     let funccount = args.first().context(usage)?;
     let bcc = !args.iter().any(|a| a == "--no-bcc");
     let done = done_list(args).context(usage)?;
+    crate::bench_startup::guest(funccount, bcc, &done)?;
+    if args.iter().any(|a| a == "--startup-only") {
+        return Ok(());
+    }
     let names = traceable_functions()?;
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let mut patterns: Vec<String> = TARGETS.iter().map(|&n| closest_glob(&names, n)).collect();

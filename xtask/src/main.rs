@@ -34,6 +34,7 @@ mod bench_io;
 mod bench_latency;
 mod bench_serve;
 mod bench_stacks;
+mod bench_startup;
 mod deps;
 mod guest;
 mod install;
@@ -94,7 +95,7 @@ fn real_main() -> Result<()> {
             deps::ensure(deps::BUILD)?;
             bench_serve::run(&root)
         }
-        Some("bench-attach") => bench_attach::host(&root),
+        Some("bench-attach") => bench_attach::host(&root, &args[1..]),
         // Runs inside the benchmark guest.
         Some("bench-attach-guest") => bench_attach::guest(&args[1..]),
         Some("bench-latency") => bench_latency::host(&root, &args[1..]),

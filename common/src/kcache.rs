@@ -1,0 +1,435 @@
+//! The table of traceable kernel functions, cached across runs.
+//!
+//! Reading the kernel's lists costs most of a run's start-up (about 1.2 s in the
+//! emulated benchmark guest: kallsyms, available_filter_functions_addrs and the
+//! kprobe blacklist are generated on every read), and they only change at boot
+//! and when modules come or go. So the table is kept in `/run/tracekit/kfuncs`
+//! (a tmpfs: gone at reboot), keyed by the boot id and a hash of the module list
+//! (name, size and load address of each module, not the reference counts that
+//! change with use). Anything wrong with the file (another boot, another module
+//! list, truncated, corrupt, not ours, unreadable) means it is not used, and the
+//! kernel is read instead; failing to write it is silent too.
+//!
+//! `TRACEKIT_NO_CACHE=1` bypasses it; `TRACEKIT_CACHE_DIR` moves it (tests).
+
+use std::fmt::Write as _;
+use std::fs;
+use std::hash::Hasher;
+use std::io::Write as _;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::kfuncs::KernelFunc;
+
+const MAGIC: &str = "tracekit-kfuncs 1";
+const FILE: &str = "kfuncs";
+/// The kprobe blacklist, for runs that name their functions exactly and read no
+/// table (it costs 0.2 s of emulated time to generate).
+const BLACKLIST_MAGIC: &str = "tracekit-kprobe-blacklist 1";
+const BLACKLIST: &str = "blacklist";
+
+/// What a cache is valid for: this boot, with these modules loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Key {
+    pub boot_id: String,
+    pub modules: u64,
+}
+
+impl Key {
+    /// The running system's key; `None` when it cannot be read (no cache then).
+    pub fn current() -> Option<Key> {
+        let boot_id = fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let modules = fs::read_to_string("/proc/modules").unwrap_or_default();
+        Some(Key {
+            boot_id: boot_id.trim().to_string(),
+            modules: modules_hash(&modules),
+        })
+    }
+}
+
+/// Hash of `/proc/modules`: per module its name, size and load address (fields
+/// 1, 2 and 6), so a load, unload or reload changes it and a use count does not.
+pub fn modules_hash(text: &str) -> u64 {
+    let mut h = fnv::FnvHasher::default();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        for field in [f.first(), f.get(1), f.get(5)].into_iter().flatten() {
+            h.write(field.as_bytes());
+            h.write_u8(b' ');
+        }
+        h.write_u8(b'\n');
+    }
+    h.finish()
+}
+
+/// A cached table: the functions, the names removed as unsafe to trace, and the
+/// files it was built from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Table {
+    pub source: String,
+    /// The functions (only those a run asked for, when loaded with a filter).
+    pub funcs: Vec<KernelFunc>,
+    /// How many functions the whole table has.
+    pub total: usize,
+    pub removed: Vec<String>,
+}
+
+/// Whether TRACEKIT_NO_CACHE asks to bypass the cache.
+pub fn disabled() -> bool {
+    std::env::var_os("TRACEKIT_NO_CACHE").is_some_and(|v| v != "0")
+}
+
+/// The cache directory: TRACEKIT_CACHE_DIR, else `/run/tracekit`.
+pub fn dir() -> PathBuf {
+    std::env::var_os("TRACEKIT_CACHE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/run/tracekit"))
+}
+
+/// Why a cache was not used, for the `timing:` line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Miss {
+    Absent,
+    Stale,
+    Corrupt,
+}
+
+/// The table cached in `dir` for `key`, with only the functions whose names
+/// `keep` accepts (a run needs only those it will trace: the rest of the lines
+/// are checked, not parsed).
+pub fn load(dir: &Path, key: &Key, keep: &dyn Fn(&str) -> bool) -> Result<Table, Miss> {
+    parse(&read(&dir.join(FILE))?, key, keep)
+}
+
+/// Writes `table` for `key` to `dir` atomically (a temporary file renamed over
+/// the old one); any failure leaves no trace and is not reported.
+pub fn store(dir: &Path, key: &Key, table: &Table) {
+    let _ = write(dir, FILE, &render(key, table));
+}
+
+/// The kprobe blacklist cached in `dir` for `key`.
+pub fn load_blacklist(dir: &Path, key: &Key) -> Result<Vec<String>, Miss> {
+    let text = read(&dir.join(BLACKLIST))?;
+    let mut lines = text.lines();
+    if lines.next() != Some(BLACKLIST_MAGIC) {
+        return Err(Miss::Corrupt);
+    }
+    if lines.next() != Some(&header(key)) {
+        return Err(Miss::Stale);
+    }
+    let mut names = Vec::new();
+    for line in lines {
+        if let Some(n) = line.strip_prefix("end ") {
+            return match n.parse::<usize>() {
+                Ok(n) if n == names.len() => Ok(names),
+                _ => Err(Miss::Corrupt),
+            };
+        }
+        names.push(line.to_string());
+    }
+    Err(Miss::Corrupt)
+}
+
+/// Writes the kprobe blacklist for `key`, as [`store`] does.
+pub fn store_blacklist<'a>(
+    dir: &Path,
+    key: &Key,
+    names: impl ExactSizeIterator<Item = &'a String>,
+) {
+    let mut s = format!("{BLACKLIST_MAGIC}\n{}\n", header(key));
+    let n = names.len();
+    for name in names {
+        let _ = writeln!(s, "{name}");
+    }
+    let _ = writeln!(s, "end {n}");
+    let _ = write(dir, BLACKLIST, &s);
+}
+
+fn header(key: &Key) -> String {
+    format!("boot {} modules {:016x}", key.boot_id, key.modules)
+}
+
+/// A cache file's text. Only a file this user wrote is trusted (it decides what
+/// gets attached).
+fn read(path: &Path) -> Result<String, Miss> {
+    let md = fs::metadata(path).map_err(|_| Miss::Absent)?;
+    // SAFETY: geteuid has no memory effects.
+    if md.uid() != unsafe { libc::geteuid() } || !md.is_file() {
+        return Err(Miss::Corrupt);
+    }
+    fs::read_to_string(path).map_err(|_| Miss::Corrupt)
+}
+
+fn write(dir: &Path, file: &str, text: &str) -> std::io::Result<()> {
+    fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".{file}.{}", std::process::id()));
+    let result = (|| {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_data()?;
+        fs::rename(&tmp, dir.join(file))
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// The file's text: a header, one line per function (`f NAME MODULE|- ADDR,...`)
+/// and per removed name (`r NAME`), and an `end` line with the counts, so a
+/// truncated file is told from a whole one.
+fn render(key: &Key, t: &Table) -> String {
+    let mut s = String::with_capacity(64 * (t.funcs.len() + 8));
+    let _ = writeln!(s, "{MAGIC}");
+    let _ = writeln!(s, "boot {}", key.boot_id);
+    let _ = writeln!(s, "modules {:016x}", key.modules);
+    let _ = writeln!(s, "source {}", t.source);
+    for f in &t.funcs {
+        let _ = write!(s, "f {} {} ", f.name, f.module.as_deref().unwrap_or("-"));
+        for (i, a) in f.addrs.iter().enumerate() {
+            let _ = write!(s, "{}{a:x}", if i == 0 { "" } else { "," });
+        }
+        s.push('\n');
+    }
+    for r in &t.removed {
+        let _ = writeln!(s, "r {r}");
+    }
+    let _ = writeln!(s, "end {} {}", t.total, t.removed.len());
+    s
+}
+
+fn parse(text: &str, key: &Key, keep: &dyn Fn(&str) -> bool) -> Result<Table, Miss> {
+    let mut lines = text.lines();
+    if lines.next() != Some(MAGIC) {
+        return Err(Miss::Corrupt);
+    }
+    let mut field = |name: &str| {
+        lines
+            .next()
+            .and_then(|l| l.strip_prefix(name))
+            .and_then(|l| l.strip_prefix(' '))
+            .ok_or(Miss::Corrupt)
+    };
+    let boot = field("boot")?;
+    let modules = u64::from_str_radix(field("modules")?, 16).map_err(|_| Miss::Corrupt)?;
+    if boot != key.boot_id || modules != key.modules {
+        return Err(Miss::Stale);
+    }
+    let source = field("source")?.to_string();
+    let mut funcs = Vec::new();
+    let mut total = 0;
+    let mut removed = Vec::new();
+    for line in lines {
+        let mut f = line.split(' ');
+        match (f.next(), f.next(), f.next(), f.next(), f.next()) {
+            (Some("f"), Some(name), Some(module), Some(addrs), None) if !name.is_empty() => {
+                total += 1;
+                if !keep(name) {
+                    continue;
+                }
+                let addrs = if addrs.is_empty() {
+                    Vec::new()
+                } else {
+                    addrs
+                        .split(',')
+                        .map(|a| u64::from_str_radix(a, 16))
+                        .collect::<Result<_, _>>()
+                        .map_err(|_| Miss::Corrupt)?
+                };
+                funcs.push(KernelFunc {
+                    name: name.to_string(),
+                    module: (module != "-").then(|| module.to_string()),
+                    addrs,
+                });
+            }
+            (Some("r"), Some(name), None, ..) if !name.is_empty() => removed.push(name.to_string()),
+            (Some("end"), Some(nf), Some(nr), None, ..) => {
+                let whole = nf.parse() == Ok(total) && nr.parse() == Ok(removed.len());
+                return if whole {
+                    Ok(Table {
+                        source,
+                        funcs,
+                        total,
+                        removed,
+                    })
+                } else {
+                    Err(Miss::Corrupt)
+                };
+            }
+            _ => return Err(Miss::Corrupt),
+        }
+    }
+    Err(Miss::Corrupt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct TempDir(PathBuf);
+    impl TempDir {
+        fn new(tag: &str) -> TempDir {
+            let p = std::env::temp_dir().join(format!(
+                "tracekit-kcache-{tag}-{}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ));
+            let _ = fs::remove_dir_all(&p);
+            TempDir(p)
+        }
+    }
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn all(_: &str) -> bool {
+        true
+    }
+
+    fn key() -> Key {
+        Key {
+            boot_id: "6f1c2d1e-0000-4000-8000-000000000001".into(),
+            modules: modules_hash("ext4 1015808 1 - Live 0xffffffffc0a00000\n"),
+        }
+    }
+
+    fn table() -> Table {
+        Table {
+            source: "available_filter_functions_addrs + /proc/kallsyms".into(),
+            funcs: vec![
+                KernelFunc {
+                    name: "ext4_sync_fs".into(),
+                    module: Some("ext4".into()),
+                    addrs: vec![0xffffffffc0a01000],
+                },
+                KernelFunc {
+                    name: "t_start".into(),
+                    module: None,
+                    addrs: vec![0xffffffff81000040, 0xffffffff81000070],
+                },
+                KernelFunc {
+                    name: "by_name".into(),
+                    module: None,
+                    addrs: vec![],
+                },
+            ],
+            total: 3,
+            removed: vec!["migrate_disable".into()],
+        }
+    }
+
+    #[test]
+    fn a_fresh_cache_is_used_as_written() {
+        let d = TempDir::new("fresh");
+        store(&d.0, &key(), &table());
+        assert_eq!(load(&d.0, &key(), &all), Ok(table()));
+        // Nothing but the cache file is left behind.
+        let names: Vec<_> = fs::read_dir(&d.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from(FILE)]);
+        // A run asking for some functions gets those, and the table's size.
+        let some = load(&d.0, &key(), &|n: &str| n.starts_with("t_")).unwrap();
+        assert_eq!(some.funcs, table().funcs[1..2]);
+        assert_eq!((some.total, some.removed), (3, table().removed));
+    }
+
+    #[test]
+    fn the_blacklist_is_cached_with_the_same_key() {
+        let d = TempDir::new("blacklist");
+        let names = vec!["do_int3".to_string(), "kprobe_handler".to_string()];
+        store_blacklist(&d.0, &key(), names.iter());
+        assert_eq!(load_blacklist(&d.0, &key()), Ok(names.clone()));
+        let other = Key {
+            boot_id: "other".into(),
+            ..key()
+        };
+        assert_eq!(load_blacklist(&d.0, &other), Err(Miss::Stale));
+        let whole = fs::read_to_string(d.0.join(BLACKLIST)).unwrap();
+        fs::write(d.0.join(BLACKLIST), whole.replace("end 2", "end 3")).unwrap();
+        assert_eq!(load_blacklist(&d.0, &key()), Err(Miss::Corrupt));
+        fs::write(d.0.join(BLACKLIST), &whole[..whole.len() - 6]).unwrap();
+        assert_eq!(load_blacklist(&d.0, &key()), Err(Miss::Corrupt));
+    }
+
+    #[test]
+    fn another_boot_is_stale() {
+        let d = TempDir::new("boot");
+        store(&d.0, &key(), &table());
+        let other = Key {
+            boot_id: "6f1c2d1e-0000-4000-8000-000000000002".into(),
+            ..key()
+        };
+        assert_eq!(load(&d.0, &other, &all), Err(Miss::Stale));
+    }
+
+    #[test]
+    fn a_changed_module_list_is_stale() {
+        let d = TempDir::new("modules");
+        store(&d.0, &key(), &table());
+        let loaded = Key {
+            modules: modules_hash(
+                "ext4 1015808 1 - Live 0xffffffffc0a00000\n\
+                 nf_tables 372736 0 - Live 0xffffffffc0b00000\n",
+            ),
+            ..key()
+        };
+        assert_eq!(load(&d.0, &loaded, &all), Err(Miss::Stale));
+        // Reloaded elsewhere: other addresses, stale too.
+        let moved = Key {
+            modules: modules_hash("ext4 1015808 1 - Live 0xffffffffc0c00000\n"),
+            ..key()
+        };
+        assert_eq!(load(&d.0, &moved, &all), Err(Miss::Stale));
+        // A use count alone does not change the module list.
+        assert_eq!(
+            modules_hash("ext4 1015808 3 jbd2, Live 0xffffffffc0a00000\n"),
+            key().modules
+        );
+    }
+
+    #[test]
+    fn corrupt_or_truncated_caches_are_not_used() {
+        let d = TempDir::new("corrupt");
+        store(&d.0, &key(), &table());
+        let whole = fs::read_to_string(d.0.join(FILE)).unwrap();
+        let cut = whole.len() - whole.lines().last().unwrap().len() - 1;
+        for bad in [
+            &whole[..cut],
+            &whole[..whole.len() / 2],
+            "",
+            "garbage\n",
+            &whole.replace("f t_start - ", "f t_start - zz"),
+            &whole.replace("end 3 1", "end 4 1"),
+            &whole.replace(MAGIC, "tracekit-kfuncs 0"),
+        ] {
+            fs::write(d.0.join(FILE), bad).unwrap();
+            assert_eq!(load(&d.0, &key(), &all), Err(Miss::Corrupt), "{bad:?}");
+        }
+        fs::write(d.0.join(FILE), [0xff, 0xfe, 0]).unwrap();
+        assert_eq!(load(&d.0, &key(), &all), Err(Miss::Corrupt));
+        // A directory where the file should be.
+        fs::remove_file(d.0.join(FILE)).unwrap();
+        fs::create_dir(d.0.join(FILE)).unwrap();
+        assert_eq!(load(&d.0, &key(), &all), Err(Miss::Corrupt));
+    }
+
+    #[test]
+    fn an_absent_or_unwritable_cache_is_silent() {
+        let d = TempDir::new("absent");
+        assert_eq!(load(&d.0, &key(), &all), Err(Miss::Absent));
+        // The directory cannot be created (a file is in the way): nothing happens.
+        fs::write(&d.0, "not a directory").unwrap();
+        store(&d.0, &key(), &table());
+        assert_eq!(load(&d.0, &key(), &all), Err(Miss::Absent));
+        fs::remove_file(&d.0).unwrap();
+    }
+}

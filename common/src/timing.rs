@@ -1,0 +1,250 @@
+//! Where a run's time goes, for the `timing:` line that `--debug` (or
+//! `TRACEKIT_TIMING=1`, without the rest of `--debug`) prints when a run ends:
+//!
+//! ```text
+//! timing: exec 10 ms, tables 3 ms (cache), features 1 ms, load 25 ms, attach 4 ms,
+//!   traced 1000 ms, first summary 0.3 ms, detach 2 ms; overhead 45 ms
+//! ```
+//!
+//! - `exec`: process start (fork/exec, dynamic loading) to the session's start,
+//!   from /proc/self/stat (10 ms resolution);
+//! - `tables`: reading what patterns are matched against (the kernel's traceable
+//!   functions, binaries' symbols, tracepoint lists), with a note of the source;
+//! - `features`: kernel feature probes, wherever they ran;
+//! - `load`: the rest of start-up (opening, loading and verifying the BPF object);
+//! - `attach`, `detach`: creating and closing the links;
+//! - `traced`: from attached to the first summary (the `-i`/`-d` time);
+//! - `first summary`: reading and printing it.
+//!
+//! `overhead` is everything but `traced`: the time the tool adds to the user's wait.
+//! The phases are process-wide sums, recorded where they happen ([`span`]).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Sums per phase, and notes (`tables`: where the table came from).
+static SPANS: Mutex<BTreeMap<&'static str, (Duration, Option<String>)>> =
+    Mutex::new(BTreeMap::new());
+
+/// Adds `d` to `phase`.
+pub fn add(phase: &'static str, d: Duration) {
+    let mut s = SPANS.lock().unwrap_or_else(|e| e.into_inner());
+    s.entry(phase).or_default().0 += d;
+}
+
+/// Runs `f`, adding its time to `phase`.
+pub fn span<T>(phase: &'static str, f: impl FnOnce() -> T) -> T {
+    let t = Instant::now();
+    let out = f();
+    add(phase, t.elapsed());
+    out
+}
+
+/// Attaches a note to `phase` (the last note wins).
+pub fn note(phase: &'static str, text: impl Into<String>) {
+    let mut s = SPANS.lock().unwrap_or_else(|e| e.into_inner());
+    s.entry(phase).or_default().1 = Some(text.into());
+}
+
+/// The sum recorded for `phase` so far.
+pub fn total(phase: &'static str) -> Duration {
+    let s = SPANS.lock().unwrap_or_else(|e| e.into_inner());
+    s.get(phase).map_or(Duration::ZERO, |v| v.0)
+}
+
+fn noted(phase: &'static str) -> Option<String> {
+    let s = SPANS.lock().unwrap_or_else(|e| e.into_inner());
+    s.get(phase).and_then(|v| v.1.clone())
+}
+
+/// Whether TRACEKIT_TIMING asks for the timing line without `--debug`.
+pub fn requested() -> bool {
+    std::env::var_os("TRACEKIT_TIMING").is_some_and(|v| v != "0")
+}
+
+/// How long ago this process started (fork/exec), from /proc/self/stat's start
+/// time in clock ticks since boot against CLOCK_BOOTTIME.
+pub fn since_process_start() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name may hold spaces and parentheses: fields follow the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    // starttime is field 22; `rest` starts at field 3.
+    let ticks: u64 = rest.split(' ').nth(19)?.parse().ok()?;
+    // SAFETY: sysconf has no memory effects.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz <= 0 {
+        return None;
+    }
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec for the call.
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
+        return None;
+    }
+    let now = Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
+    let start = Duration::from_nanos(ticks.saturating_mul(1_000_000_000) / hz as u64);
+    now.checked_sub(start)
+}
+
+/// The marks a session sets as it goes (see the module comment).
+#[derive(Debug, Clone)]
+pub struct Marks {
+    exec: Option<Duration>,
+    start: Instant,
+    /// `features` recorded before the session began (none, usually).
+    features_before: Duration,
+    attach_start: Option<Instant>,
+    attach_end: Option<Instant>,
+    /// `features` recorded by the time attaching began.
+    features_at_attach: Duration,
+    tables_at_attach: Duration,
+    summary_start: Option<Instant>,
+    summary_end: Option<Instant>,
+    detach: Option<Duration>,
+}
+
+impl Marks {
+    pub fn start() -> Marks {
+        Marks {
+            exec: since_process_start(),
+            start: Instant::now(),
+            features_before: total("features"),
+            attach_start: None,
+            attach_end: None,
+            features_at_attach: Duration::ZERO,
+            tables_at_attach: Duration::ZERO,
+            summary_start: None,
+            summary_end: None,
+            detach: None,
+        }
+    }
+
+    pub fn attach_start(&mut self) {
+        if self.attach_start.is_none() {
+            self.attach_start = Some(Instant::now());
+            self.features_at_attach = total("features");
+            self.tables_at_attach = total("tables");
+        }
+    }
+
+    pub fn attach_end(&mut self) {
+        self.attach_start();
+        self.attach_end = Some(Instant::now());
+    }
+
+    /// Attaching happened inside the load phase, `d` in all (tools with fixed
+    /// programs load and attach trial by trial).
+    pub fn attached_within(&mut self, d: Duration) {
+        let now = Instant::now();
+        self.attach_start = Some(now.checked_sub(d).unwrap_or(now).max(self.start));
+        self.features_at_attach = total("features");
+        self.tables_at_attach = total("tables");
+        self.attach_end = Some(now);
+    }
+
+    /// Times the first call of a summary (later ones are not start-up).
+    pub fn summary<T>(&mut self, f: impl FnOnce() -> T) -> T {
+        if self.summary_start.is_some() {
+            return f();
+        }
+        self.summary_start = Some(Instant::now());
+        let out = f();
+        self.summary_end = Some(Instant::now());
+        out
+    }
+
+    pub fn detached(&mut self, d: Duration) {
+        self.detach = Some(d);
+    }
+
+    /// The `timing:` line (with its newline).
+    pub fn line(&self) -> String {
+        let ms = |d: Duration| {
+            let v = d.as_secs_f64() * 1000.0;
+            if v < 10.0 {
+                format!("{v:.1} ms")
+            } else {
+                format!("{v:.0} ms")
+            }
+        };
+        let mut s = String::from("timing:");
+        let mut overhead = Duration::ZERO;
+        let item = |s: &mut String, name: &str, d: Duration, note: Option<String>| {
+            let _ = write!(s, " {name} {}", ms(d));
+            if let Some(n) = note {
+                let _ = write!(s, " ({n})");
+            }
+            s.push(',');
+        };
+        if let Some(e) = self.exec {
+            item(&mut s, "exec", e, None);
+            overhead += e;
+        }
+        let tables = self.tables_at_attach;
+        let features = self.features_at_attach.saturating_sub(self.features_before);
+        item(&mut s, "tables", tables, noted("tables"));
+        item(&mut s, "features", features, None);
+        if let (Some(a0), Some(a1)) = (self.attach_start, self.attach_end) {
+            // Attaching itself may probe features (counted there, not here).
+            let attach_features = total("features").saturating_sub(self.features_at_attach);
+            let load = (a0 - self.start).saturating_sub(tables + features);
+            let attach = (a1 - a0).saturating_sub(attach_features);
+            item(&mut s, "load", load, None);
+            item(&mut s, "attach", attach, None);
+            overhead += a1 - self.start;
+            if let (Some(s0), Some(s1)) = (self.summary_start, self.summary_end) {
+                item(&mut s, "traced", s0 - a1, None);
+                item(&mut s, "first summary", s1 - s0, None);
+                overhead += s1 - s0;
+            }
+        }
+        if let Some(d) = self.detach {
+            item(&mut s, "detach", d, None);
+            overhead += d;
+        }
+        s.pop();
+        let _ = writeln!(s, "; overhead {}", ms(overhead));
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn process_start_is_in_the_past() {
+        let d = since_process_start().expect("readable /proc/self/stat");
+        assert!(d < Duration::from_secs(24 * 3600), "{d:?}");
+    }
+
+    #[test]
+    fn line_names_every_phase() {
+        let mut m = Marks::start();
+        add("tables", Duration::from_millis(3));
+        note("tables", "cache");
+        m.attach_start();
+        m.attach_end();
+        m.summary(|| ());
+        m.detached(Duration::from_millis(2));
+        let l = m.line();
+        for p in [
+            "tables",
+            "(cache)",
+            "features",
+            "load",
+            "attach",
+            "traced",
+            "first summary",
+            "detach 2.0 ms",
+            "overhead",
+        ] {
+            assert!(l.contains(p), "{p} missing from {l}");
+        }
+        assert!(l.ends_with('\n'));
+    }
+}

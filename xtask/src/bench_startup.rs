@@ -1,0 +1,249 @@
+//! The start-up rows of `cargo xtask bench-attach`: what tracing costs a user
+//! from exec to exit with one second traced (`-d 1`; that second subtracted),
+//! for a wildcard (`tcp_*`), one function named exactly (`vfs_read`) and a
+//! tracepoint, by tracekit's funccount (with no cached function table, as after a
+//! boot or a module load, and with one), bpftrace and BCC's funccount-bpfcc, in
+//! the same guest run. tracekit's `timing:` line (TRACEKIT_TIMING=1) says where
+//! its time went. `funccount --version` and `bpftrace --version` give the cost
+//! of exec alone.
+
+use std::fs;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+use tabled::builder::Builder;
+use tabled::settings::Style;
+
+use crate::bench_common::{announce_start, matches, median, wait_clean, MARK, QUICK, REPS};
+
+/// (row, funccount's pattern, bpftrace's probe, BCC's pattern).
+const ROWS: &[(&str, &str, &str, &str)] = &[
+    ("'tcp_*'", "tcp_*", "kprobe:tcp_*", "tcp_*"),
+    ("vfs_read", "vfs_read", "kprobe:vfs_read", "vfs_read"),
+    (
+        "t:sched:sched_switch",
+        "t:sched:sched_switch",
+        "tracepoint:sched:sched_switch",
+        "t:sched:sched_switch",
+    ),
+];
+pub const TOOLS: &[&str] = &[
+    "tracekit (no cache)",
+    "tracekit (cached)",
+    "bpftrace",
+    "bcc",
+];
+const LIMIT: Duration = Duration::from_secs(240);
+/// Where the benchmark keeps tracekit's cache, so it can empty it.
+const CACHE: &str = "/tmp/tracekit-bench-cache";
+
+/// Guest half: one `BENCH` line per (row, tool), skipping what `done` lists.
+/// The tools take turns, a round at a time (the emulator shares the host with
+/// other work, whose load drifts); a tool slower than [`QUICK`] runs once.
+pub fn guest(funccount: &str, bcc: bool, done: &[Value]) -> Result<()> {
+    let mut rows: Vec<(&str, &str, &str, &str)> = vec![("--version", "", "", "")];
+    rows.extend_from_slice(ROWS);
+    for (row, pattern, bpftrace, bcc_pattern) in rows {
+        let version = row == "--version";
+        let tools: Vec<&str> = TOOLS
+            .iter()
+            .copied()
+            .filter(|&tool| {
+                let key = serde_json::json!({"startup": row, "tool": tool});
+                !((version && !matches!(tool, "tracekit (cached)" | "bpftrace"))
+                    || (tool == "bcc" && !bcc)
+                    || done.iter().any(|d| matches(d, &key)))
+            })
+            .collect();
+        if tools.is_empty() {
+            continue;
+        }
+        eprintln!("bench: start-up on {row}...");
+        announce_start(&serde_json::json!({ "startup": row }));
+        let cmd = |tool: &str| -> Command {
+            match tool {
+                "bpftrace" if version => {
+                    let mut c = Command::new("bpftrace");
+                    c.arg("--version");
+                    c
+                }
+                _ if version => {
+                    let mut c = Command::new(funccount);
+                    c.arg("--version");
+                    c
+                }
+                "bpftrace" => {
+                    let mut c = Command::new("bpftrace");
+                    c.arg("-e").arg(format!(
+                        "{bpftrace} {{ @ = count(); }} interval:s:1 {{ exit(); }}"
+                    ));
+                    c
+                }
+                "bcc" => {
+                    let mut c = Command::new("funccount-bpfcc");
+                    c.args(["-d", "1", bcc_pattern]);
+                    c
+                }
+                _ => {
+                    if tool == "tracekit (no cache)" {
+                        let _ = fs::remove_dir_all(CACHE);
+                    }
+                    let mut c = Command::new(funccount);
+                    c.args(["-d", "1", pattern])
+                        .env("TRACEKIT_CACHE_DIR", CACHE)
+                        .env("TRACEKIT_TIMING", "1");
+                    c
+                }
+            }
+        };
+        let traced = if version { 0.0 } else { 1.0 };
+        let mut runs: Vec<Vec<f64>> = vec![Vec::new(); tools.len()];
+        let mut timing: Vec<Option<String>> = vec![None; tools.len()];
+        let mut error: Vec<Option<String>> = vec![None; tools.len()];
+        for _round in 0..REPS {
+            for (i, &tool) in tools.iter().enumerate() {
+                let slow = runs[i].first().is_some_and(|&s| s > QUICK.as_secs_f64());
+                if error[i].is_some() || slow {
+                    continue;
+                }
+                if tool == "tracekit (cached)" && !version {
+                    // Fills the cache, as the first run after a boot would (the
+                    // no-cache runs empty it).
+                    let _ = run(cmd(tool), 0.0);
+                }
+                match run(cmd(tool), traced) {
+                    Ok((s, t)) => {
+                        runs[i].push(s);
+                        timing[i] = t.or(timing[i].take());
+                    }
+                    Err(e) => error[i] = Some(format!("{e:#}")),
+                }
+                wait_clean().map_err(anyhow::Error::msg)?;
+            }
+        }
+        for (i, &tool) in tools.iter().enumerate() {
+            let mut line = match &error[i] {
+                Some(e) => serde_json::json!({"error": e}),
+                None => serde_json::json!({
+                    "overhead_s": median(runs[i].clone()),
+                    "runs_s": runs[i],
+                    "timing": timing[i],
+                }),
+            };
+            line["startup"] = row.into();
+            line["tool"] = tool.into();
+            println!("{MARK}{line}");
+        }
+    }
+    Ok(())
+}
+
+/// Exec to exit of `cmd`, less the `traced` seconds, and its `timing:` line.
+fn run(mut cmd: Command, traced: f64) -> Result<(f64, Option<String>)> {
+    let start = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {cmd:?}"))?;
+    let mut stderr = child.stderr.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
+        s
+    });
+    let status = loop {
+        if let Some(st) = child.try_wait()? {
+            break st;
+        }
+        if start.elapsed() > LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("over {} s", LIMIT.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let total = start.elapsed().as_secs_f64();
+    let err = reader.join().unwrap_or_default();
+    if !status.success() {
+        let tail: Vec<&str> = err.lines().rev().take(2).collect();
+        bail!("{status}: {tail:?}");
+    }
+    let timing = err
+        .lines()
+        .find(|l| l.starts_with("timing:"))
+        .map(str::to_string);
+    Ok((total - traced, timing))
+}
+
+/// Host half: the start-up table, with ratios against tracekit with its cache.
+pub fn table(results: &[Value]) {
+    let rows: Vec<&Value> = results
+        .iter()
+        .filter(|r| r["startup"].is_string())
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let get = |row: &str, tool: &str| {
+        rows.iter()
+            .find(|r| r["startup"] == row && r["tool"] == tool && r["overhead_s"].is_number())
+            .and_then(|r| r["overhead_s"].as_f64())
+    };
+    let exec = get("--version", "tracekit (cached)");
+    let bpftrace_exec = get("--version", "bpftrace");
+    println!(
+        "\nStart-up: exec to exit with 1 s traced (-d 1), that second subtracted, in seconds \
+         (median of {REPS} rounds, the tools taking turns; one run of a tool over {} s). `funccount --version` takes {}, `bpftrace --version` {}. Ratios are against \
+         tracekit with its function table cached; above 1 = slower than it.",
+        QUICK.as_secs(),
+        exec.map_or("-".into(), |e| format!("{e:.2} s")),
+        bpftrace_exec.map_or("-".into(), |e| format!("{e:.2} s"))
+    );
+    let mut t = Builder::default();
+    let mut header = vec!["probe".to_string()];
+    header.extend(TOOLS.iter().map(|t| t.to_string()));
+    header.extend(
+        ["tracekit (no cache)", "bpftrace", "bcc"]
+            .iter()
+            .map(|t| format!("{t} / cached")),
+    );
+    t.push_record(header);
+    for (row, ..) in ROWS {
+        let mut r = vec![row.to_string()];
+        for tool in TOOLS {
+            r.push(get(row, tool).map_or("-".into(), |v| format!("{v:.2}")));
+        }
+        let base = get(row, "tracekit (cached)");
+        for tool in ["tracekit (no cache)", "bpftrace", "bcc"] {
+            r.push(match (get(row, tool), base) {
+                (Some(v), Some(b)) if b > 0.0 => format!("{:.1}x", v / b),
+                _ => "-".into(),
+            });
+        }
+        t.push_record(r);
+    }
+    println!("{}", t.build().with(Style::markdown()));
+    println!("\ntracekit's phases (its timing: line, last run):");
+    for r in &rows {
+        if let Some(timing) = r["timing"].as_str() {
+            println!(
+                "  {} {}: {}",
+                r["startup"].as_str().unwrap_or(""),
+                r["tool"].as_str().unwrap_or(""),
+                timing.trim_start_matches("timing: ")
+            );
+        }
+    }
+    for r in rows.iter().filter(|r| r["error"].is_string()) {
+        println!(
+            "failed: {} on {}: {}",
+            r["tool"].as_str().unwrap_or(""),
+            r["startup"].as_str().unwrap_or(""),
+            r["error"].as_str().unwrap_or("")
+        );
+    }
+}
