@@ -825,19 +825,13 @@ int trace_uretprobe(struct pt_regs *ctx)
 }
 
 /* Tracepoints and USDT probes: every spec emits at the hit. */
-static __always_inline void hit(void *ctx, __u32 probe, bool tp)
+static __always_inline void hit(void *ctx, struct scratch *sc, __u32 probe, bool usdt_regs)
 {
 	struct specs_of *so;
-	struct scratch *sc;
-	__u32 words = 0, usdt = 0;
+	__u32 usdt = 0;
 
-	if (skip_task())
-		return;
 	so = specs_of(probe);
 	if (!so)
-		return;
-	sc = common_inputs();
-	if (!sc)
 		return;
 	for (int k = 0; k < MAX_SPECS; k++) {
 		__u32 id;
@@ -847,21 +841,10 @@ static __always_inline void hit(void *ctx, __u32 probe, bool tp)
 			break;
 		id = so->spec[k];
 		sp = bpf_map_lookup_elem(&specs, &id);
-		if (!sp)
-			continue;
-		if (sp->rec_words > words)
-			words = sp->rec_words;
-		usdt |= sp->usdt_mask;
+		if (sp)
+			usdt |= sp->usdt_mask;
 	}
-	if (tp) {
-		/* A tracepoint's record is read from the context at constant offsets
-		 * (its first word, the common fields, is not readable). */
-#pragma unroll
-		for (int w = 1; w < REC_MAX / 8; w++) {
-			if (w < words)
-				*(__u64 *)&sc->rec[w * 8] = *(__u64 *)((char *)ctx + w * 8);
-		}
-	} else if (usdt) {
+	if (usdt_regs && usdt) {
 		struct pt_regs *regs = ctx;
 
 		sc->regs[0] = regs->r15;
@@ -904,17 +887,109 @@ static __always_inline void hit(void *ctx, __u32 probe, bool tp)
 	}
 }
 
-SEC("tracepoint")
-int trace_tracepoint(void *ctx)
+/* A tracepoint's record is copied from the context. With kernel reads, one
+ * helper call copies what the specs need. Without them (lockdown), only loads at
+ * constant offsets can read it, and the kernel refuses to attach a program that
+ * reads past the record's fields (max_ctx_offset): so there is one program per
+ * record size, copying exactly bytes [8, N); user space attaches each tracepoint
+ * to the largest N its record has. The first 8 bytes (common fields) are not
+ * readable by tracepoint programs. */
+static __always_inline struct scratch *tp_start(void)
 {
-	hit(ctx, bpf_get_attach_cookie(ctx), true);
+	if (skip_task())
+		return NULL;
+	return common_inputs();
+}
+
+SEC("tracepoint")
+int trace_tp_read(void *ctx)
+{
+	struct scratch *sc = tp_start();
+	__u32 probe = bpf_get_attach_cookie(ctx);
+	struct specs_of *so;
+	__u32 words = 0;
+
+	if (!sc || !kernel_reads)
+		return 0;
+	so = specs_of(probe);
+	if (!so)
+		return 0;
+	for (int k = 0; k < MAX_SPECS; k++) {
+		__u32 id;
+		struct spec *sp;
+
+		if (k >= so->n)
+			break;
+		id = so->spec[k];
+		sp = bpf_map_lookup_elem(&specs, &id);
+		if (sp && sp->rec_words > words)
+			words = sp->rec_words;
+	}
+	if (words > REC_MAX / 8)
+		words = REC_MAX / 8;
+	if (words > 1)
+		bpf_probe_read_kernel(&sc->rec[8], (words - 1) * 8, (char *)ctx + 8);
+	hit(ctx, sc, probe, false);
 	return 0;
 }
+
+#define TP_COPY8(o) \
+	if ((o) + 8 <= N) *(__u64 *)&sc->rec[o] = *(__u64 *)((char *)ctx + (o)); \
+	else if ((o) + 4 <= N) *(__u32 *)&sc->rec[o] = *(__u32 *)((char *)ctx + (o));
+
+#define TP_CLASS(N_)							\
+SEC("tracepoint")							\
+int trace_tp_##N_(void *ctx)						\
+{									\
+	enum { N = N_ };						\
+	struct scratch *sc = tp_start();				\
+									\
+	if (!sc)							\
+		return 0;						\
+	_Pragma("unroll")						\
+	for (int o = 8; o < N; o += 8) {				\
+		TP_COPY8(o)						\
+	}								\
+	hit(ctx, sc, bpf_get_attach_cookie(ctx), false);		\
+	return 0;							\
+}
+
+TP_CLASS(12)
+TP_CLASS(16)
+TP_CLASS(20)
+TP_CLASS(24)
+TP_CLASS(28)
+TP_CLASS(32)
+TP_CLASS(36)
+TP_CLASS(40)
+TP_CLASS(44)
+TP_CLASS(48)
+TP_CLASS(52)
+TP_CLASS(56)
+TP_CLASS(60)
+TP_CLASS(64)
+TP_CLASS(72)
+TP_CLASS(80)
+TP_CLASS(88)
+TP_CLASS(96)
+TP_CLASS(112)
+TP_CLASS(128)
+TP_CLASS(160)
+TP_CLASS(192)
+TP_CLASS(256)
+TP_CLASS(384)
+TP_CLASS(512)
 
 SEC("usdt")
 int trace_usdt(struct pt_regs *ctx)
 {
-	hit(ctx, bpf_usdt_cookie(ctx), false);
+	struct scratch *sc;
+
+	if (skip_task())
+		return 0;
+	sc = common_inputs();
+	if (sc)
+		hit(ctx, sc, bpf_usdt_cookie(ctx), true);
 	return 0;
 }
 

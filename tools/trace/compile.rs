@@ -102,6 +102,8 @@ pub struct Program {
     pub flags: u32,
     pub usdt_mask: u32,
     pub rec_words: u32,
+    /// The end of the last tracepoint field read (user space only).
+    pub rec_end: u32,
     pub str_bytes: u32,
     pub insns: Vec<Insn>,
     pub lits: Vec<u8>,
@@ -996,10 +998,16 @@ impl Gen<'_> {
                     ));
                 }
                 let end = if f.ty == Ty::DataLoc {
+                    if !self.ctx.kernel_reads {
+                        return Err(format!(
+                            "args->{name} is a __data_loc string, stored past the record's fields, which trace cannot read without kernel reads (lockdown=confidentiality)"
+                        ));
+                    }
                     REC_MAX
                 } else {
                     f.offset + f.size
                 };
+                self.prog.rec_end = self.prog.rec_end.max(f.offset + f.size);
                 self.prog.rec_words = self.prog.rec_words.max(end.div_ceil(8));
                 return Ok(Val {
                     ty: f.ty.clone(),

@@ -239,14 +239,30 @@ fn run(mut args: Args) -> Result<()> {
         }
     }
 
+    // Tracepoints are attached here, each to the program for its record's size
+    // (see bpf/trace.bpf.c); the plan attaches the rest. Probe indexes (attach
+    // cookies): the plan's probes first, then the tracepoints.
+    let is_tp = |p: &common::plan::Probe| matches!(p.site, Site::Tracepoint(_));
+    let mut paired: Vec<(common::plan::Probe, Vec<usize>)> =
+        std::mem::take(&mut session.plan.probes)
+            .into_iter()
+            .zip(per_probe)
+            .collect();
+    paired.sort_by_key(|(p, _)| is_tp(p));
+    let (all, per_probe): (Vec<common::plan::Probe>, Vec<Vec<usize>>) = paired.into_iter().unzip();
+    let nplan = all.iter().filter(|p| !is_tp(p)).count();
+    session.plan.probes = all[..nplan].to_vec();
+
     let kernel_reads = common::features::kernel_reads();
-    let compiled = compile_all(&session.plan, &per_probe, &parsed, &args, kernel_reads)?;
+    let mut formats: HashMap<String, Vec<compile::TpField>> = HashMap::new();
+    let compiled = compile_all(&all, &per_probe, &parsed, &args, kernel_reads, &mut formats)?;
+    let tp_progs = tracepoint_programs(&all, &compiled, &formats, kernel_reads)?;
     if args.verbose {
         for (id, c) in compiled.iter().enumerate() {
             common::cli::stderr(&format!(
                 "program {id}: probe {} ({}) for \"{}\"\n{}",
                 c.probe,
-                session.plan.probes[c.probe].label,
+                all[c.probe].label,
                 escape(&c.parsed.text),
                 c.prog.describe()
             ));
@@ -293,9 +309,13 @@ fn run(mut args: Args) -> Result<()> {
     open.maps
         .specs
         .set_max_entries(compiled.len().max(1) as u32)?;
-    open.maps
-        .probes
-        .set_max_entries(plan.probes.len().max(1) as u32)?;
+    open.maps.probes.set_max_entries(all.len().max(1) as u32)?;
+    for mut prog in open.open_object_mut().progs_mut() {
+        let name = prog.name().to_string_lossy().into_owned();
+        if name.starts_with("trace_tp_") {
+            prog.set_autoload(tp_progs.iter().any(|(_, n)| *n == name));
+        }
+    }
     open.maps
         .stats
         .set_max_entries((3 * compiled.len()).max(1) as u32)?;
@@ -319,7 +339,7 @@ fn run(mut args: Args) -> Result<()> {
             )
             .context("writing the probe programs")?;
     }
-    let mut lists: Vec<Vec<u32>> = vec![Vec::new(); plan.probes.len()];
+    let mut lists: Vec<Vec<u32>> = vec![Vec::new(); all.len()];
     for (id, c) in compiled.iter().enumerate() {
         lists[c.probe].push(id as u32);
     }
@@ -335,16 +355,49 @@ fn run(mut args: Args) -> Result<()> {
             .context("writing the probe table")?;
     }
 
-    let nprobes = plan.probes.len();
-    let labels: Vec<String> = plan
-        .probes
+    let nprobes = all.len();
+    let labels: Vec<String> = all
         .iter()
         .map(|p| match &p.site {
             Site::Tracepoint(t) => t.event.clone(),
             _ => p.label.clone(),
         })
         .collect();
-    session.attach(skel.object())?;
+    if nplan > 0 {
+        session.attach(skel.object())?;
+    }
+    let mut links = Vec::new();
+    for (i, name) in &tp_progs {
+        let Site::Tracepoint(t) = &all[*i].site else {
+            continue;
+        };
+        let prog = skel
+            .object()
+            .progs_mut()
+            .find(|p| p.name().to_string_lossy() == name.as_str())
+            .with_context(|| format!("internal error: no program {name}"))?;
+        let link = prog
+            .attach_tracepoint_with_opts(
+                libbpf_rs::TracepointCategory::Custom(t.category.clone()),
+                &t.event,
+                libbpf_rs::TracepointOpts {
+                    cookie: *i as u64,
+                    ..Default::default()
+                },
+            )
+            .with_context(|| format!("attaching tracepoint {}", t.name()))?;
+        links.push(link);
+    }
+    if !links.is_empty() {
+        session.adopt(links)?;
+    }
+    if args.verbose && !tp_progs.is_empty() {
+        let mut s = String::new();
+        for (i, name) in &tp_progs {
+            let _ = writeln!(s, "tracepoint {}: program {name}", all[*i].label);
+        }
+        common::cli::stderr(&s);
+    }
     let with_format = compiled.iter().any(|c| c.parsed.format.is_some());
     let json = session.json;
     let mut r = render::Renderer::new(render::Options {
@@ -513,16 +566,14 @@ fn apply_offsets(
 
 /// Compiles every (site, probe) pair; identical programs of one probe share.
 fn compile_all(
-    plan: &Plan,
+    all: &[common::plan::Probe],
     per_probe: &[Vec<usize>],
     parsed: &[grammar::Probe],
     args: &Args,
     kernel_reads: bool,
+    formats: &mut HashMap<String, Vec<compile::TpField>>,
 ) -> Result<Vec<Compiled>> {
-    let needs_btf = plan
-        .probes
-        .iter()
-        .any(|p| matches!(p.site, Site::Kernel(_)));
+    let needs_btf = all.iter().any(|p| matches!(p.site, Site::Kernel(_)));
     let kbtf = if needs_btf {
         match btf::Kbtf::load() {
             Ok(b) => Some(b),
@@ -534,10 +585,9 @@ fn compile_all(
     } else {
         None
     };
-    let mut formats: HashMap<String, Vec<compile::TpField>> = HashMap::new();
     let mut out = Vec::new();
     for (i, specs) in per_probe.iter().enumerate() {
-        let probe = &plan.probes[i];
+        let probe = &all[i];
         for &s in specs {
             let mut p = parsed[s].clone();
             let text = p.text.clone();
@@ -596,6 +646,50 @@ fn compile_all(
                 prog,
                 parsed: p,
             });
+        }
+    }
+    Ok(out)
+}
+
+/// The program each tracepoint is attached to: with kernel reads the one that
+/// copies what the probes read; without them, the one that reads the largest
+/// prefix the record has (bpf/trace.bpf.c).
+fn tracepoint_programs(
+    all: &[common::plan::Probe],
+    compiled: &[Compiled],
+    formats: &HashMap<String, Vec<compile::TpField>>,
+    kernel_reads: bool,
+) -> Result<Vec<(usize, String)>> {
+    const CLASSES: &[u32] = &[
+        12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60, 64, 72, 80, 88, 96, 112, 128, 160, 192,
+        256, 384, 512,
+    ];
+    let mut out = Vec::new();
+    for (i, p) in all.iter().enumerate() {
+        let Site::Tracepoint(t) = &p.site else {
+            continue;
+        };
+        if kernel_reads {
+            out.push((i, "trace_tp_read".to_string()));
+            continue;
+        }
+        let fields = formats.get(&t.name()).map(Vec::as_slice).unwrap_or(&[]);
+        let size = fields.iter().map(|f| f.offset + f.size).max().unwrap_or(8);
+        let need = compiled
+            .iter()
+            .filter(|c| c.probe == i)
+            .map(|c| c.prog.rec_end)
+            .max()
+            .unwrap_or(0);
+        let class = CLASSES.iter().rev().find(|&&c| c <= size).copied();
+        match class {
+            Some(c) if need <= c => out.push((i, format!("trace_tp_{c}"))),
+            _ if need == 0 => out.push((i, "trace_tp_12".to_string())),
+            _ => bail!(
+                "tracepoint {}: its fields past byte {} (of {size}) cannot be read on this kernel: without kernel reads (lockdown=confidentiality) trace reads records at fixed sizes",
+                t.name(),
+                class.unwrap_or(8)
+            ),
         }
     }
     Ok(out)
