@@ -411,6 +411,11 @@ fn run(mut args: Args) -> Result<()> {
         json,
         str_size: args.string_size as usize,
     });
+    // The traced process's map is taken now: its records may arrive after it
+    // exited (BCC #2014), and then /proc no longer has it.
+    if let (Some(pid), true) = (args.common.pid, args.user_stack || uses_u(&compiled)) {
+        r.remember(pid);
+    }
     if json {
         session.status(&format!(
             "Tracing {nprobes} probe{}... Hit Ctrl-C to end.",
@@ -505,6 +510,14 @@ fn run(mut args: Args) -> Result<()> {
     }
     drop(r);
     session.finish(true)
+}
+
+/// Whether any format prints a user symbol (%U).
+fn uses_u(compiled: &[Compiled]) -> bool {
+    compiled
+        .iter()
+        .filter_map(|c| c.parsed.format.as_ref())
+        .any(|f| f.convs().any(|c| c.ty == 'U'))
 }
 
 /// The common ProbeSpec that expands probe `p`'s sites.

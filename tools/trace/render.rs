@@ -117,7 +117,7 @@ impl Renderer {
     }
 
     /// Snapshots a process's mappings (once) so its addresses keep their names.
-    fn remember(&mut self, pid: u32) {
+    pub fn remember(&mut self, pid: u32) {
         if self.maps.contains_key(&pid) {
             return;
         }
