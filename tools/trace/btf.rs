@@ -65,6 +65,7 @@ pub struct Kbtf {
 }
 
 /// A kernel function's parameters (name, type id) and return type id.
+#[derive(Clone)]
 pub struct Proto {
     pub params: Vec<(String, u32)>,
     pub ret: u32,

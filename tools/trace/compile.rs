@@ -236,6 +236,7 @@ pub fn tp_fields(text: &str) -> Vec<TpField> {
 }
 
 /// What the probe is attached to.
+#[derive(Clone)]
 pub enum SiteCtx<'a> {
     /// A kernel function (its BTF prototype when the kernel has one; for a
     /// syscall wrapper, the syscall's).
