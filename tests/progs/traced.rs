@@ -7,6 +7,8 @@
 //!   tt_recurse(d) returns 100 * d + 7, so every call's retval is known from its arg.
 //! - `lseek N`: lseek(fd of /dev/null, 1000 + i, SEEK_SET) for i in 0..N.
 //! - `usdt N`: USDT probe traced:pair(i, 2 * i) for i in 0..N.
+//! - `write N`: write(fd of /dev/null, buf, 100 + i) for i in 0..N (vfs_write's
+//!   count, and its return value, are 100 + i; the file's name is "null").
 
 use std::ffi::CString;
 use std::hint::black_box;
@@ -41,12 +43,13 @@ fn main() {
     let hold = args.iter().any(|a| a == "--hold");
     let mode = args.get(1).map(String::as_str).unwrap_or("");
     let n: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
-    if !matches!(mode, "calls" | "recurse" | "lseek" | "usdt") {
-        eprintln!("usage: traced calls|recurse|lseek|usdt N [--hold]");
+    if !matches!(mode, "calls" | "recurse" | "lseek" | "usdt" | "write") {
+        eprintln!("usage: traced calls|recurse|lseek|usdt|write N [--hold]");
         std::process::exit(2);
     }
     // SAFETY: valid path string.
-    let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY) };
+    let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+    let buf = [0u8; 256];
     assert!(fd >= 0, "open /dev/null");
     let ready = ready::Ready::announce();
     ready.wait();
@@ -57,6 +60,10 @@ fn main() {
             "recurse" => sink ^= tt_recurse(3),
             // SAFETY: lseek on an open descriptor.
             "lseek" => sink ^= unsafe { libc::lseek(fd, 1000 + i as i64, libc::SEEK_SET) } as u64,
+            // SAFETY: write from a valid buffer of at least 100 + i bytes (N <= 156).
+            "write" => {
+                sink ^= unsafe { libc::write(fd, buf.as_ptr().cast(), 100 + i as usize) } as u64
+            }
             _ => probe::probe!(traced, pair, i, 2 * i),
         }
     }
