@@ -32,7 +32,7 @@
 #define PAIR_DEPTH 16
 #include "pairing.h"
 
-/* Keep in step with tools/trace/bytecode.rs. */
+/* Keep in step with tools/trace/compile.rs. */
 #define MAX_INSNS 128
 #define MAX_VALS 16
 #define MAX_SPECS 4
