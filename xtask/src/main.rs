@@ -16,6 +16,8 @@
 //!                        kernel functions (guest)
 //!   bench-io             disksnoop vs bpftrace and biosnoop-bpfcc on a loop device (cost per
 //!                        request), and the event rate the ring buffer sustains
+//!   bench-trace          trace vs bpftrace printf on the host: cost per event (uprobe,
+//!                        uprobe with a 1-in-1000 predicate, tracepoint), start-up time
 //!   deps                 install every Debian package the tasks need
 
 mod bench;
@@ -24,6 +26,7 @@ mod bench_common;
 mod bench_io;
 mod bench_latency;
 mod bench_stacks;
+mod bench_trace;
 mod deps;
 mod guest;
 
@@ -74,6 +77,7 @@ fn real_main() -> Result<()> {
             bench_io::run(&root)
         }
         Some("bench-attach") => bench_attach::host(&root),
+        Some("bench-trace") => bench_trace::host(&root),
         // Runs inside the benchmark guest.
         Some("bench-attach-guest") => bench_attach::guest(&args[1..]),
         Some("bench-latency") => bench_latency::host(&root, &args[1..]),
