@@ -16,8 +16,9 @@
 //!                        kernel functions (guest)
 //!   bench-io             disksnoop vs bpftrace and biosnoop-bpfcc on a loop device (cost per
 //!                        request), and the event rate the ring buffer sustains
-//!   bench-trace          trace vs bpftrace printf on the host: cost per event (uprobe,
-//!                        uprobe with a 1-in-1000 predicate, tracepoint), start-up time
+//!   bench-trace [--no-host|--no-guest]
+//!                        trace vs bpftrace printf (host) and trace-bpfcc (guest): cost per
+//!                        event (uprobe, 1-in-1000 predicate, tracepoint, vfs_read), start-up
 //!   deps                 install every Debian package the tasks need
 
 mod bench;
@@ -77,7 +78,9 @@ fn real_main() -> Result<()> {
             bench_io::run(&root)
         }
         Some("bench-attach") => bench_attach::host(&root),
-        Some("bench-trace") => bench_trace::host(&root),
+        Some("bench-trace") => bench_trace::host(&root, &args[1..]),
+        // Runs inside the benchmark guest.
+        Some("bench-trace-guest") => bench_trace::guest(&args[1..]),
         // Runs inside the benchmark guest.
         Some("bench-attach-guest") => bench_attach::guest(&args[1..]),
         Some("bench-latency") => bench_latency::host(&root, &args[1..]),
