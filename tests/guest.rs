@@ -463,6 +463,49 @@ fn vfsreadlat_histogram_covers_the_reads() {
 
 #[test]
 #[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
+fn funclatency_listen_serves_kernel_function_latency() {
+    // Scraped from inside the guest (std TcpStream: no curl here). The workload
+    // holds after its reads, so -p does not end the run before the scrape.
+    let dir = Scratch::new();
+    let file = data_file(&dir);
+    let w = Workload::start(
+        &prog("workload"),
+        &["read", "600", file.to_str().unwrap(), "--hold"],
+    );
+    let pid = w.pid.to_string();
+    let s = util::http::Served::start("funclatency", &["--listen", ":0", "-p", &pid, "vfs_read"]);
+    w.go();
+    let series = "tracekit_funclatency_seconds_count{probe=\"vfs_read\"}";
+    let end = Instant::now() + T;
+    let m = loop {
+        let m = s.get("/metrics").1;
+        if util::http::sample(&m, series) >= 600.0 || Instant::now() > end {
+            break m;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(util::http::sample(&m, series), 600.0, "{m}");
+    assert_eq!(util::http::sample(&m, "tracekit_probes_attached"), 1.0);
+    assert_eq!(
+        util::http::sample(
+            &m,
+            "tracekit_funclatency_seconds_bucket{le=\"+Inf\",probe=\"vfs_read\"}"
+        ),
+        600.0
+    );
+    let v: serde_json::Value = serde_json::from_str(&s.get("/summary").1).unwrap();
+    assert_eq!(v["count"], 600);
+    assert_eq!(s.post("/stop").0, 200);
+    let out = s.run.finish(T);
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert!(out.stdout.contains(", count: 600\n"), "{}", out.stdout);
+    w.go();
+    assert!(w.wait().success());
+    assert_nothing_left("funclatency --listen");
+}
+
+#[test]
+#[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
 fn funclatency_leaves_nothing_after_sigterm_and_kill() {
     // Every mechanism, each ended by one of the two signals (both signals on the
     // mechanism the kernel picks by itself), to keep the guest run short.

@@ -34,6 +34,74 @@ pub fn main(tool: &'static str, body: impl FnOnce() -> Result<()>) -> ! {
     std::process::exit(code)
 }
 
+/// The hidden flag that prints a shell completion script instead of running.
+pub const COMPLETIONS_FLAG: &str = "--completions";
+
+/// Parses the tool's command line, as `A::parse()` does, with one addition every
+/// tool gets here: `TOOL --completions SHELL` (bash, zsh, fish, elvish,
+/// powershell) prints the completion script `clap_complete` generates from the
+/// tool's own clap definition, and exits. `cargo xtask install` and `cargo xtask
+/// deb` install those scripts. The flag is looked for only as the sole option,
+/// before clap parses, so it appears in no help, completion or suggestion.
+pub fn parse<A: clap::Parser>() -> A {
+    match parse_from::<A>(std::env::args_os()) {
+        Ok(Parsed::Run(args)) => args,
+        Ok(Parsed::Completions(script)) => {
+            let mut out = std::io::stdout().lock();
+            let failed = out.write_all(&script).and_then(|()| out.flush()).is_err();
+            std::process::exit(i32::from(failed))
+        }
+        Err(e) => e.exit(),
+    }
+}
+
+/// What a command line asks for.
+#[derive(Debug)]
+enum Parsed<A> {
+    Run(A),
+    Completions(Vec<u8>),
+}
+
+fn parse_from<A: clap::Parser>(
+    argv: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Result<Parsed<A>, clap::Error> {
+    let argv: Vec<std::ffi::OsString> = argv.into_iter().collect();
+    let shell = match argv.get(1..).unwrap_or_default() {
+        [flag, shell] if flag == COMPLETIONS_FLAG => Some(shell.clone()),
+        [flag] => flag
+            .to_str()
+            .and_then(|f| f.strip_prefix(COMPLETIONS_FLAG)?.strip_prefix('='))
+            .map(Into::into),
+        _ => None,
+    };
+    if let Some(shell) = shell {
+        use clap::ValueEnum as _;
+        let shell = shell
+            .to_str()
+            .and_then(|s| clap_complete::Shell::from_str(s, false).ok())
+            .ok_or_else(|| {
+                A::command().error(
+                    clap::error::ErrorKind::InvalidValue,
+                    format!(
+                        "{COMPLETIONS_FLAG} takes bash, zsh, fish, elvish or powershell, not '{}'",
+                        escape(&shell.to_string_lossy())
+                    ),
+                )
+            })?;
+        let mut cmd = A::command();
+        let name = cmd.get_name().to_string();
+        let mut script = Vec::new();
+        clap_complete::generate(shell, &mut cmd, name, &mut script);
+        return Ok(Parsed::Completions(script));
+    }
+    A::try_parse_from(argv).map(Parsed::Run)
+}
+
+/// The running tool's name (as given to [`main`]).
+pub fn tool_name() -> &'static str {
+    TOOL.get().copied().unwrap_or("tracekit")
+}
+
 fn print_libbpf(_level: libbpf_rs::PrintLevel, msg: String) {
     stderr(&format!("libbpf: {msg}"));
 }
@@ -84,6 +152,18 @@ pub struct CommonArgs {
     /// for tools that time calls also session and fentry
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub attach_mode: AttachMode,
+
+    /// Serve HTTP on ADDR:PORT (:PORT binds 127.0.0.1): GET /metrics (Prometheus,
+    /// cumulative), GET /summary (the --json object of the next summary), POST /stop
+    /// (final summary, exit 0), POST /reset (zero the next summary); stackcount
+    /// also GET /stacks (folded). The man page's SERVICE MODE has the details
+    #[arg(long, value_name = "ADDR:PORT", value_parser = crate::serve::parse_listen)]
+    pub listen: Option<std::net::SocketAddr>,
+
+    /// POST /stop and /reset need `Authorization: Bearer TOKEN` (TOKEN read from
+    /// FILE), and are then accepted from any address, not only loopback
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    pub listen_token: Option<std::path::PathBuf>,
 }
 
 impl CommonArgs {
@@ -112,6 +192,9 @@ impl CommonArgs {
                 ));
                 self.pid = Some(tgid);
             }
+        }
+        if self.listen.is_some() {
+            crate::serve::check_tool(TOOL.get().copied().unwrap_or("tracekit"))?;
         }
         Ok(())
     }
@@ -190,6 +273,65 @@ pub fn parse_cpu(s: &str) -> std::result::Result<u32, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(clap::Parser, Debug)]
+    #[command(name = "demo", version)]
+    struct Demo {
+        #[command(flatten)]
+        common: CommonArgs,
+        /// What to count
+        #[arg(required = true)]
+        patterns: Vec<String>,
+    }
+
+    fn demo(args: &[&str]) -> Result<Parsed<Demo>, clap::Error> {
+        parse_from::<Demo>(
+            std::iter::once("demo")
+                .chain(args.iter().copied())
+                .map(Into::into),
+        )
+    }
+
+    #[test]
+    fn completions_flag() {
+        let Ok(Parsed::Completions(bash)) = demo(&["--completions", "bash"]) else {
+            panic!("no bash script");
+        };
+        let bash = String::from_utf8(bash).unwrap();
+        assert!(bash.contains("complete -F _demo"), "{bash}");
+        assert!(bash.contains("--attach-mode"), "{bash}");
+        // Hidden: neither completed nor in the help.
+        assert!(!bash.contains("--completions"), "{bash}");
+        for shell in ["zsh", "fish"] {
+            assert!(
+                matches!(demo(&["--completions", shell]), Ok(Parsed::Completions(s)) if !s.is_empty())
+            );
+        }
+        assert!(matches!(
+            demo(&["--completions=zsh"]),
+            Ok(Parsed::Completions(_))
+        ));
+        let err = demo(&["--completions", "tcsh"]).unwrap_err().to_string();
+        assert!(err.contains("takes bash, zsh, fish"), "{err}");
+        // Only as the sole option: elsewhere it is an unknown argument, and clap
+        // does not suggest it.
+        let err = demo(&["--completions", "bash", "vfs_*"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unexpected argument"), "{err}");
+        let err = demo(&["--completion", "bash"]).unwrap_err().to_string();
+        assert!(!err.contains("--completions"), "{err}");
+        let Ok(Parsed::Run(run)) = demo(&["-p", "1", "vfs_*"]) else {
+            panic!("not parsed as a run");
+        };
+        assert_eq!(
+            (run.common.pid, run.patterns),
+            (Some(1), vec!["vfs_*".to_string()])
+        );
+        let help = demo(&["--help"]).unwrap_err().to_string();
+        assert!(!help.contains("completions"), "{help}");
+        assert!(demo(&[]).is_err(), "a required pattern is still required");
+    }
 
     #[test]
     fn secs() {

@@ -34,6 +34,11 @@ impl PerCpuCounters {
     pub fn deltas(&mut self) -> Result<Vec<u64>> {
         self.0.deltas()
     }
+
+    /// What the next [`deltas`](Self::deltas) would return so far (`GET /summary`).
+    pub fn peek(&mut self) -> Result<Vec<u64>> {
+        self.0.peek()
+    }
 }
 
 /// A `BPF_MAP_TYPE_PERCPU_ARRAY` whose values are rows of `u64` cells (its value
@@ -145,5 +150,16 @@ impl PerCpuTable {
             .collect();
         self.prev = totals;
         Ok(deltas)
+    }
+
+    /// What each cell gained since the previous [`deltas`](Self::deltas), which
+    /// still counts from where it did.
+    pub fn peek(&mut self) -> Result<Vec<u64>> {
+        let totals = self.totals()?;
+        Ok(totals
+            .iter()
+            .zip(&self.prev)
+            .map(|(t, p)| t.wrapping_sub(*p))
+            .collect())
     }
 }

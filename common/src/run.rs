@@ -14,6 +14,8 @@ pub enum StopReason {
     Signal,
     Duration,
     TargetExited,
+    /// `POST /stop` through `--listen`.
+    Requested,
 }
 
 /// What the process is doing, for the signal handler: a repeated signal may end

@@ -10,6 +10,7 @@
 //! s.finish()
 //! ```
 
+use std::cell::RefCell;
 use std::time::Instant;
 
 use anyhow::{bail, Result};
@@ -21,6 +22,7 @@ use crate::events::Events;
 use crate::output;
 use crate::plan::{self, Hooks, Plan};
 use crate::run::{self, Schedule, Stop, StopReason};
+use crate::serve::{Reply, Request, Served, Server};
 use crate::spec::ProbeSpec;
 use crate::system;
 use crate::tracefs;
@@ -40,9 +42,13 @@ pub struct Session {
     pub json: bool,
     debug: bool,
     pid: Option<u32>,
-    attached: Option<Attached>,
+    pub(crate) attached: Option<Attached>,
     /// Links of a tool with fixed programs ([`Session::adopt`]).
-    links: Vec<Link>,
+    pub(crate) links: Vec<Link>,
+    /// `--listen` (see [`crate::listen`]): the server, and the `POST /stop`
+    /// requests answered once everything is detached.
+    pub(crate) server: Option<Server>,
+    pub(crate) stopping: RefCell<Vec<Request>>,
 }
 
 impl Session {
@@ -85,6 +91,8 @@ impl Session {
             pid: common.pid,
             attached: None,
             links: Vec::new(),
+            server: crate::listen::bind(common)?,
+            stopping: RefCell::new(Vec::new()),
         })
     }
 
@@ -148,6 +156,10 @@ impl Session {
         };
         drop(self.attached.take());
         self.links.clear();
+        // POST /stop is answered when nothing is attached any more.
+        for rq in self.stopping.take() {
+            rq.answer(Reply::json(&serde_json::json!({ "stopped": true })));
+        }
         printed
     }
 }
@@ -190,6 +202,8 @@ impl Session {
             pid: common.pid,
             attached: None,
             links: Vec::new(),
+            server: crate::listen::bind(common)?,
+            stopping: RefCell::new(Vec::new()),
         })
     }
 
@@ -217,7 +231,22 @@ impl Session {
         duration: Option<std::time::Duration>,
         events: &mut Events,
     ) -> Result<StopReason> {
-        const SLICE: std::time::Duration = std::time::Duration::from_millis(100);
+        self.run_events_served(duration, events, None)
+    }
+
+    /// [`Session::run_events`] answering `--listen` requests from `tool`.
+    pub fn run_events_served(
+        &self,
+        duration: Option<std::time::Duration>,
+        events: &mut Events,
+        mut tool: Option<&mut dyn Served>,
+    ) -> Result<StopReason> {
+        // Shorter with a server: requests are answered between polls.
+        let slice = if self.server.is_some() {
+            crate::listen::SLICE
+        } else {
+            std::time::Duration::from_millis(100)
+        };
         let end = duration.map(|d| Instant::now() + d);
         let why = loop {
             if let Some(r) = self.stop.reason() {
@@ -225,13 +254,19 @@ impl Session {
             }
             let left = match end {
                 Some(e) => e.saturating_duration_since(Instant::now()),
-                None => SLICE,
+                None => slice,
             };
             if left.is_zero() {
                 break StopReason::Duration;
             }
-            events.poll(left.min(SLICE))?;
+            events.poll(left.min(slice))?;
             events.report_lost(false)?;
+            if let (Some(server), Some(tool)) = (&self.server, tool.as_deref_mut()) {
+                while let Some(rq) = server.next(None) {
+                    let lost = events.lost_total();
+                    self.handle(rq, tool, Some(lost));
+                }
+            }
         };
         events.drain()?;
         events.report_lost(true)?;

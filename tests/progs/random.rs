@@ -5,7 +5,8 @@
 //! and exits. Modes: `getrandom` (the syscall), `urandom` and `random` (read(2) of
 //! /dev/urandom or /dev/random, opened before `ready`). Each read must deliver
 //! SIZE bytes (checked), so a tracer sees exactly N events of 8 x SIZE bits.
-//! `--rate R` paces the reads at R per second (benchmarks).
+//! `--rate R` paces the reads at R per second (benchmarks). `--hold` exits only
+//! after a second SIGUSR1 (a tool traces it with -p and is scraped meanwhile).
 
 #[path = "ready.rs"]
 mod ready;
@@ -41,6 +42,9 @@ fn reads(mode: &str, n: &str, size: &str) -> Reads {
 
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
+    // --hold: exit only after a second SIGUSR1 (a tool's -p run then outlives the work).
+    let hold = args.iter().any(|a| a == "--hold");
+    args.retain(|a| a != "--hold");
     let rate: Option<f64> = args.iter().position(|a| a == "--rate").map(|i| {
         let r = args
             .get(i + 1)
@@ -87,5 +91,8 @@ fn main() {
             };
             assert_eq!(got, w.size as isize, "short read of random bytes");
         }
+    }
+    if hold {
+        r.wait();
     }
 }

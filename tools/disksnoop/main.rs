@@ -9,9 +9,15 @@ use clap::Parser;
 use common::cli::{parse_secs, warn, CommonArgs};
 use common::events::{self, Clock, Events};
 use common::fixed::{self, Format, Group, Need, Selection, Variant};
+use common::hist::Unit;
+use common::metrics::{Labels, Metrics};
+use common::serve::Served;
 use common::session::Session;
+use common::tally::{self, Cell, Tally};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use serde_json::json;
+use std::cell::RefCell;
+use std::rc::Rc;
 
 mod disks;
 
@@ -102,7 +108,7 @@ const GROUPS: &[Group] = &[
 ];
 
 fn main() {
-    common::cli::main("disksnoop", || run(Args::parse()))
+    common::cli::main("disksnoop", || run(common::cli::parse::<Args>()))
 }
 
 fn run(mut args: Args) -> Result<()> {
@@ -166,10 +172,18 @@ fn run(mut args: Args) -> Result<()> {
     } else {
         session.status(&header(wide, wall))?;
     }
+    // --listen: requests, bytes and latency by device and operation, counted as
+    // the records arrive (names are looked up at scrape time).
+    let tally = Rc::new(RefCell::new(Tally::<(u32, u8)>::new()));
+    let count = session.serving().then(|| tally.clone());
     let mut ev = Events::new(
         &skel.maps.events,
         &skel.maps.events_lost,
         |e: &skel::types::disk_event, out: &mut String| {
+            if let Some(t) = &count {
+                t.borrow_mut()
+                    .add((e.dev, e.r#type as u8), u64::from(e.bytes), Some(e.lat_ns));
+            }
             // Disk names only where they are printed: the narrow lines stay cheap.
             let r = Request::of(e, (wide || json).then_some(&mut names));
             if json {
@@ -180,9 +194,98 @@ fn run(mut args: Args) -> Result<()> {
             Ok(())
         },
     )?;
-    session.run_events(args.duration, &mut ev)?;
+    let mut served = Disks {
+        tally,
+        names: disks::Names::load(),
+    };
+    session.run_events_served(args.duration, &mut ev, Some(&mut served))?;
     drop(ev);
     session.finish(true)
+}
+
+/// The operation of a request type letter (bpf/disksnoop.bpf.c).
+fn operation(kind: u8) -> &'static str {
+    match kind {
+        b'R' => "read",
+        b'W' => "write",
+        b'F' => "flush",
+        b'D' => "discard",
+        _ => "other",
+    }
+}
+
+/// What --listen serves: requests, bytes and latency by disk and operation.
+struct Disks {
+    tally: Rc<RefCell<Tally<(u32, u8)>>>,
+    names: disks::Names,
+}
+
+impl Disks {
+    fn labels(&mut self, (dev, kind): (u32, u8)) -> Labels {
+        vec![
+            ("disk", self.names.name(dev)),
+            ("dev", disks::show_dev(dev)),
+            ("operation", operation(kind).to_string()),
+        ]
+    }
+}
+
+impl Served for Disks {
+    fn print(&mut self, _last: bool) -> Result<()> {
+        Ok(()) // every request is printed as it completes
+    }
+
+    fn metrics(&mut self, m: &mut Metrics) -> Result<()> {
+        let cells: Vec<((u32, u8), Cell)> = self
+            .tally
+            .borrow()
+            .totals()
+            .map(|(k, c)| (*k, c.clone()))
+            .collect();
+        let mut hists = Vec::new();
+        let mut bytes = Vec::new();
+        for (k, c) in cells {
+            let l = self.labels(k);
+            bytes.push((l.clone(), c.bytes));
+            hists.push((l, c.hist, c.total_ns));
+        }
+        m.log2_seconds(
+            "tracekit_disksnoop_request",
+            "Block request latency (issue to completion) since the start, by disk and operation",
+            Unit::Nsecs,
+            hists,
+        );
+        m.counters(
+            "tracekit_disksnoop_bytes",
+            "Bytes of completed block requests since the start, by disk and operation",
+            bytes,
+        );
+        Ok(())
+    }
+
+    fn summary(&mut self) -> Result<serde_json::Value> {
+        let cells = self.tally.borrow().since_reset();
+        let rows = cells
+            .into_iter()
+            .map(|((dev, kind), c)| {
+                json!({
+                    "disk": self.names.name(dev),
+                    "dev": disks::show_dev(dev),
+                    "operation": operation(kind),
+                    "requests": c.events,
+                    "bytes": c.bytes,
+                    "total_ns": c.total_ns,
+                    "hist": c.hist.to_json(),
+                })
+            })
+            .collect();
+        Ok(tally::summary(rows))
+    }
+
+    fn reset(&mut self) -> Result<()> {
+        self.tally.borrow_mut().reset();
+        Ok(())
+    }
 }
 
 /// Checks the classic tracepoints' records against the offsets the programs

@@ -8,8 +8,10 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use common::cli::{parse_secs, CommonArgs, SummaryArgs};
 use common::counters::PerCpuCounters;
+use common::metrics::{label, Metrics};
 use common::output::{emit, timestamp, unix_time};
 use common::run::Schedule;
+use common::serve::Served;
 use common::session::{How, Session};
 use common::ProbeSpec;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
@@ -59,7 +61,7 @@ struct Args {
 }
 
 fn main() {
-    common::cli::main("funccount", || run(Args::parse()))
+    common::cli::main("funccount", || run(common::cli::parse::<Args>()))
 }
 
 fn run(mut args: Args) -> Result<()> {
@@ -83,22 +85,62 @@ fn run(mut args: Args) -> Result<()> {
     let labels: Vec<String> = plan.probes.iter().map(|p| p.label.clone()).collect();
 
     session.attach(skel.object())?;
-    let mut counters = PerCpuCounters::new(&skel.maps.counts, labels.len())?;
+    let counters = PerCpuCounters::new(&skel.maps.counts, labels.len())?;
     session.announce(&args.patterns)?;
-    let json = session.json;
     let schedule = Schedule {
         interval: args.summary.interval,
         duration: args.duration,
     };
-    session.run(schedule, |last| {
-        let rows = rows(&labels, &counters.deltas()?);
-        emit(&if json {
+    let mut counts = Counts {
+        labels,
+        counters,
+        json: session.json,
+        timestamp: args.summary.timestamp,
+    };
+    session.run_served(schedule, &mut counts)?;
+    session.finish(false)
+}
+
+/// The counts of a run: printed per summary, served with --listen.
+struct Counts {
+    labels: Vec<String>,
+    counters: PerCpuCounters,
+    json: bool,
+    timestamp: bool,
+}
+
+impl Served for Counts {
+    fn print(&mut self, last: bool) -> Result<()> {
+        let rows = rows(&self.labels, &self.counters.deltas()?);
+        emit(&if self.json {
             json_summary(&rows, last)
         } else {
-            table(&rows, args.summary.timestamp)
+            table(&rows, self.timestamp)
         })
-    })?;
-    session.finish(false)
+    }
+
+    fn metrics(&mut self, m: &mut Metrics) -> Result<()> {
+        let totals = self.counters.totals()?;
+        m.counters(
+            "tracekit_funccount_calls",
+            "Calls (or events) of each probe since the start",
+            self.labels
+                .iter()
+                .zip(totals)
+                .map(|(l, n)| (label("probe", l.as_str()), n))
+                .collect(),
+        );
+        Ok(())
+    }
+
+    fn summary(&mut self) -> Result<serde_json::Value> {
+        let rows = rows(&self.labels, &self.counters.peek()?);
+        Ok(serde_json::from_str(&json_summary(&rows, false))?)
+    }
+
+    fn reset(&mut self) -> Result<()> {
+        self.counters.deltas().map(drop)
+    }
 }
 
 /// Non-zero counts, ascending (BCC order; ties by name for stable output).

@@ -9,9 +9,11 @@ use anyhow::{Context, Result};
 use common::cli::{warn, CommonArgs};
 use common::counters::{PerCpuCounters, PerCpuTable};
 use common::hist::{Log2Hist, Totals, Unit, LOG2_SLOTS};
+use common::metrics::{label, Metrics};
 use common::output::{emit, timestamp, unix_time};
 use common::plan::Hooks;
 use common::run::Schedule;
+use common::serve::Served;
 use common::session::{How, Session};
 use common::ProbeSpec;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
@@ -51,11 +53,10 @@ pub fn run(mut cfg: Config) -> Result<()> {
     };
     let mut session = Session::prepare(&cfg.specs, &mut cfg.common, how, cfg.debug)?;
     let plan = &session.plan;
-    let rows = if cfg.per_function {
-        plan.probes.len()
-    } else {
-        1
-    };
+    // With --listen every probe has its own row, for a histogram per probe in
+    // /metrics; the text still merges them unless -F.
+    let per_probe = cfg.per_function || cfg.common.listen.is_some();
+    let rows = if per_probe { plan.probes.len() } else { 1 };
     let labels: Vec<String> = plan.probes.iter().map(|p| p.label.clone()).collect();
 
     let mut obj = MaybeUninit::uninit();
@@ -66,7 +67,7 @@ pub fn run(mut cfg: Config) -> Result<()> {
         cfg.common.cpu,
         |rodata| {
             rodata.unit_ns = cfg.unit.divisor();
-            rodata.per_probe = cfg.per_function;
+            rodata.per_probe = per_probe;
         }
     );
     open.maps.hists.set_max_entries(rows as u32)?;
@@ -77,48 +78,123 @@ pub fn run(mut cfg: Config) -> Result<()> {
         None => session.announce(&cfg.patterns)?,
     }
 
-    let mut table = PerCpuTable::new(&skel.maps.hists, rows)?;
+    let table = PerCpuTable::new(&skel.maps.hists, rows)?;
     if table.width() != ROW {
         anyhow::bail!(
             "internal error: histogram rows are {} cells, not {ROW}",
             table.width()
         );
     }
-    let mut lost = PerCpuCounters::new(&skel.maps.pairing_lost, 3)?;
-    let mut missed_before = 0;
-    let json = session.json;
-    session.run(cfg.schedule, |last| {
-        let cells = table.deltas()?;
-        let hists: Vec<(Log2Hist, Totals)> = cells
-            .chunks_exact(ROW)
-            .map(|r| {
-                (
-                    Log2Hist::from_slots(&r[..LOG2_SLOTS]),
-                    Totals {
-                        total_ns: r[LOG2_SLOTS],
-                        count: r[LOG2_SLOTS + 1],
-                    },
-                )
-            })
-            .collect();
-        report_lost(&lost.deltas()?);
-        let missed = session.attached().map_or(0, |a| a.missed());
-        if missed > missed_before {
+    let lost = PerCpuCounters::new(&skel.maps.pairing_lost, 3)?;
+    let mut lat = Latency {
+        table,
+        lost,
+        labels: &labels,
+        cfg: &cfg,
+        json: session.json,
+        session: &session,
+        missed_before: 0,
+    };
+    session.run_served(cfg.schedule, &mut lat)?;
+    drop(lat);
+    session.finish(cfg.banner.is_some())
+}
+
+/// A run's histograms: printed per summary, served with --listen.
+struct Latency<'a> {
+    table: PerCpuTable,
+    lost: PerCpuCounters,
+    labels: &'a [String],
+    cfg: &'a Config,
+    json: bool,
+    session: &'a Session,
+    missed_before: u64,
+}
+
+impl Latency<'_> {
+    /// Histogram rows from the table's cells, merged into one unless -F.
+    fn rows(&self, cells: &[u64]) -> Vec<(Log2Hist, Totals)> {
+        let rows = hist_rows(cells);
+        if self.cfg.per_function || rows.len() <= 1 {
+            return rows;
+        }
+        let mut one = (Log2Hist::default(), Totals::default());
+        for (h, t) in &rows {
+            one.0.merge(h);
+            one.1.total_ns += t.total_ns;
+            one.1.count += t.count;
+        }
+        vec![one]
+    }
+}
+
+fn hist_rows(cells: &[u64]) -> Vec<(Log2Hist, Totals)> {
+    cells
+        .chunks_exact(ROW)
+        .map(|r| {
+            (
+                Log2Hist::from_slots(&r[..LOG2_SLOTS]),
+                Totals {
+                    total_ns: r[LOG2_SLOTS],
+                    count: r[LOG2_SLOTS + 1],
+                },
+            )
+        })
+        .collect()
+}
+
+impl Served for Latency<'_> {
+    fn print(&mut self, last: bool) -> Result<()> {
+        let cells = self.table.deltas()?;
+        let hists = self.rows(&cells);
+        report_lost(&self.lost.deltas()?);
+        let missed = self.session.attached().map_or(0, |a| a.missed());
+        if missed > self.missed_before {
             warn(&format!(
                 "the kernel missed {} probe hits (kretprobe instances used up, or \
                  recursion): those calls are not in the histogram",
-                missed - missed_before
+                missed - self.missed_before
             ));
         }
-        missed_before = missed;
-        let sections = sections(&hists, &labels, cfg.per_function);
-        emit(&if json {
-            json_summary(&sections, cfg.unit, last)
+        self.missed_before = missed;
+        let sections = sections(&hists, self.labels, self.cfg.per_function);
+        emit(&if self.json {
+            json_summary(&sections, self.cfg.unit, last)
         } else {
-            text(&sections, &cfg)
+            text(&sections, self.cfg)
         })
-    })?;
-    session.finish(cfg.banner.is_some())
+    }
+
+    fn metrics(&mut self, m: &mut Metrics) -> Result<()> {
+        let rows = hist_rows(&self.table.totals()?);
+        let tool = common::cli::tool_name();
+        m.log2_seconds(
+            &format!("tracekit_{tool}"),
+            "Time from each call of a function to its return, since the start",
+            self.cfg.unit,
+            rows.into_iter()
+                .zip(self.labels)
+                .map(|((h, t), l)| (label("probe", l.as_str()), h, t.total_ns))
+                .collect(),
+        );
+        m.lost_records = self.lost.totals()?.iter().sum();
+        Ok(())
+    }
+
+    fn summary(&mut self) -> Result<serde_json::Value> {
+        let cells = self.table.peek()?;
+        let hists = self.rows(&cells);
+        let sections = sections(&hists, self.labels, self.cfg.per_function);
+        Ok(serde_json::from_str(&json_summary(
+            &sections,
+            self.cfg.unit,
+            false,
+        ))?)
+    }
+
+    fn reset(&mut self) -> Result<()> {
+        self.table.deltas().map(drop)
+    }
 }
 
 /// One printed histogram: its function (with -F) and its data.

@@ -66,7 +66,7 @@ struct Args {
 }
 
 fn main() {
-    common::cli::main("funclatency", || run(Args::parse()))
+    common::cli::main("funclatency", || run(common::cli::parse::<Args>()))
 }
 
 fn run(args: Args) -> Result<()> {

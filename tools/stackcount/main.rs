@@ -12,9 +12,11 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use common::cli::{self, parse_secs, warn, CommonArgs, SummaryArgs};
 use common::counters::PerCpuCounters;
+use common::metrics::Metrics;
 use common::output::{emit, timestamp, unix_time};
 use common::plan::Site;
 use common::run::Schedule;
+use common::serve::Served;
 use common::session::{How, Session};
 use common::stacks::{self, Batch};
 use common::symbolize::{Frame, Symbols};
@@ -116,7 +118,7 @@ struct Args {
 const MAX_STACK_STORAGE: u32 = 1 << 20;
 
 fn main() {
-    common::cli::main("stackcount", || run(Args::parse()))
+    common::cli::main("stackcount", || run(common::cli::parse::<Args>()))
 }
 
 /// One distinct stack of a summary, as printed.
@@ -211,15 +213,27 @@ fn run(mut args: Args) -> Result<()> {
     })?;
     let rb = rb.build()?;
     let symbols = RefCell::new(symbols);
-    let mut stacks_lost = PerCpuCounters::new(&skel.maps.stacks_lost, 2)?;
-    let mut counts_lost = PerCpuCounters::new(&skel.maps.counts_lost, 1)?;
-    let mut folded_run: BTreeMap<String, u64> = BTreeMap::new();
-
     let schedule = Schedule {
         interval: args.summary.interval,
         duration: args.duration,
     };
-    session.run_polling(
+    let mut st = Stacks {
+        skel: &skel,
+        symbols: &symbols,
+        new_pids: &new_pids,
+        rb: &rb,
+        args: &args,
+        shape: &shape,
+        json,
+        stacks_lost: PerCpuCounters::new(&skel.maps.stacks_lost, 2)?,
+        counts_lost: PerCpuCounters::new(&skel.maps.counts_lost, 1)?,
+        keep_run: svg.is_some() || session.serving(),
+        pending: HashMap::new(),
+        lost: [0; 4],
+        lost_total: 0,
+        run: BTreeMap::new(),
+    };
+    session.run_polling_served(
         schedule,
         |t| {
             let _ = rb.poll(t);
@@ -227,33 +241,10 @@ fn run(mut args: Args) -> Result<()> {
                 symbols.borrow_mut().remember(pid);
             }
         },
-        |last| {
-            let _ = rb.consume();
-            for pid in new_pids.borrow_mut().drain(..) {
-                symbols.borrow_mut().remember(pid);
-            }
-            let (entries, expired) = drain(&skel, &symbols.borrow(), &args, &shape)?;
-            let mut lost = stacks_lost.deltas()?;
-            lost.extend(counts_lost.deltas()?);
-            lost.push(expired);
-            report_lost(&lost);
-            if svg.is_some() {
-                for (k, c) in &entries {
-                    *folded_run.entry(folded_line(&shape, k, 0)).or_default() += c;
-                }
-            }
-            emit(&if json {
-                json_summary(&entries, &lost, last)
-            } else if args.folded {
-                entries
-                    .iter()
-                    .map(|(k, c)| format!("{}\n", folded_line(&shape, k, *c)))
-                    .collect()
-            } else {
-                text(&entries, &args, &shape)
-            })
-        },
+        &mut st,
     )?;
+    let folded_run = std::mem::take(&mut st.run);
+    drop(st);
     session.finish(args.folded)?;
     if let (Some(file), Some(path)) = (svg, &args.svg) {
         // Folded lines were keyed with count 0; put the run's totals back.
@@ -270,6 +261,161 @@ fn run(mut args: Args) -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// A run's stacks: drained from the maps at each summary and, with --listen,
+/// at each request; printed per summary and served.
+struct Stacks<'a> {
+    skel: &'a skel::StackcountSkel<'a>,
+    symbols: &'a RefCell<Symbols>,
+    new_pids: &'a RefCell<Vec<u32>>,
+    rb: &'a libbpf_rs::RingBuffer<'a>,
+    args: &'a Args,
+    shape: &'a Shape,
+    json: bool,
+    stacks_lost: PerCpuCounters,
+    counts_lost: PerCpuCounters,
+    /// Keep the run's folded totals (--svg, --listen's /stacks).
+    keep_run: bool,
+    /// Drained since the last summary (or /reset), and what was lost meanwhile
+    /// (requests only read the maps: they drain at summaries and /reset).
+    pending: HashMap<Key, u64>,
+    lost: [u64; 4],
+    lost_total: u64,
+    /// Folded lines (keyed with count 0) and their totals since the start.
+    run: BTreeMap<String, u64>,
+}
+
+impl Stacks<'_> {
+    fn consume_ring(&self) {
+        let _ = self.rb.consume();
+        for pid in self.new_pids.borrow_mut().drain(..) {
+            self.symbols.borrow_mut().remember(pid);
+        }
+    }
+
+    /// Moves what the maps counted since the last drain into `pending` (at a
+    /// summary, or a /reset).
+    fn collect(&mut self) -> Result<()> {
+        self.consume_ring();
+        let (entries, expired) = drain(
+            self.skel,
+            &self.symbols.borrow(),
+            self.args,
+            self.shape,
+            true,
+        )?;
+        let mut lost = self.stacks_lost.deltas()?;
+        lost.extend(self.counts_lost.deltas()?);
+        lost.push(expired);
+        for (l, n) in self.lost.iter_mut().zip(&lost) {
+            *l += n;
+        }
+        self.lost_total += lost.iter().sum::<u64>();
+        for (k, c) in entries {
+            if self.keep_run {
+                *self.run.entry(folded_line(self.shape, &k, 0)).or_default() += c;
+            }
+            *self.pending.entry(k).or_default() += c;
+        }
+        Ok(())
+    }
+
+    /// What the maps hold now, read without clearing them (a request).
+    fn peek(&self) -> Result<Vec<(Key, u64)>> {
+        self.consume_ring();
+        Ok(drain(
+            self.skel,
+            &self.symbols.borrow(),
+            self.args,
+            self.shape,
+            false,
+        )?
+        .0)
+    }
+
+    /// Folded lines (count 0) and their totals since the start: the drained
+    /// run plus what the maps hold now.
+    fn run_now(&self) -> Result<BTreeMap<String, u64>> {
+        let mut run = self.run.clone();
+        for (k, c) in self.peek()? {
+            *run.entry(folded_line(self.shape, &k, 0)).or_default() += c;
+        }
+        Ok(run)
+    }
+
+    /// Ascending by count (BCC order).
+    fn sorted(entries: impl IntoIterator<Item = (Key, u64)>) -> Vec<(Key, u64)> {
+        let mut out: Vec<(Key, u64)> = entries.into_iter().collect();
+        out.sort_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+        out
+    }
+}
+
+impl Served for Stacks<'_> {
+    fn print(&mut self, last: bool) -> Result<()> {
+        self.collect()?;
+        let entries = Self::sorted(std::mem::take(&mut self.pending));
+        let lost = std::mem::take(&mut self.lost);
+        report_lost(&lost);
+        emit(&if self.json {
+            json_summary(&entries, &lost, last)
+        } else if self.args.folded {
+            entries
+                .iter()
+                .map(|(k, c)| format!("{}\n", folded_line(self.shape, k, *c)))
+                .collect()
+        } else {
+            text(&entries, self.args, self.shape)
+        })
+    }
+
+    fn metrics(&mut self, m: &mut Metrics) -> Result<()> {
+        let run = self.run_now()?;
+        let none = Vec::new;
+        m.counters(
+            "tracekit_stackcount_events",
+            "Events counted with their stacks since the start (GET /stacks has them folded)",
+            vec![(none(), run.values().sum())],
+        );
+        m.gauges(
+            "tracekit_stackcount_stacks",
+            "Distinct stacks seen since the start",
+            None,
+            vec![(none(), run.len() as f64)],
+        );
+        m.lost_records = self.lost_total
+            + self.stacks_lost.peek()?.iter().sum::<u64>()
+            + self.counts_lost.peek()?.iter().sum::<u64>();
+        Ok(())
+    }
+
+    fn summary(&mut self) -> Result<serde_json::Value> {
+        let mut pending = self.pending.clone();
+        for (k, c) in self.peek()? {
+            *pending.entry(k).or_default() += c;
+        }
+        Ok(serde_json::from_str(&json_summary(
+            &Self::sorted(pending),
+            &self.lost,
+            false,
+        ))?)
+    }
+
+    fn reset(&mut self) -> Result<()> {
+        self.collect()?;
+        self.pending.clear();
+        self.lost = [0; 4];
+        Ok(())
+    }
+
+    fn folded(&mut self) -> Option<Result<String>> {
+        Some(self.run_now().map(|run| {
+            run.iter()
+                .map(|(l, c)| format!("{} {c}\n", l.rsplit_once(' ').map_or(l.as_str(), |x| x.0)))
+                .collect()
+        }))
+    }
 }
 
 /// The one pattern stackcount takes; a second positional is most often a
@@ -318,19 +464,24 @@ fn parse_key(k: &[u8]) -> Option<RawKey> {
 
 /// Reads and clears this interval's counts, resolves every distinct address once,
 /// and merges stacks that print the same. Sorted ascending by count (BCC order).
-/// Also returns how many events referred to a stack no longer stored.
+/// Also returns how many events referred to a stack no longer stored. With
+/// `consume` false (a --listen request) nothing is cleared or freed, so a
+/// request never races an event out of the counts.
 fn drain(
     skel: &skel::StackcountSkel,
     symbols: &Symbols,
     args: &Args,
     shape: &Shape,
+    consume: bool,
 ) -> Result<(Vec<(Key, u64)>, u64)> {
     let counts = &skel.maps.counts;
     let keys: Vec<Vec<u8>> = counts.keys().collect();
     let mut raw = Vec::with_capacity(keys.len());
     for k in &keys {
         if let Some(v) = counts.lookup(k, MapFlags::ANY)? {
-            let _ = counts.delete(k);
+            if consume {
+                let _ = counts.delete(k);
+            }
             let n = u64::from_ne_bytes(v[..8].try_into().context("count value")?);
             if let Some(key) = parse_key(k) {
                 raw.push((key, n));
@@ -348,7 +499,9 @@ fn drain(
             addrs.insert(h, a);
         }
     }
-    stacks::forget(&skel.maps.stacks, hashes);
+    if consume {
+        stacks::forget(&skel.maps.stacks, hashes);
+    }
     // A stack freed by the previous summary just as this event counted it.
     let mut expired = 0;
     raw.retain(|(k, n)| {

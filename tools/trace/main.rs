@@ -147,7 +147,7 @@ struct Args {
 }
 
 fn main() {
-    common::cli::main("trace", || run(Args::parse()))
+    common::cli::main("trace", || run(common::cli::parse::<Args>()))
 }
 
 /// The header fields of `struct tk_event` (bpf/trace.bpf.c).

@@ -10,9 +10,14 @@ use clap::Parser;
 use common::cli::{parse_secs, warn, CommonArgs};
 use common::events::{self, Clock, Events};
 use common::fixed::{self, Format, Group, Need, Selection, Variant};
+use common::metrics::{label, Metrics};
+use common::serve::Served;
 use common::session::Session;
+use common::tally::{self, Cell, Tally};
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use serde_json::json;
+use std::cell::RefCell;
+use std::rc::Rc;
 
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/urandomread.skel.rs"));
@@ -88,7 +93,7 @@ const GROUPS: &[Group] = &[
 const SOURCES: [&str; 3] = ["urandom", "random", "getrandom"];
 
 fn main() {
-    common::cli::main("urandomread", || run(Args::parse()))
+    common::cli::main("urandomread", || run(common::cli::parse::<Args>()))
 }
 
 fn run(mut args: Args) -> Result<()> {
@@ -142,10 +147,16 @@ fn run(mut args: Args) -> Result<()> {
             "TIME(s)", "COMM", "PID", "GOTBITS"
         ))?;
     }
+    // --listen: reads and bytes by source, counted as the records arrive.
+    let tally = Rc::new(RefCell::new(Tally::<u32>::new()));
+    let count = session.serving().then(|| tally.clone());
     let mut ev = Events::new(
         &skel.maps.events,
         &skel.maps.events_lost,
-        |e: &skel::types::rand_event, out: &mut String| {
+        move |e: &skel::types::rand_event, out: &mut String| {
+            if let Some(t) = &count {
+                t.borrow_mut().add(e.source, e.bits / 8, None);
+            }
             let comm: Vec<u8> = e
                 .comm
                 .iter()
@@ -153,7 +164,7 @@ fn run(mut args: Args) -> Result<()> {
                 .take_while(|&c| c != 0)
                 .collect();
             let comm = common::output::escape(&comm);
-            let source = SOURCES.get(e.source as usize).copied().unwrap_or("?");
+            let source = source_name(e.source);
             let secs = Clock::secs(e.ts);
             let _ = if json {
                 writeln!(
@@ -181,9 +192,58 @@ fn run(mut args: Args) -> Result<()> {
             Ok(())
         },
     )?;
-    session.run_events(args.duration, &mut ev)?;
+    session.run_events_served(args.duration, &mut ev, Some(&mut Sources(tally)))?;
     drop(ev);
     session.finish(true)
+}
+
+fn source_name(source: u32) -> &'static str {
+    SOURCES.get(source as usize).copied().unwrap_or("?")
+}
+
+/// What --listen serves: reads and random bytes by source.
+struct Sources(Rc<RefCell<Tally<u32>>>);
+
+impl Served for Sources {
+    fn print(&mut self, _last: bool) -> Result<()> {
+        Ok(()) // every read is printed as it comes
+    }
+
+    fn metrics(&mut self, m: &mut Metrics) -> Result<()> {
+        let t = self.0.borrow();
+        let by = |f: fn(&Cell) -> u64| {
+            t.totals()
+                .map(|(s, c)| (label("source", source_name(*s)), f(c)))
+                .collect()
+        };
+        m.counters(
+            "tracekit_urandomread_reads",
+            "Reads of random bytes since the start, by source (urandom, random, getrandom)",
+            by(|c| c.events),
+        );
+        m.counters(
+            "tracekit_urandomread_bytes",
+            "Random bytes read since the start, by source",
+            by(|c| c.bytes),
+        );
+        Ok(())
+    }
+
+    fn summary(&mut self) -> Result<serde_json::Value> {
+        let rows = self
+            .0
+            .borrow()
+            .since_reset()
+            .into_iter()
+            .map(|(s, c)| json!({ "source": source_name(s), "reads": c.events, "bytes": c.bytes }))
+            .collect();
+        Ok(tally::summary(rows))
+    }
+
+    fn reset(&mut self) -> Result<()> {
+        self.0.borrow_mut().reset();
+        Ok(())
+    }
 }
 
 /// Checks the classic tracepoints' records against the offsets the programs read.

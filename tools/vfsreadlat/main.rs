@@ -44,7 +44,7 @@ struct Args {
 }
 
 fn main() {
-    common::cli::main("vfsreadlat", || run(Args::parse()))
+    common::cli::main("vfsreadlat", || run(common::cli::parse::<Args>()))
 }
 
 fn run(args: Args) -> Result<()> {

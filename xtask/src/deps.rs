@@ -18,8 +18,25 @@ pub const BUILD: &[&str] = &[
 
 /// Host tests (setpriv, unshare and taskset are in util-linux; libc6-dbg gives libc's
 /// local function names, which user-function tests check with and without; binutils'
-/// objcopy strips a test binary; zlib1g is the Debian library the tests trace).
-pub const TEST: &[&str] = &["util-linux", "libc6-dbg", "binutils", "zlib1g"];
+/// objcopy strips a test binary; zlib1g is the Debian library the tests trace;
+/// iproute2 makes the network namespace and prometheus the server that scrape
+/// --listen in tests/serve.rs).
+pub const TEST: &[&str] = &[
+    "util-linux",
+    "libc6-dbg",
+    "binutils",
+    "zlib1g",
+    "iproute2",
+    "prometheus",
+];
+
+/// The install test (install_test.rs): man-db renders the man pages; bash, zsh and
+/// fish load the completions; readelf (binutils) lists sections and libraries;
+/// setpriv (util-linux) runs xtask as nobody.
+pub const INSTALL_TEST: &[&str] = &["man-db", "bash", "zsh", "fish", "binutils", "util-linux"];
+
+/// `cargo xtask deb`: dpkg-shlibdeps, which cargo-deb runs for Depends; strip.
+pub const DEB: &[&str] = &["dpkg-dev", "binutils"];
 
 /// Booting guest kernels.
 pub const GUEST: &[&str] = &[

@@ -325,6 +325,8 @@ mount -t bpf bpf /newroot/sys/fs/bpf
 # the host's copy again at the same path.
 mkdir -p '/newroot{workspace}' && mount -o bind '/hostroot{workspace}' '/newroot{workspace}'
 echo 1 > /proc/sys/kernel/panic_on_oops
+# Loopback up: the --listen tests scrape the tools from inside the guest.
+ifconfig lo 127.0.0.1 up
 # The scratch virtio disk, when the kernel found it.
 [ -e /sys/class/block/vda ] && export TRACEKIT_GUEST_DISK=vda
 # What this kernel can do, from its config, for tests to assert the right path.

@@ -19,6 +19,15 @@
 //!   bench-trace [--no-host|--no-guest]
 //!                        trace vs bpftrace printf (host) and trace-bpfcc (guest): cost per
 //!                        event (uprobe, 1-in-1000 predicate, tracepoint, vfs_read), start-up
+//!   install [--prefix DIR] [--uninstall]
+//!                        install the tools (release), their man pages and
+//!                        bash/zsh/fish completions under DIR (default /usr/local);
+//!                        --uninstall removes exactly what was installed
+//!   deb                  build target/debian/tracekit_<version>_<arch>.deb with cargo-deb
+//!   install-test         only the install test `test` runs after the host tests: install
+//!                        into a temporary prefix and uninstall, then the .deb on this host
+//!   bench-serve          funccount --listen: scrape time with 10,000 series, and the
+//!                        traced calls' cost while scraped
 //!   deps                 install every Debian package the tasks need
 
 mod bench;
@@ -26,10 +35,13 @@ mod bench_attach;
 mod bench_common;
 mod bench_io;
 mod bench_latency;
+mod bench_serve;
 mod bench_stacks;
 mod bench_trace;
 mod deps;
 mod guest;
+mod install;
+mod install_test;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -47,6 +59,11 @@ fn main() {
 fn real_main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let root = workspace_root();
+    if args.first().map(String::as_str) == Some("install") {
+        // Before entering the workspace: a user who cannot write to the prefix
+        // is told what to do first (the install test checks this as nobody).
+        return install::main(&args[1..]);
+    }
     std::env::set_current_dir(&root)?;
     match args.first().map(String::as_str) {
         Some("run") => run_tool(&args[1..]),
@@ -77,6 +94,10 @@ fn real_main() -> Result<()> {
             deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
             bench_io::run(&root)
         }
+        Some("bench-serve") => {
+            deps::ensure(deps::BUILD)?;
+            bench_serve::run(&root)
+        }
         Some("bench-attach") => bench_attach::host(&root),
         Some("bench-trace") => bench_trace::host(&root, &args[1..]),
         // Runs inside the benchmark guest.
@@ -86,10 +107,26 @@ fn real_main() -> Result<()> {
         Some("bench-latency") => bench_latency::host(&root, &args[1..]),
         // Runs inside the benchmark guest.
         Some("bench-latency-guest") => bench_latency::guest(&args[1..]),
-        Some("deps") => deps::ensure(&[deps::BUILD, deps::TEST, deps::GUEST, deps::BENCH].concat()),
+        Some("deb") => install::deb(false).map(drop),
+        Some("install-test") => {
+            deps::ensure(&[deps::BUILD, deps::INSTALL_TEST, deps::DEB].concat())?;
+            install_test::run()
+        }
+        Some("deps") => deps::ensure(
+            &[
+                deps::BUILD,
+                deps::TEST,
+                deps::INSTALL_TEST,
+                deps::DEB,
+                deps::GUEST,
+                deps::BENCH,
+            ]
+            .concat(),
+        ),
         _ => {
             eprintln!(
-                "usage: cargo xtask run TOOL [ARGS...] | test [--no-guest] | guest [TEST-FILTER...] | deps"
+                "usage: cargo xtask run TOOL [ARGS...] | test [--no-guest] | guest [TEST-FILTER...] \
+                 | install [--prefix DIR] [--uninstall] | deb | install-test | deps"
             );
             std::process::exit(2);
         }
@@ -133,7 +170,7 @@ fn run_tool(args: &[String]) -> Result<()> {
 /// `cargo xtask test`: the README's second command, and what CI runs.
 fn test(args: &[String]) -> Result<()> {
     let guest = !args.iter().any(|a| a == "--no-guest");
-    let mut pkgs = [deps::BUILD, deps::TEST].concat();
+    let mut pkgs = [deps::BUILD, deps::TEST, deps::INSTALL_TEST, deps::DEB].concat();
     if guest {
         pkgs.extend(deps::GUEST);
     }
@@ -142,6 +179,7 @@ fn test(args: &[String]) -> Result<()> {
     // Builds the test programs (examples) without running them as tests.
     t.args(["test", "--workspace"]);
     status(t)?;
+    install_test::run()?;
     if guest {
         guest_tests(&[])?;
     }
