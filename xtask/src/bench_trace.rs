@@ -200,7 +200,12 @@ fn run_once(
         if stop.elapsed() > limit {
             let _ = child.kill();
             let _ = child.wait();
-            bail!("{tool} did not exit within {limit:?}");
+            // Its start-up was measured all the same (trace-bpfcc in the guest
+            // did not stop on SIGINT within 600 s).
+            return Ok(json!({
+                "ready_ms": ready_ms,
+                "error": format!("{tool} did not exit within {limit:?} of SIGINT"),
+            }));
         }
         thread::sleep(Duration::from_millis(10));
     }
