@@ -52,4 +52,22 @@ static __always_inline void event_submit(void *e)
 	bpf_ringbuf_submit(e, flags);
 }
 
+/* Copies a record of `size` bytes (bounded by the caller) into the buffer, for
+ * records whose length varies (strings, stacks); counted as lost when full. */
+static __always_inline void event_output(void *data, __u64 size)
+{
+	__u64 flags = 0;
+
+	if (events_wakeup_bytes)
+		flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= events_wakeup_bytes ?
+				BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+	if (bpf_ringbuf_output(&events, data, size, flags)) {
+		__u32 zero = 0;
+		__u64 *n = bpf_map_lookup_elem(&events_lost, &zero);
+
+		if (n)
+			__sync_fetch_and_add(n, 1);
+	}
+}
+
 #endif

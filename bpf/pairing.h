@@ -33,13 +33,20 @@ static __always_inline bool session_is_return(void *ctx)
 	return bpf_session_is_return___old();
 }
 
-/* Calls deeper than this on one thread are not timed (counted in pairing_lost). */
+/* Calls deeper than this on one thread are not timed (counted in pairing_lost).
+ * A tool may define a smaller depth before including this header. */
+#ifndef PAIR_DEPTH
 #define PAIR_DEPTH 32
+#endif
 
 struct frame {
 	__u64 start; /* entry time, ns */
 	__u32 probe; /* attach cookie of the function */
 	__u32 pad;
+#ifdef PAIR_ARGS
+	/* Values saved at entry for the return (a tool defines PAIR_ARGS). */
+	__u64 args[PAIR_ARGS];
+#endif
 };
 
 struct thread_calls {
@@ -72,8 +79,9 @@ static __always_inline void pairing_count_lost(__u32 why)
 		*n += 1;
 }
 
-/* At a function's entry: pushes (probe, now). */
-static __always_inline void pair_enter(__u32 probe)
+/* At a function's entry: pushes (probe, now); returns the frame pushed (for a
+ * tool to save more in), or NULL when the call is not paired. */
+static __always_inline struct frame *pair_enter(__u32 probe)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct thread_calls *t = bpf_map_lookup_elem(&calls, &tid);
@@ -85,27 +93,28 @@ static __always_inline void pair_enter(__u32 probe)
 		if (bpf_map_update_elem(&calls, &tid, &empty, BPF_NOEXIST) &&
 		    !bpf_map_lookup_elem(&calls, &tid)) {
 			pairing_count_lost(2);
-			return;
+			return NULL;
 		}
 		t = bpf_map_lookup_elem(&calls, &tid);
 		if (!t)
-			return;
+			return NULL;
 	}
 	d = t->depth;
 	if (d >= PAIR_DEPTH || t->untimed) {
 		t->untimed += 1;
 		pairing_count_lost(0);
-		return;
+		return NULL;
 	}
 	t->frames[d].probe = probe;
 	t->frames[d].start = bpf_ktime_get_ns();
 	t->depth = d + 1;
+	return &t->frames[d];
 }
 
 /* At a function's return: pops its frame and returns the entry time, or 0 when
- * this return has no timed entry. Frames above it whose returns were missed are
- * dropped. */
-static __always_inline __u64 pair_exit(__u32 probe)
+ * this return has no timed entry; the frame is copied to `out` when given.
+ * Frames above it whose returns were missed are dropped. */
+static __always_inline __u64 pair_pop(__u32 probe, struct frame *out)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct thread_calls *t = bpf_map_lookup_elem(&calls, &tid);
@@ -123,6 +132,8 @@ static __always_inline __u64 pair_exit(__u32 probe)
 		if (t->frames[i].probe != probe)
 			continue;
 		start = t->frames[i].start;
+		if (out)
+			*out = t->frames[i];
 		if (i + 1 < t->depth)
 			pairing_count_lost(1);
 		t->depth = i;
@@ -133,6 +144,11 @@ static __always_inline __u64 pair_exit(__u32 probe)
 	if (t->depth == 0)
 		bpf_map_delete_elem(&calls, &tid);
 	return start;
+}
+
+static __always_inline __u64 pair_exit(__u32 probe)
+{
+	return pair_pop(probe, NULL);
 }
 
 #endif

@@ -76,20 +76,33 @@ impl<'a> Events<'a> {
         lost: &dyn MapCore,
         mut on: impl FnMut(&T, &mut String) -> Result<()> + 'a,
     ) -> Result<Self> {
-        let out = Rc::new(RefCell::new(String::new()));
-        let failed: Failure = Rc::new(RefCell::new(None));
-        let (o, f) = (out.clone(), failed.clone());
-        let mut b = RingBufferBuilder::new();
-        b.add(ring, move |data: &[u8]| {
-            let r = match plain::from_bytes::<T>(data) {
-                Ok(e) => on(e, &mut o.borrow_mut()),
+        Self::new_raw(
+            ring,
+            lost,
+            move |data: &[u8], out: &mut String| match plain::from_bytes::<T>(data) {
+                Ok(e) => on(e, out),
                 Err(e) => Err(anyhow!(
                     "internal error: a {}-byte record does not decode as a {}-byte event ({e:?})",
                     data.len(),
                     size_of::<T>()
                 )),
-            };
-            match r {
+            },
+        )
+    }
+
+    /// As [`Events::new`], for records of varying length (a fixed header and
+    /// what follows it): `on` gets each record's bytes.
+    pub fn new_raw(
+        ring: &'a dyn MapCore,
+        lost: &dyn MapCore,
+        mut on: impl FnMut(&[u8], &mut String) -> Result<()> + 'a,
+    ) -> Result<Self> {
+        let out = Rc::new(RefCell::new(String::new()));
+        let failed: Failure = Rc::new(RefCell::new(None));
+        let (o, f) = (out.clone(), failed.clone());
+        let mut b = RingBufferBuilder::new();
+        b.add(ring, move |data: &[u8]| {
+            match on(data, &mut o.borrow_mut()) {
                 Ok(()) => 0,
                 Err(e) => {
                     *f.borrow_mut() = Some(e);

@@ -75,6 +75,13 @@ pub struct Plan {
 impl Plan {
     /// Expands `specs`; fails naming the spec that matched nothing.
     pub fn build(specs: &[ProbeSpec], opts: &Options) -> Result<Plan> {
+        Self::build_indexed(specs, opts).map(|(plan, _)| plan)
+    }
+
+    /// [`Plan::build`], also telling which probes each spec matched (by index in
+    /// `probes`): specs that name one site share its probe, as tools that hang
+    /// several actions on one site (trace) need to know.
+    pub fn build_indexed(specs: &[ProbeSpec], opts: &Options) -> Result<(Plan, Vec<Vec<usize>>)> {
         if let Some(pid) = opts.pid {
             system::check_pid(pid)?;
         }
@@ -91,6 +98,7 @@ impl Plan {
         let mut probes = Vec::new();
         let mut seen: HashMap<String, usize> = HashMap::new();
         let mut matches = Vec::new();
+        let mut indexes = Vec::new();
         for spec in specs {
             let found = crate::timing::span("tables", || {
                 expand(
@@ -104,14 +112,17 @@ impl Plan {
                 )
             })?;
             matches.push((spec.raw.clone(), found.len()));
+            let mut mine = Vec::with_capacity(found.len());
             for p in found {
                 match seen.entry(site_key(&p.site)) {
                     Entry::Vacant(v) => {
                         v.insert(probes.len());
+                        mine.push(probes.len());
                         probes.push(p);
                     }
                     // Two patterns name one user function: show its preferred name.
                     Entry::Occupied(o) => {
+                        mine.push(*o.get());
                         let old: &mut Probe = &mut probes[*o.get()];
                         if let (Site::User { func: new, .. }, Site::User { func: was, .. }) =
                             (&p.site, &old.site)
@@ -123,6 +134,7 @@ impl Plan {
                     }
                 }
             }
+            indexes.push(mine);
         }
         if let Some(k) = &kfuncs {
             crate::timing::note("tables", k.how);
@@ -131,7 +143,7 @@ impl Plan {
         }
         let kernel_via = choose_kernel_via(&probes, opts)?;
         let user_via = choose_user_via(&probes, opts)?;
-        Ok(Plan {
+        let plan = Plan {
             kernel_table: kfuncs.map(|k| (k.source.clone(), k.len(), k.removed)),
             kernel_by_name: by_name,
             probes,
@@ -142,7 +154,8 @@ impl Plan {
             user_via,
             skipped,
             fd_reserve: DEFAULT_FD_RESERVE,
-        })
+        };
+        Ok((plan, indexes))
     }
 
     /// What `-D` prints before attaching: matches, sources, modes, every probe.

@@ -63,19 +63,27 @@ impl Session {
         how: How,
         debug: bool,
     ) -> Result<Session> {
+        Self::prepare_with(common, how, debug, |opts| Plan::build(specs, opts))
+    }
+
+    /// [`Session::prepare`] for a tool that builds its plan itself (with
+    /// [`Plan::build_indexed`], say) from the options `build` is given.
+    pub fn prepare_with(
+        common: &mut CommonArgs,
+        how: How,
+        debug: bool,
+        build: impl FnOnce(&plan::Options) -> Result<Plan>,
+    ) -> Result<Session> {
         let marks = Marks::start();
         system::require_root()?;
         common.check()?;
         let stop = Stop::install()?;
-        let plan = Plan::build(
-            specs,
-            &plan::Options {
-                pid: common.pid,
-                mode: common.attach_mode,
-                hooks: how.hooks,
-                trampoline: how.trampoline,
-            },
-        )?;
+        let plan = build(&plan::Options {
+            pid: common.pid,
+            mode: common.attach_mode,
+            hooks: how.hooks,
+            trampoline: how.trampoline,
+        })?;
         if debug {
             cli::stderr(&plan.describe());
         }

@@ -16,6 +16,9 @@
 //!                        kernel functions (guest)
 //!   bench-io             disksnoop vs bpftrace and biosnoop-bpfcc on a loop device (cost per
 //!                        request), and the event rate the ring buffer sustains
+//!   bench-trace [--no-host|--no-guest]
+//!                        trace vs bpftrace printf (host) and trace-bpfcc (guest): cost per
+//!                        event (uprobe, 1-in-1000 predicate, tracepoint, vfs_read), start-up
 //!   install [--prefix DIR] [--uninstall]
 //!                        install the tools (release), their man pages and
 //!                        bash/zsh/fish completions under DIR (default /usr/local);
@@ -35,6 +38,7 @@ mod bench_latency;
 mod bench_serve;
 mod bench_stacks;
 mod bench_startup;
+mod bench_trace;
 mod deps;
 mod guest;
 mod install;
@@ -96,6 +100,9 @@ fn real_main() -> Result<()> {
             bench_serve::run(&root)
         }
         Some("bench-attach") => bench_attach::host(&root, &args[1..]),
+        Some("bench-trace") => bench_trace::host(&root, &args[1..]),
+        // Runs inside the benchmark guest.
+        Some("bench-trace-guest") => bench_trace::guest(&args[1..]),
         // Runs inside the benchmark guest.
         Some("bench-attach-guest") => bench_attach::guest(&args[1..]),
         Some("bench-latency") => bench_latency::host(&root, &args[1..]),

@@ -1,0 +1,996 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/* trace: one record per probe hit, with values and a filter chosen at run time.
+ *
+ * No code is generated at run time: user space (tools/trace/) parses each probe
+ * spec into a small bytecode program (struct spec) that this object interprets,
+ * bounded (bpf_loop over at most MAX_INSNS instructions) and verified once:
+ *
+ *   inputs    registers, retval, $pid..., USDT arguments, the tracepoint record,
+ *             gathered once per hit into per-CPU scratch;
+ *   program   pushes and combines 64-bit values (arithmetic, comparisons, memory
+ *             loads, STRCMP); FILTER drops the hit when the predicate is false
+ *             (nothing reaches user space); VAL and STR store the values of the
+ *             format's arguments into the record;
+ *   record    header, values, strings, optional stacks, one ring buffer for all.
+ *
+ * The probe's attach cookie indexes `probes`, which names the specs (up to
+ * MAX_SPECS) served at that site: `p:` specs emit at entry, `r:` specs at the
+ * return, with the entry's argument registers saved per call (pairing.h), so a
+ * return sees its own call's arguments under nesting and recursion.
+ *
+ * Kernel memory is read only when `kernel_reads` is set (not under lockdown=
+ * confidentiality): the verifier prunes those paths otherwise, so tracepoint,
+ * uprobe and USDT programs load on locked-down kernels. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/usdt.bpf.h>
+#include "filter.h"
+#include "events.h"
+#define PAIR_ARGS 6
+#define PAIR_DEPTH 16
+#include "pairing.h"
+
+/* Keep in step with tools/trace/compile.rs. */
+#define MAX_INSNS 128
+#define MAX_VALS 16
+#define MAX_SPECS 4
+#define NIN 32
+#define EVAL_STACK 16
+#define REC_MAX 512
+#define LIT_MAX 128
+#define LITS 256
+#define STR_AREA 4096
+#define STACK_BYTES (127 * 8)
+
+enum op {
+	OP_CONST = 1,	/* push imm */
+	OP_IN,		/* push in[a] */
+	OP_REC,		/* push the record's field at a (size, b: signed) */
+	OP_LOAD,	/* pop address, push the `size` bytes there (b: space | signed) */
+	OP_BIN,		/* pop y, pop x, push x <a> y */
+	OP_UN,		/* pop x, push <a> x */
+	OP_CAST,	/* truncate to `size` bytes, sign-extend when b */
+	OP_FILTER,	/* pop; drop the hit when 0 */
+	OP_VAL,		/* pop into value a */
+	OP_STR,		/* pop address, copy the string there (space b) to offset imm */
+	OP_STRCMP,	/* pop address, push whether the string there (space b) equals
+			 * literal a (a offset in lits, size: its length) */
+};
+
+enum space { SPACE_USER, SPACE_KERNEL, SPACE_REC, SPACE_DATALOC };
+#define SIGNED 0x10
+
+enum bin {
+	B_ADD, B_SUB, B_MUL, B_DIV, B_MOD, B_SDIV, B_SMOD, B_AND, B_OR, B_XOR, B_SHL,
+	B_SHR, B_SAR, B_EQ, B_NE, B_LTU, B_LEU, B_GTU, B_GEU, B_LTS, B_LES, B_GTS,
+	B_GES, B_LAND, B_LOR,
+};
+
+enum un { U_NOT, U_NEG, U_BNOT };
+
+/* Inputs: argument registers, then these. */
+enum input {
+	IN_RETVAL = 6, IN_TID, IN_TGID, IN_UID, IN_GID, IN_CPU, IN_USDT0,
+	IN_USDT_LAST = IN_USDT0 + 11,
+};
+
+struct tk_insn {
+	__u8 op;
+	__u8 size;
+	__u8 b;
+	__u8 pad;
+	__u32 a;
+	__s64 imm;
+};
+
+/* Spec flags. */
+#define F_RETURN 1	/* emits at the function's return */
+#define F_SYSCALL 2	/* __x64_sys_* wrapper: arguments in the inner pt_regs */
+#define F_REGS 4	/* reads argument registers */
+
+struct spec {
+	__u32 flags;
+	__u32 ninsns;
+	__u32 usdt_mask;	/* USDT arguments read (bit n: argument n+1) */
+	__u32 rec_words;	/* 8-byte words of the tracepoint record to copy */
+	__u32 str_bytes;	/* bytes of strings in the record */
+	__u32 pad;
+	struct tk_insn insns[MAX_INSNS];
+	char lits[LITS + LIT_MAX];
+};
+
+struct specs_of {
+	__u32 n;
+	__u32 spec[MAX_SPECS];
+};
+
+struct tk_event {
+	__u64 ts;
+	__u32 probe;
+	__u32 spec;
+	__u32 tgid;
+	__u32 tid;
+	__u32 uid;
+	__u32 cpu;
+	__u32 str_bytes;
+	__s32 kstack;	/* bytes of kernel stack after the strings, or -errno */
+	__s32 ustack;	/* bytes of user stack after that, or -errno */
+	__u32 pad;
+	char comm[16];
+	__u64 vals[MAX_VALS];
+	__u8 tail[2 * STR_AREA + 2 * STACK_BYTES];
+};
+
+struct scratch {
+	__u64 in[NIN];
+	__u64 st[EVAL_STACK];
+	/* The interpreter's state lives here, not on the stack: a value loaded
+	 * from a map is not tracked precisely, so the verifier's walk of the
+	 * bpf_loop callback converges at once instead of per step. */
+	__u32 top;
+	__u32 drop;
+	__u64 regs[32];
+	__u8 rec[REC_MAX + 16];
+	char lit[STR_AREA];
+	struct tk_event ev;
+};
+
+/* Set before load. */
+const volatile bool kernel_reads = false;
+const volatile __u32 self_tgid = 0;	/* not traced (-S unset) */
+const volatile __u32 filter_tid = 0;	/* -L */
+const volatile __s64 filter_uid = -1;	/* --uid */
+const volatile __u32 str_size = 80;	/* -Z */
+const volatile bool want_kstack = false; /* -K */
+const volatile bool want_ustack = false; /* -U */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); /* resized to the number of specs */
+	__type(key, __u32);
+	__type(value, struct spec);
+} specs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1); /* resized to the number of probes */
+	__type(key, __u32);
+	__type(value, struct specs_of);
+} probes SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct scratch);
+} scratch SEC(".maps");
+
+/* Per spec: [0] hits seen, [1] hits dropped by the predicate, [2] returns without
+ * their entry. */
+#define STATS 3
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STATS); /* resized to STATS x specs */
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+static __always_inline void stat(__u32 spec, __u32 what)
+{
+	__u32 k = spec * STATS + what;
+	__u64 *n = bpf_map_lookup_elem(&stats, &k);
+
+	if (n)
+		*n += 1;
+}
+
+static __always_inline bool skip_task(void)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+
+	if (filtered_out())
+		return true;
+	if (self_tgid && (id >> 32) == self_tgid)
+		return true;
+	if (filter_tid && (__u32)id != filter_tid)
+		return true;
+	if (filter_uid >= 0 && (__u32)bpf_get_current_uid_gid() != (__u32)filter_uid)
+		return true;
+	return false;
+}
+
+struct run {
+	struct scratch *sc;
+	struct spec *sp;
+};
+
+static __always_inline __u64 extend(__u64 v, __u32 size, bool sign)
+{
+	__u32 shift = 64 - 8 * (size & 15);
+
+	if (size >= 8 || size == 0)
+		return v;
+	v <<= shift;
+	return sign ? (__u64)((__s64)v >> shift) : v >> shift;
+}
+
+static __always_inline __u64 load(__u64 addr, __u32 size, __u32 space, bool *ok)
+{
+	__u64 v = 0;
+	long err = -1;
+	void *p = (void *)addr;
+
+	if (space == SPACE_USER) {
+		switch (size) {
+		case 1: err = bpf_probe_read_user(&v, 1, p); break;
+		case 2: err = bpf_probe_read_user(&v, 2, p); break;
+		case 4: err = bpf_probe_read_user(&v, 4, p); break;
+		default: err = bpf_probe_read_user(&v, 8, p); break;
+		}
+	} else if (space == SPACE_KERNEL && kernel_reads) {
+		switch (size) {
+		case 1: err = bpf_probe_read_kernel(&v, 1, p); break;
+		case 2: err = bpf_probe_read_kernel(&v, 2, p); break;
+		case 4: err = bpf_probe_read_kernel(&v, 4, p); break;
+		default: err = bpf_probe_read_kernel(&v, 8, p); break;
+		}
+	}
+	*ok = err == 0;
+	return err ? 0 : v;
+}
+
+/* The record's bytes at `off` (bounded). */
+static __always_inline __u64 rec_field(struct scratch *sc, __u32 off, __u32 size, bool sign)
+{
+	__u64 v = 0;
+
+	off &= REC_MAX - 1;
+	switch (size) {
+	case 1: v = *(__u8 *)&sc->rec[off]; break;
+	case 2: v = *(__u16 *)&sc->rec[off]; break;
+	case 4: v = *(__u32 *)&sc->rec[off]; break;
+	default: v = *(__u64 *)&sc->rec[off]; break;
+	}
+	return extend(v, size, sign);
+}
+
+struct copy {
+	struct scratch *sc;
+	char *dst;
+	__u32 off;
+	__u32 max;
+};
+
+static long copy_byte(__u64 i, struct copy *c)
+{
+	__u32 o = c->off + i;
+	__u32 d = i;
+	char ch;
+
+	d &= STR_AREA - 1;
+	if (i + 1 >= c->max || o >= REC_MAX) {
+		c->dst[d] = 0;
+		return 1;
+	}
+	o &= REC_MAX - 1;
+	ch = c->sc->rec[o];
+	c->dst[d] = ch;
+	return ch ? 0 : 1;
+}
+
+/* Copies a NUL-terminated string of at most `max` bytes (max >= 1) from the
+ * record at `off` to dst (one bpf_loop: verified once, not per byte). */
+static __always_inline void rec_string(struct scratch *sc, __u32 off, __u32 max, char *dst)
+{
+	struct copy c = { .sc = sc, .dst = dst, .off = off, .max = max };
+
+	dst[0] = 0;
+	bpf_loop(REC_MAX, copy_byte, &c, 0);
+}
+
+/* Reads the string at `v` (an address in `space`, or a place in the record) into
+ * dst, at most `max` bytes with the NUL (1 <= max <= STR_AREA). */
+static __always_inline void read_string(struct scratch *sc, __u64 v, __u32 space, char *dst, __u32 max)
+{
+	long n = -1;
+
+	if (max > STR_AREA)
+		max = STR_AREA;
+	if (max < 1)
+		max = 1;
+	if (space == SPACE_USER)
+		n = bpf_probe_read_user_str(dst, max, (void *)v);
+	else if (space == SPACE_KERNEL && kernel_reads)
+		n = bpf_probe_read_kernel_str(dst, max, (void *)v);
+	else if (space == SPACE_REC)
+		rec_string(sc, v, max, dst), n = 0;
+	else if (space == SPACE_DATALOC) {
+		__u32 len = (v >> 16) & 0xffff;
+
+		if (len > 0 && len < max)
+			max = len;
+		rec_string(sc, v & 0xffff, max, dst), n = 0;
+	}
+	if (n < 0)
+		dst[0] = 0;
+}
+
+static __always_inline void push(struct run *r, __u64 v)
+{
+	struct scratch *sc = r->sc;
+	__u32 top = sc->top;
+
+	if (top < EVAL_STACK) {
+		sc->st[top & (EVAL_STACK - 1)] = v;
+		sc->top = top + 1;
+	}
+}
+
+static __always_inline __u64 pop(struct run *r)
+{
+	struct scratch *sc = r->sc;
+	__u32 top = sc->top;
+
+	if (top == 0)
+		return 0;
+	top -= 1;
+	sc->top = top;
+	return sc->st[top & (EVAL_STACK - 1)];
+}
+
+static __always_inline __u64 binop(__u32 op, __u64 x, __u64 y)
+{
+	__s64 sx = x, sy = y;
+
+	switch (op) {
+	case B_ADD: return x + y;
+	case B_SUB: return x - y;
+	case B_MUL: return x * y;
+	case B_DIV: return y ? x / y : 0;
+	case B_MOD: return y ? x % y : 0;
+	case B_SDIV: {
+		__u64 ax = sx < 0 ? -sx : sx, ay = sy < 0 ? -sy : sy;
+		__u64 q = ay ? ax / ay : 0;
+
+		return (sx < 0) != (sy < 0) ? -q : q;
+	}
+	case B_SMOD: {
+		__u64 ax = sx < 0 ? -sx : sx, ay = sy < 0 ? -sy : sy;
+		__u64 m = ay ? ax % ay : 0;
+
+		return sx < 0 ? -m : m;
+	}
+	case B_AND: return x & y;
+	case B_OR: return x | y;
+	case B_XOR: return x ^ y;
+	case B_SHL: return x << (y & 63);
+	case B_SHR: return x >> (y & 63);
+	case B_SAR: return sx >> (y & 63);
+	case B_EQ: return x == y;
+	case B_NE: return x != y;
+	case B_LTU: return x < y;
+	case B_LEU: return x <= y;
+	case B_GTU: return x > y;
+	case B_GEU: return x >= y;
+	case B_LTS: return sx < sy;
+	case B_LES: return sx <= sy;
+	case B_GTS: return sx > sy;
+	case B_GES: return sx >= sy;
+	case B_LAND: return x && y;
+	case B_LOR: return x || y;
+	}
+	return 0;
+}
+
+struct cmp {
+	struct scratch *sc;
+	struct spec *sp;
+	__u32 off;
+	__u32 len;
+	bool equal;
+};
+
+static long cmp_byte(__u64 i, struct cmp *c)
+{
+	__u32 k = i;
+
+	if (k > c->len)
+		return 1;
+	if (c->sc->lit[k & (LIT_MAX - 1)] != c->sp->lits[(c->off + k) & (LITS - 1)]) {
+		c->equal = false;
+		return 1;
+	}
+	return 0;
+}
+
+/* Whether the string at `addr` equals literal [off, off + len) (its NUL too:
+ * the whole string, not a prefix). */
+static __always_inline bool strcmp_lit(struct run *r, __u64 addr, __u32 space, __u32 off, __u32 len)
+{
+	struct scratch *sc = r->sc;
+	struct cmp c = { .sc = sc, .sp = r->sp, .off = off, .len = len, .equal = true };
+
+	if (len >= LIT_MAX - 2)
+		return false;
+	read_string(sc, addr, space, sc->lit, len + 2);
+	bpf_loop(LIT_MAX, cmp_byte, &c, 0);
+	return c.equal;
+}
+
+/* One instruction; returns 1 to stop. */
+static long step(__u64 i, struct run *r)
+{
+	struct spec *sp = r->sp;
+	struct scratch *sc = r->sc;
+	struct tk_insn *in;
+	__u64 x, y;
+	bool ok;
+
+	if (i >= MAX_INSNS)
+		return 1;
+	in = &sp->insns[i];
+	switch (in->op) {
+	case OP_CONST:
+		push(r, in->imm);
+		break;
+	case OP_IN:
+		push(r, sc->in[in->a & (NIN - 1)]);
+		break;
+	case OP_REC:
+		push(r, rec_field(sc, in->a, in->size, in->b & SIGNED));
+		break;
+	case OP_LOAD:
+		x = pop(r);
+		push(r, extend(load(x, in->size, in->b & 0xf, &ok), in->size, in->b & SIGNED));
+		break;
+	case OP_BIN:
+		y = pop(r);
+		x = pop(r);
+		push(r, binop(in->a, x, y));
+		break;
+	case OP_UN:
+		x = pop(r);
+		push(r, in->a == U_NOT ? !x : in->a == U_NEG ? -x : ~x);
+		break;
+	case OP_CAST:
+		x = pop(r);
+		push(r, extend(x, in->size, in->b & SIGNED));
+		break;
+	case OP_FILTER:
+		if (!pop(r)) {
+			sc->drop = 1;
+			return 1;
+		}
+		break;
+	case OP_VAL:
+		sc->ev.vals[in->a & (MAX_VALS - 1)] = pop(r);
+		break;
+	case OP_STR: {
+		__u64 off = in->imm;
+
+		x = pop(r);
+		if (off > STR_AREA)
+			break;
+		read_string(sc, x, in->b & 0xf, (char *)&sc->ev.tail[off], str_size);
+		break;
+	}
+	case OP_STRCMP:
+		x = pop(r);
+		push(r, strcmp_lit(r, x, in->b & 0xf, in->a, in->size));
+		break;
+	default:
+		return 1;
+	}
+	return 0;
+}
+
+/* The value of USDT argument n (0-based) from the registers copied in sc->regs
+ * (libbpf's bpf_usdt_arg() without its kernel reads: the registers are read from
+ * the context directly, so it works under lockdown). */
+static __always_inline __u64 usdt_arg(struct pt_regs *ctx, struct scratch *sc, __u32 n)
+{
+	struct __bpf_usdt_spec *spec;
+	struct __bpf_usdt_arg_spec *a;
+	int id = __bpf_usdt_spec_id(ctx);
+	__u64 val = 0, idx;
+
+	if (id < 0)
+		return 0;
+	spec = bpf_map_lookup_elem(&__bpf_usdt_specs, &id);
+	if (!spec || n >= BPF_USDT_MAX_ARG_CNT || n >= spec->arg_cnt)
+		return 0;
+	a = &spec->args[n];
+	switch (a->arg_type) {
+	case BPF_USDT_ARG_CONST:
+		val = a->val_off;
+		break;
+	case BPF_USDT_ARG_REG:
+		val = sc->regs[((__u16)a->reg_off >> 3) & 31];
+		break;
+	case BPF_USDT_ARG_REG_DEREF:
+		val = sc->regs[((__u16)a->reg_off >> 3) & 31];
+		if (bpf_probe_read_user(&val, sizeof(val), (void *)val + a->val_off))
+			return 0;
+		break;
+	case BPF_USDT_ARG_SIB:
+		val = sc->regs[((__u16)a->reg_off >> 3) & 31];
+		idx = sc->regs[((__u16)a->idx_reg_off >> 3) & 31];
+		if (bpf_probe_read_user(&val, sizeof(val),
+					(void *)(val + (idx << a->scale_bitshift) + a->val_off)))
+			return 0;
+		break;
+	default:
+		return 0;
+	}
+	val <<= a->arg_bitshift;
+	if (a->arg_signed)
+		return (__u64)((__s64)val >> a->arg_bitshift);
+	return val >> a->arg_bitshift;
+}
+
+/* Runs spec `id` on the gathered inputs and sends its record. */
+static __always_inline void emit(void *ctx, __u32 probe, __u32 id, struct spec *sp,
+				 struct scratch *sc)
+{
+	struct tk_event *e = &sc->ev;
+	struct run r = { .sc = sc, .sp = sp };
+	__u64 id64 = bpf_get_current_pid_tgid();
+	__u32 off, n;
+	long k;
+
+	stat(id, 0);
+	sc->top = 0;
+	sc->drop = 0;
+	bpf_loop(sp->ninsns < MAX_INSNS ? sp->ninsns : MAX_INSNS, step, &r, 0);
+	if (sc->drop) {
+		stat(id, 1);
+		return;
+	}
+	e->ts = bpf_ktime_get_ns();
+	e->probe = probe;
+	e->spec = id;
+	e->tgid = id64 >> 32;
+	e->tid = (__u32)id64;
+	e->uid = (__u32)bpf_get_current_uid_gid();
+	e->cpu = bpf_get_smp_processor_id();
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	off = sp->str_bytes;
+	if (off > STR_AREA)
+		off = STR_AREA;
+	e->str_bytes = off;
+	e->kstack = 0;
+	e->ustack = 0;
+	if (want_kstack) {
+		k = bpf_get_stack(ctx, &e->tail[off], STACK_BYTES, 0);
+		e->kstack = k;
+		if (k > 0)
+			off += k;
+	}
+	if (want_ustack && off <= STR_AREA + STACK_BYTES) {
+		k = bpf_get_stack(ctx, &e->tail[off], STACK_BYTES, BPF_F_USER_STACK);
+		e->ustack = k;
+		if (k > 0)
+			off += k;
+	}
+	n = offsetof(struct tk_event, tail) + off;
+	if (n > sizeof(*e))
+		n = sizeof(*e);
+	event_output(e, n);
+}
+
+static __always_inline struct scratch *common_inputs(void)
+{
+	__u32 zero = 0;
+	struct scratch *sc = bpf_map_lookup_elem(&scratch, &zero);
+	__u64 id, ug;
+
+	if (!sc)
+		return NULL;
+	id = bpf_get_current_pid_tgid();
+	ug = bpf_get_current_uid_gid();
+	sc->in[IN_TID] = (__u32)id;
+	sc->in[IN_TGID] = id >> 32;
+	sc->in[IN_UID] = (__u32)ug;
+	sc->in[IN_GID] = ug >> 32;
+	sc->in[IN_CPU] = bpf_get_smp_processor_id();
+	return sc;
+}
+
+/* The argument registers of a function hit (through the syscall wrapper's inner
+ * pt_regs when `syscall`). */
+static __always_inline void read_args(struct pt_regs *ctx, __u64 *args, bool syscall)
+{
+	struct pt_regs *regs;
+
+	args[0] = PT_REGS_PARM1(ctx);
+	args[1] = PT_REGS_PARM2(ctx);
+	args[2] = PT_REGS_PARM3(ctx);
+	args[3] = PT_REGS_PARM4(ctx);
+	args[4] = PT_REGS_PARM5(ctx);
+	args[5] = PT_REGS_PARM6(ctx);
+	if (!syscall || !kernel_reads)
+		return;
+	regs = (struct pt_regs *)args[0];
+	args[0] = BPF_CORE_READ(regs, di);
+	args[1] = BPF_CORE_READ(regs, si);
+	args[2] = BPF_CORE_READ(regs, dx);
+	args[3] = BPF_CORE_READ(regs, r10);
+	args[4] = BPF_CORE_READ(regs, r8);
+	args[5] = BPF_CORE_READ(regs, r9);
+}
+
+static __always_inline struct specs_of *specs_of(__u32 probe)
+{
+	return bpf_map_lookup_elem(&probes, &probe);
+}
+
+/* A function's entry: emits its `p:` specs; saves the arguments for its `r:`
+ * specs. Returns whether a return hook is wanted (a session's entry returns 1
+ * to skip the return). */
+static __always_inline bool fn_entry(struct pt_regs *ctx, __u32 probe)
+{
+	struct specs_of *so;
+	struct scratch *sc;
+	bool want_ret = false, syscall = false;
+
+	if (skip_task())
+		return false;
+	so = specs_of(probe);
+	if (!so)
+		return false;
+	sc = common_inputs();
+	if (!sc)
+		return false;
+	for (int k = 0; k < MAX_SPECS; k++) {
+		__u32 id;
+		struct spec *sp;
+
+		if (k >= so->n)
+			break;
+		id = so->spec[k];
+		sp = bpf_map_lookup_elem(&specs, &id);
+		if (!sp)
+			continue;
+		if (sp->flags & F_RETURN)
+			want_ret = true;
+		if (sp->flags & F_SYSCALL)
+			syscall = true;
+	}
+	read_args(ctx, sc->in, syscall);
+	sc->in[IN_RETVAL] = 0;
+	for (int k = 0; k < MAX_SPECS; k++) {
+		__u32 id;
+		struct spec *sp;
+
+		if (k >= so->n)
+			break;
+		id = so->spec[k];
+		sp = bpf_map_lookup_elem(&specs, &id);
+		if (!sp || (sp->flags & F_RETURN))
+			continue;
+		emit(ctx, probe, id, sp, sc);
+	}
+	if (want_ret) {
+		struct frame *f = pair_enter(probe);
+
+		if (f)
+			__builtin_memcpy(f->args, sc->in, sizeof(f->args));
+		return f != NULL;
+	}
+	return false;
+}
+
+/* A function's return: emits its `r:` specs with the entry's arguments. */
+static __always_inline void fn_return(struct pt_regs *ctx, __u32 probe)
+{
+	struct specs_of *so = specs_of(probe);
+	struct frame f;
+	struct scratch *sc;
+
+	if (!so)
+		return;
+	if (!pair_pop(probe, &f))
+		return; /* no entry: filtered out there, or a p: only site */
+	sc = common_inputs();
+	if (!sc)
+		return;
+	__builtin_memcpy(sc->in, f.args, sizeof(f.args));
+	sc->in[IN_RETVAL] = PT_REGS_RC(ctx);
+	for (int k = 0; k < MAX_SPECS; k++) {
+		__u32 id;
+		struct spec *sp;
+
+		if (k >= so->n)
+			break;
+		id = so->spec[k];
+		sp = bpf_map_lookup_elem(&specs, &id);
+		if (!sp || !(sp->flags & F_RETURN))
+			continue;
+		emit(ctx, probe, id, sp, sc);
+	}
+}
+
+static __always_inline int session(struct pt_regs *ctx)
+{
+	__u32 probe = bpf_get_attach_cookie(ctx);
+
+	if (!session_is_return(ctx))
+		return fn_entry(ctx, probe) ? 0 : 1;
+	fn_return(ctx, probe);
+	return 0;
+}
+
+SEC("kprobe.session")
+int trace_kprobe_session(struct pt_regs *ctx)
+{
+	return session(ctx);
+}
+
+SEC("uprobe.session")
+int trace_uprobe_session(struct pt_regs *ctx)
+{
+	return session(ctx);
+}
+
+SEC("kprobe.multi")
+int trace_kprobe_multi(struct pt_regs *ctx)
+{
+	fn_entry(ctx, bpf_get_attach_cookie(ctx));
+	return 0;
+}
+
+SEC("kretprobe.multi")
+int trace_kretprobe_multi(struct pt_regs *ctx)
+{
+	fn_return(ctx, bpf_get_attach_cookie(ctx));
+	return 0;
+}
+
+SEC("kprobe")
+int trace_kprobe(struct pt_regs *ctx)
+{
+	fn_entry(ctx, bpf_get_attach_cookie(ctx));
+	return 0;
+}
+
+SEC("kretprobe")
+int trace_kretprobe(struct pt_regs *ctx)
+{
+	fn_return(ctx, bpf_get_attach_cookie(ctx));
+	return 0;
+}
+
+SEC("uprobe.multi")
+int trace_uprobe_multi(struct pt_regs *ctx)
+{
+	fn_entry(ctx, bpf_get_attach_cookie(ctx));
+	return 0;
+}
+
+SEC("uretprobe.multi")
+int trace_uretprobe_multi(struct pt_regs *ctx)
+{
+	fn_return(ctx, bpf_get_attach_cookie(ctx));
+	return 0;
+}
+
+/* Without uprobe_multi, an entry-only run groups a binary's functions under
+ * tracefs uprobe events (see funccount.bpf.c): the cookie names the group, and
+ * the page offset of the probed address the function in it. */
+#define UPROBE_GROUP (1ULL << 63)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1); /* resized to the number of user functions */
+	__type(key, __u64);	/* group << 12 | page offset */
+	__type(value, __u32);	/* probe index */
+} uprobe_groups SEC(".maps");
+
+static __always_inline __u32 uprobe_probe(struct pt_regs *ctx, bool *ok)
+{
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 key;
+	__u32 *probe;
+
+	*ok = true;
+	if (!(cookie & UPROBE_GROUP))
+		return cookie;
+	key = (cookie & ~UPROBE_GROUP) | (PT_REGS_IP(ctx) & 0xfff);
+	probe = bpf_map_lookup_elem(&uprobe_groups, &key);
+	if (!probe) {
+		*ok = false;
+		return 0;
+	}
+	return *probe;
+}
+
+SEC("uprobe")
+int trace_uprobe(struct pt_regs *ctx)
+{
+	bool ok;
+	__u32 probe = uprobe_probe(ctx, &ok);
+
+	if (ok)
+		fn_entry(ctx, probe);
+	return 0;
+}
+
+SEC("uretprobe")
+int trace_uretprobe(struct pt_regs *ctx)
+{
+	fn_return(ctx, bpf_get_attach_cookie(ctx));
+	return 0;
+}
+
+/* Tracepoints and USDT probes: every spec emits at the hit. */
+static __always_inline void hit(void *ctx, struct scratch *sc, __u32 probe, bool usdt_regs)
+{
+	struct specs_of *so;
+	__u32 usdt = 0;
+
+	so = specs_of(probe);
+	if (!so)
+		return;
+	for (int k = 0; k < MAX_SPECS; k++) {
+		__u32 id;
+		struct spec *sp;
+
+		if (k >= so->n)
+			break;
+		id = so->spec[k];
+		sp = bpf_map_lookup_elem(&specs, &id);
+		if (sp)
+			usdt |= sp->usdt_mask;
+	}
+	if (usdt_regs && usdt) {
+		struct pt_regs *regs = ctx;
+
+		sc->regs[0] = regs->r15;
+		sc->regs[1] = regs->r14;
+		sc->regs[2] = regs->r13;
+		sc->regs[3] = regs->r12;
+		sc->regs[4] = regs->bp;
+		sc->regs[5] = regs->bx;
+		sc->regs[6] = regs->r11;
+		sc->regs[7] = regs->r10;
+		sc->regs[8] = regs->r9;
+		sc->regs[9] = regs->r8;
+		sc->regs[10] = regs->ax;
+		sc->regs[11] = regs->cx;
+		sc->regs[12] = regs->dx;
+		sc->regs[13] = regs->si;
+		sc->regs[14] = regs->di;
+		sc->regs[15] = regs->orig_ax;
+		sc->regs[16] = regs->ip;
+		sc->regs[17] = regs->cs;
+		sc->regs[18] = regs->flags;
+		sc->regs[19] = regs->sp;
+		sc->regs[20] = regs->ss;
+		for (int n = 0; n < BPF_USDT_MAX_ARG_CNT; n++) {
+			if (usdt & (1u << n))
+				sc->in[(IN_USDT0 + n) & (NIN - 1)] = usdt_arg(ctx, sc, n);
+		}
+	}
+	for (int k = 0; k < MAX_SPECS; k++) {
+		__u32 id;
+		struct spec *sp;
+
+		if (k >= so->n)
+			break;
+		id = so->spec[k];
+		sp = bpf_map_lookup_elem(&specs, &id);
+		if (!sp)
+			continue;
+		emit(ctx, probe, id, sp, sc);
+	}
+}
+
+/* A tracepoint's record is copied from the context. With kernel reads, one
+ * helper call copies what the specs need. Without them (lockdown), only loads at
+ * constant offsets can read it, and the kernel refuses to attach a program that
+ * reads past the record's fields (max_ctx_offset): so there is one program per
+ * record size, copying exactly bytes [8, N); user space attaches each tracepoint
+ * to the largest N its record has. The first 8 bytes (common fields) are not
+ * readable by tracepoint programs. */
+static __always_inline struct scratch *tp_start(void)
+{
+	if (skip_task())
+		return NULL;
+	return common_inputs();
+}
+
+SEC("tracepoint")
+int trace_tp_read(void *ctx)
+{
+	struct scratch *sc = tp_start();
+	__u32 probe = bpf_get_attach_cookie(ctx);
+	struct specs_of *so;
+	__u32 words = 0;
+
+	if (!sc || !kernel_reads)
+		return 0;
+	so = specs_of(probe);
+	if (!so)
+		return 0;
+	for (int k = 0; k < MAX_SPECS; k++) {
+		__u32 id;
+		struct spec *sp;
+
+		if (k >= so->n)
+			break;
+		id = so->spec[k];
+		sp = bpf_map_lookup_elem(&specs, &id);
+		if (sp && sp->rec_words > words)
+			words = sp->rec_words;
+	}
+	if (words > REC_MAX / 8)
+		words = REC_MAX / 8;
+	if (words > 1)
+		bpf_probe_read_kernel(&sc->rec[8], (words - 1) * 8, (char *)ctx + 8);
+	hit(ctx, sc, probe, false);
+	return 0;
+}
+
+#define TP_COPY8(o) \
+	if ((o) + 8 <= N) *(__u64 *)&sc->rec[o] = *(__u64 *)((char *)ctx + (o)); \
+	else if ((o) + 4 <= N) *(__u32 *)&sc->rec[o] = *(__u32 *)((char *)ctx + (o));
+
+#define TP_CLASS(N_)							\
+SEC("tracepoint")							\
+int trace_tp_##N_(void *ctx)						\
+{									\
+	enum { N = N_ };						\
+	struct scratch *sc = tp_start();				\
+									\
+	if (!sc)							\
+		return 0;						\
+	_Pragma("unroll")						\
+	for (int o = 8; o < N; o += 8) {				\
+		TP_COPY8(o)						\
+	}								\
+	hit(ctx, sc, bpf_get_attach_cookie(ctx), false);		\
+	return 0;							\
+}
+
+TP_CLASS(12)
+TP_CLASS(16)
+TP_CLASS(20)
+TP_CLASS(24)
+TP_CLASS(28)
+TP_CLASS(32)
+TP_CLASS(36)
+TP_CLASS(40)
+TP_CLASS(44)
+TP_CLASS(48)
+TP_CLASS(52)
+TP_CLASS(56)
+TP_CLASS(60)
+TP_CLASS(64)
+TP_CLASS(72)
+TP_CLASS(80)
+TP_CLASS(88)
+TP_CLASS(96)
+TP_CLASS(112)
+TP_CLASS(128)
+TP_CLASS(160)
+TP_CLASS(192)
+TP_CLASS(256)
+TP_CLASS(384)
+TP_CLASS(512)
+
+SEC("usdt")
+int trace_usdt(struct pt_regs *ctx)
+{
+	struct scratch *sc;
+
+	if (skip_task())
+		return 0;
+	sc = common_inputs();
+	if (sc)
+		hit(ctx, sc, bpf_usdt_cookie(ctx), true);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,76 @@
+//! Test program for `trace`: calls with known arguments, a known number of times.
+//!
+//! `traced MODE N [--hold]` prints `ready`, waits for SIGUSR1, does the work and
+//! exits at once (with `--hold`, only after a second SIGUSR1). Modes:
+//! - `calls N`: tt_caller(i) for i in 0..N, which calls tt_args(i, 10 * i, "name-i").
+//! - `recurse N`: N calls of tt_recurse(3), which calls itself down to depth 1;
+//!   tt_recurse(d) returns 100 * d + 7, so every call's retval is known from its arg.
+//! - `lseek N`: lseek(fd of /dev/null, 1000 + i, SEEK_SET) for i in 0..N.
+//! - `usdt N`: USDT probe traced:pair(i, 2 * i) for i in 0..N.
+//! - `write N`: write(fd of /dev/null, buf, 100 + i) for i in 0..N (vfs_write's
+//!   count, and its return value, are 100 + i; the file's name is "null").
+
+use std::ffi::CString;
+use std::hint::black_box;
+
+#[path = "ready.rs"]
+mod ready;
+
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn tt_args(a: u64, b: i64, name: *const libc::c_char) -> u64 {
+    black_box(a.wrapping_add(b as u64).wrapping_add(name as u64))
+}
+
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn tt_caller(i: u64) -> u64 {
+    let name = CString::new(format!("name-{i}")).unwrap();
+    black_box(tt_args(i, 10 * i as i64, name.as_ptr()))
+}
+
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn tt_recurse(depth: u64) -> u64 {
+    if depth > 1 {
+        black_box(tt_recurse(black_box(depth - 1)));
+    }
+    black_box(100 * depth + 7)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let hold = args.iter().any(|a| a == "--hold");
+    let mode = args.get(1).map(String::as_str).unwrap_or("");
+    let n: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
+    if !matches!(mode, "calls" | "recurse" | "lseek" | "usdt" | "write") {
+        eprintln!("usage: traced calls|recurse|lseek|usdt|write N [--hold]");
+        std::process::exit(2);
+    }
+    // SAFETY: valid path string.
+    let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+    let buf = [0u8; 256];
+    assert!(fd >= 0, "open /dev/null");
+    let ready = ready::Ready::announce();
+    ready.wait();
+    let mut sink = 0u64;
+    for i in 0..n {
+        match mode {
+            "calls" => sink ^= tt_caller(i),
+            "recurse" => sink ^= tt_recurse(3),
+            // SAFETY: lseek on an open descriptor.
+            "lseek" => sink ^= unsafe { libc::lseek(fd, 1000 + i as i64, libc::SEEK_SET) } as u64,
+            // SAFETY: write from a valid buffer of at least 100 + i bytes (N <= 156).
+            "write" => {
+                sink ^= unsafe { libc::write(fd, buf.as_ptr().cast(), 100 + i as usize) } as u64
+            }
+            _ => probe::probe!(traced, pair, i, 2 * i),
+        }
+    }
+    black_box(sink);
+    if hold {
+        ready.wait();
+    }
+    // SAFETY: nothing to flush; exit without exit-time work.
+    unsafe { libc::_exit(0) }
+}

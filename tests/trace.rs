@@ -1,0 +1,384 @@
+//! trace on the host kernel: user functions (entries and returns), tracepoints and
+//! USDT probes of the `traced` test program, whose calls have known arguments, so
+//! every line is checked; -M, -A, -U, --json, and the grammar's errors. Kernel
+//! functions (BTF names, members, globs, -K) are tested in the guest (tests/guest.rs).
+
+mod util;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use util::*;
+
+const T: Duration = Duration::from_secs(60);
+
+fn trace() -> PathBuf {
+    tool("trace")
+}
+
+fn traced() -> PathBuf {
+    prog("traced")
+}
+
+/// `traced`'s path in a spec (`PATH:FUNC`).
+fn bin() -> String {
+    traced().display().to_string()
+}
+
+/// Runs `trace -p PID args` on `traced MODE N`: waits until trace has attached (its
+/// header, or the status line with --json), lets the program run, and returns
+/// trace's output once both have exited with success (trace ends by itself when
+/// the traced process exits, or at -M).
+fn run_on(mode: &str, n: u64, args: &[&str]) -> Output {
+    let w = Workload::start(&traced(), &[mode, &n.to_string()]);
+    let pid = w.pid.to_string();
+    let mut all = vec!["-p", pid.as_str()];
+    all.extend_from_slice(args);
+    let mut t = spawn(&trace(), &all);
+    t.wait_line(
+        |l| l.starts_with("PID ") || l.starts_with("TIME ") || l.starts_with("Tracing "),
+        T,
+    );
+    w.go();
+    let out = t.finish(T);
+    assert!(w.wait().success(), "the traced program failed");
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    out
+}
+
+/// The event lines of BCC's layout (after the header), as (pid, tid, comm, func,
+/// message); stack lines (indented) are left out.
+fn events(stdout: &str) -> Vec<(u32, u32, String, String, String)> {
+    let mut lines = stdout.lines();
+    let header = lines.next().unwrap_or_default();
+    assert!(header.starts_with("PID     TID     COMM"), "{stdout}");
+    lines
+        .filter(|l| !l.is_empty() && !l.starts_with(' '))
+        .map(|l| {
+            let f: Vec<&str> = l.splitn(5, char::is_whitespace).collect();
+            let mut it = l.split_whitespace();
+            let pid = it.next().unwrap().parse().expect("pid");
+            let tid = it.next().unwrap().parse().expect("tid");
+            let comm = it.next().unwrap().to_string();
+            let func = it.next().unwrap().to_string();
+            assert!(f.len() >= 4, "{l}");
+            // The message starts at column 49 (7+1+7+1+15+1+16+1).
+            let msg = l.get(49..).unwrap_or("").to_string();
+            (pid, tid, comm, func, msg)
+        })
+        .collect()
+}
+
+fn messages(stdout: &str) -> Vec<String> {
+    events(stdout).into_iter().map(|e| e.4).collect()
+}
+
+/// -v's count of the records that reached user space.
+fn records_received(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("trace: ")?
+                .strip_suffix(" records reached user space")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no record count in:\n{stderr}"))
+}
+
+#[test]
+fn every_call_with_its_arguments() {
+    let spec = format!("{}:tt_args \"a=%d b=%ld name=%s\", arg1, arg2, arg3", bin());
+    let out = run_on("calls", 50, &[&spec]);
+    let ev = events(&out.stdout);
+    assert_eq!(ev.len(), 50, "{}", out.stdout);
+    for (i, (pid, tid, comm, func, msg)) in ev.iter().enumerate() {
+        assert_eq!(pid, tid);
+        assert_eq!(comm, "traced");
+        assert_eq!(func, "tt_args");
+        assert_eq!(msg, &format!("a={i} b={} name=name-{i}", 10 * i));
+    }
+    assert!(
+        out.stdout.starts_with(&format!(
+            "{:<7} {:<7} {:<15} {:<16} -\n",
+            "PID", "TID", "COMM", "FUNC"
+        )),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn predicate_in_the_kernel_passes_exactly_k() {
+    // 10 of 50 calls pass; the 40 others never reach user space.
+    let spec = format!(
+        "{}:tt_args (arg1 % 5 == 0 && arg2 >= 0) \"%d\", arg1",
+        bin()
+    );
+    let out = run_on("calls", 50, &["-v", &spec]);
+    let want: Vec<String> = (0..50).step_by(5).map(|i| i.to_string()).collect();
+    assert_eq!(messages(&out.stdout), want);
+    assert_eq!(records_received(&out.stderr), 10, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            ": 50 hits, 40 dropped by the predicate in the kernel, 0 returns without their entry"
+        ),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn strcmp_and_signature_names() {
+    let spec = format!(
+        "{}:tt_args(u64 a, long b, char *name) (STRCMP(\"name-7\", name) || b == 120) \"%s %d\", name, a",
+        bin()
+    );
+    let out = run_on("calls", 20, &[&spec]);
+    assert_eq!(messages(&out.stdout), ["name-7 7", "name-12 12"]);
+}
+
+#[test]
+fn return_value_with_entry_argument_under_recursion() {
+    // tt_recurse(d) returns 100 d + 7; each return must be paired with its own
+    // call's argument (d = 1, 2, 3 from the innermost out), not the last entry's.
+    let spec = format!("r:{}:tt_recurse \"%d -> %d\", arg1, retval", bin());
+    let out = run_on("recurse", 5, &[&spec]);
+    let one = ["1 -> 107", "2 -> 207", "3 -> 307"];
+    let want: Vec<&str> = (0..5).flat_map(|_| one).collect();
+    assert_eq!(messages(&out.stdout), want);
+}
+
+#[test]
+fn return_predicate_on_retval() {
+    let spec = format!("r:{}:tt_recurse (retval == 207) \"%d\", arg1", bin());
+    let out = run_on("recurse", 4, &[&spec]);
+    assert_eq!(messages(&out.stdout), ["2", "2", "2", "2"]);
+}
+
+#[test]
+fn max_events_stops_after_m() {
+    let spec = format!("{}:tt_args \"%d\", arg1", bin());
+    let out = run_on("calls", 100, &["-M", "7", &spec]);
+    assert_eq!(messages(&out.stdout), ["0", "1", "2", "3", "4", "5", "6"]);
+}
+
+#[test]
+fn aggregate_counts_identical_events() {
+    let spec = format!("r:{}:tt_recurse \"%d\", retval", bin());
+    let out = run_on("recurse", 9, &["-A", &spec]);
+    let mut counts: Vec<(String, u64)> = Vec::new();
+    let mut last = String::new();
+    for l in out.stdout.lines().skip(1) {
+        if let Some(n) = l.strip_prefix("-->COUNT ") {
+            let msg = last.get(49..).unwrap_or("").to_string();
+            counts.push((msg, n.parse().unwrap()));
+        } else if !l.is_empty() {
+            last = l.to_string();
+        }
+    }
+    counts.sort();
+    assert_eq!(
+        counts,
+        [("107".into(), 9), ("207".into(), 9), ("307".into(), 9)],
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn user_stack_named_after_the_process_exits() {
+    // traced exits right after its call; the stack still names the caller.
+    let spec = format!("{}:tt_args", bin());
+    let out = run_on("calls", 1, &["-U", &spec]);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(events(&out.stdout).len(), 1, "{}", out.stdout);
+    assert!(lines[1].contains(" tt_args"), "{}", out.stdout);
+    assert!(
+        lines[2].starts_with("        tt_args+0x0 [traced]"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        lines[3].starts_with("        tt_caller+0x") && lines[3].ends_with(" [traced]"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn tracepoint_fields_of_a_syscall() {
+    let out = run_on(
+        "lseek",
+        20,
+        &["t:syscalls:sys_enter_lseek \"off=%d whence=%d\", args->offset, args->whence"],
+    );
+    let want: Vec<String> = (0..20)
+        .map(|i| format!("off={} whence=0", 1000 + i))
+        .collect();
+    assert_eq!(messages(&out.stdout), want);
+    assert!(events(&out.stdout).iter().all(|e| e.3 == "sys_enter_lseek"));
+}
+
+#[test]
+fn tracepoint_predicate_on_a_field() {
+    let out = run_on(
+        "lseek",
+        20,
+        &["t:syscalls:sys_enter_lseek (args->offset > 1016) \"%d\", args->offset"],
+    );
+    assert_eq!(messages(&out.stdout), ["1017", "1018", "1019"]);
+}
+
+#[test]
+fn usdt_arguments() {
+    let spec = format!("u:{}:pair \"%d %d\", arg1, arg2", bin());
+    let out = run_on("usdt", 30, &[&spec]);
+    let want: Vec<String> = (0..30).map(|i| format!("{i} {}", 2 * i)).collect();
+    assert_eq!(messages(&out.stdout), want);
+}
+
+#[test]
+fn json_one_typed_object_per_event() {
+    let spec = format!("{}:tt_args \"%d %s\", arg1, arg3", bin());
+    let out = run_on("calls", 5, &["--json", &spec]);
+    let objs: Vec<serde_json::Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert_eq!(objs.len(), 5, "{}", out.stdout);
+    for (i, o) in objs.iter().enumerate() {
+        assert_eq!(o["func"], "tt_args");
+        assert_eq!(o["comm"], "traced");
+        assert_eq!(o["probe"], spec.as_str());
+        assert_eq!(o["message"], format!("{i} name-{i}"));
+        assert_eq!(o["values"], serde_json::json!([i, format!("name-{i}")]));
+        assert_eq!(o["pid"], o["tid"]);
+    }
+}
+
+#[test]
+fn several_probes_in_one_run() {
+    let a = format!("{}:tt_args (arg1 < 2) \"args %d\", arg1", bin());
+    let c = format!("{}:tt_caller (arg1 < 2) \"caller %d\", arg1", bin());
+    let out = run_on("calls", 10, &[&a, &c]);
+    assert_eq!(
+        messages(&out.stdout),
+        ["caller 0", "args 0", "caller 1", "args 1"]
+    );
+}
+
+/// Specs that must fail, each with the one line that names what is wrong.
+const BAD: &[(&str, &str)] = &[
+    ("p::", "the function name is empty"),
+    ("x:foo:bar", "probe type must be '', 'p', 'r', 't' or 'u', not 'x'"),
+    ("p:c:malloc \"%d\"", "the format has 1 conversion but 0 arguments follow"),
+    ("p:c:malloc \"%d\", arg1, arg2", "the format has 1 conversion but 2 arguments follow"),
+    ("p:c:malloc (arg1 >) \"x\"", "in the predicate: expression ends too early"),
+    ("p:c:malloc (arg1 > 1", "unmatched end of predicate: a '(' is never closed"),
+    ("p:c:malloc \"unterminated", "in the format: unterminated string \"unterminated"),
+    ("p:c:malloc \"%q\", arg1", "in the format: unsupported conversion '%q' (use %d %u %x %o %c %s %p %K %U, with h, hh, l, ll)"),
+    ("p:c:malloc (arg9 == 1)", "malloc: only arg1..arg6 are in registers, not arg9"),
+    ("r:c:malloc \"%s\", foo", "malloc: unknown name 'foo' (user functions have arg1..arg6, or names from a signature: func(int foo))"),
+    ("t:sched", "'t:' needs three parts: t:CATEGORY:EVENT"),
+    ("p:c:malloc (STRCMP(arg1, arg2))", "malloc: STRCMP takes a string literal and a value: STRCMP(\"text\", arg1)"),
+    ("p:c:malloc \"%d\", retval", "malloc: retval is only available in return probes (r:)"),
+    ("p:c:malloc+zz", "invalid offset 'zz': must be decimal or hexadecimal (0x..)"),
+    ("u:c:", "the USDT probe name is empty"),
+    ("p:c:malloc(int x", "unmatched '(' in the signature (int x"),
+    ("p:c:malloc \"%d\" arg1", "expected ',' after the format, not 'arg1'"),
+    ("", "no probe before the predicate or format"),
+    ("p:c:malloc \"%d\", arg1 +", "in argument 'arg1 +': expression ends too early"),
+    ("p:c:malloc \"%d\", $nosuch", "malloc: unknown variable '$nosuch' (there are $pid, $tgid, $uid, $gid, $cpu)"),
+    ("p:c:malloc \"%d\", arg1@kernel", "in argument 'arg1@kernel': unknown '@' suffix at '@kernel' (only @user)"),
+    ("p:c:malloc (\"x\" == 1)", "malloc: the string \"x\" can only be used in STRCMP(\"...\", value)"),
+    ("p:c:malloc \"%d %d\", arg1", "the format has 2 conversions but 1 argument follows"),
+    ("p:c:malloc \"%\", arg1", "in the format: '%' at the end has no conversion"),
+    ("p:c:malloc \"%d\", arg1)", "unmatched ')' in the arguments"),
+    ("p:c:malloc (arg1) (arg2)", "expected a predicate in parentheses or a \"format\", not '(arg2)'"),
+    ("p:c:malloc \"a\" \"b\"", "expected ',' after the format, not '\"b\"'"),
+    ("p:c:malloc \"%d\", 99999999999999999999999", "in argument '99999999999999999999999': bad number '99999999999999999999999'"),
+    ("r:c:malloc+4", "an offset is for entry probes (p:), not returns (r:)"),
+    ("p:c:malloc(int, int)", "in the signature: parameter 'int' has no type (write it as in C: 'struct sock *sk')"),
+    ("p:c:malloc(struct nosuch *x) \"%d\", x->y", "malloc: 'struct nosuch' is not known here: struct layouts come from the kernel's BTF, for kernel functions only"),
+    ("t:a:b:c", "a tracepoint is t:CATEGORY:EVENT"),
+    ("u:c", "'u:' needs three parts: u:LIBRARY:PROBE"),
+    ("u::probe", "a USDT probe is u:LIBRARY:[PROVIDER:]PROBE"),
+    ("p:c:malloc \"%d\", args->x", "malloc: unknown name 'args' (user functions have arg1..arg6, or names from a signature: func(int args))"),
+    ("p:c:malloc (arg1 ==== 2)", "in the predicate: unexpected '==' at '== 2'"),
+    ("p:c:malloc \"%s\", 1", "malloc: '1' is a 4-byte integer, not a pointer to a string"),
+    ("p:c:malloc [arg1]", "expected a predicate in parentheses or a \"format\", not '[arg1]'"),
+    ("p:c:malloc (arg1 ? 1 : 2)", "in the predicate: unexpected '?'"),
+    ("p:c:malloc \"%d\", arg1 = 2", "in argument 'arg1 = 2': unexpected '='"),
+    ("p:c:malloc \"%d\", ((arg1)", "unmatched '(' in the arguments"),
+    ("p:c:malloc \"%c\", \"x\"", "malloc: the string \"x\" can only be used in STRCMP(\"...\", value)"),
+    ("r::", "the function name is empty"),
+    (":::", "the function name is empty"),
+    ("p:c:malloc \"%d\",", "empty argument after the format"),
+];
+
+#[test]
+fn grammar_errors_name_the_offending_part() {
+    for (spec, msg) in BAD {
+        fails_with(&trace(), &[spec], &format!("bad probe \"{spec}\": {msg}"));
+    }
+}
+
+#[test]
+fn tracepoint_errors_name_the_field() {
+    fails_with(
+        &trace(),
+        &["t:sched:sched_switch \"%d\", args->nosuch"],
+        "bad probe \"t:sched:sched_switch \"%d\", args->nosuch\": sched:sched_switch: the tracepoint has no field 'nosuch' (fields: prev_comm, prev_pid, prev_prio, prev_state, next_comm, next_pid, next_prio)",
+    );
+    fails_with(
+        &trace(),
+        &["t:sched:sched_switch (args->prev_comm == 1)"],
+        "bad probe \"t:sched:sched_switch (args->prev_comm == 1)\": sched:sched_switch: a tracepoint field of type u8[16] has no numeric value: print it with %s",
+    );
+}
+
+#[test]
+fn deep_nesting_is_refused_not_overflowed() {
+    let deep = format!("p:c:malloc ({}1{})", "(".repeat(5000), ")".repeat(5000));
+    let out = run(&trace(), &[&deep], T);
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .ends_with("in the predicate: expression nested too deeply\n"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn bad_path_is_one_line() {
+    let out = run(&trace(), &["p:/nonexistent/lib:f"], T);
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    assert!(out.stderr.starts_with("trace: error: "), "{}", out.stderr);
+}
+
+#[test]
+fn aggregate_flushed_on_sigterm() {
+    // The traced process lives on; SIGTERM ends trace, which prints its counts
+    // and exits 0.
+    let w = Workload::start(&traced(), &["recurse", "4", "--hold"]);
+    let spec = format!("r:{}:tt_recurse (arg1 == 3) \"%d\", retval", bin());
+    let pid = w.pid.to_string();
+    let mut t = spawn(&trace(), &["-A", "-p", &pid, &spec]);
+    t.wait_line(|l| l.starts_with("PID "), T);
+    w.go();
+    std::thread::sleep(Duration::from_millis(500));
+    t.signal(libc::SIGTERM);
+    let out = t.finish(T);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{}", out.stdout);
+    assert_eq!(lines[1].get(49..), Some("307"), "{}", out.stdout);
+    assert_eq!(lines[2], "-->COUNT 4");
+    w.go();
+    assert!(w.wait().success());
+}

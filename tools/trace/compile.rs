@@ -1,0 +1,1216 @@
+//! From a parsed probe to the bytecode bpf/trace.bpf.c interprets: names bound
+//! to registers, BTF types, tracepoint fields or USDT arguments; member paths
+//! resolved to offsets; the predicate, then one store per format argument.
+//!
+//! Limits (bpf/trace.bpf.c has the same constants): 128 instructions and a
+//! 16-deep value stack per probe, 16 arguments, 4096 bytes of strings per record.
+//! Every refusal names the part of the expression it cannot do.
+
+use crate::btf::{Kbtf, Proto, Ty};
+use crate::expr::{BinOp, Expr, TypeName, UnOp};
+use crate::grammar::{Kind, Probe};
+
+pub const MAX_INSNS: usize = 128;
+pub const MAX_VALS: usize = 16;
+pub const EVAL_STACK: usize = 16;
+pub const REC_MAX: u32 = 512;
+pub const LIT_MAX: usize = 128;
+pub const LITS: usize = 256;
+pub const STR_AREA: u32 = 4096;
+
+const IN_RETVAL: u32 = 6;
+const IN_TID: u32 = 7;
+const IN_TGID: u32 = 8;
+const IN_UID: u32 = 9;
+const IN_GID: u32 = 10;
+const IN_CPU: u32 = 11;
+const IN_USDT0: u32 = 12;
+const USDT_ARGS: u32 = 12;
+
+const OP_CONST: u8 = 1;
+const OP_IN: u8 = 2;
+const OP_REC: u8 = 3;
+const OP_LOAD: u8 = 4;
+const OP_BIN: u8 = 5;
+const OP_UN: u8 = 6;
+const OP_CAST: u8 = 7;
+const OP_FILTER: u8 = 8;
+const OP_VAL: u8 = 9;
+const OP_STR: u8 = 10;
+const OP_STRCMP: u8 = 11;
+
+const SPACE_USER: u8 = 0;
+const SPACE_KERNEL: u8 = 1;
+const SPACE_REC: u8 = 2;
+const SPACE_DATALOC: u8 = 3;
+const SIGNED: u8 = 0x10;
+
+const B_ADD: u32 = 0;
+const B_SUB: u32 = 1;
+const B_MUL: u32 = 2;
+const B_DIV: u32 = 3;
+const B_MOD: u32 = 4;
+const B_SDIV: u32 = 5;
+const B_SMOD: u32 = 6;
+const B_AND: u32 = 7;
+const B_OR: u32 = 8;
+const B_XOR: u32 = 9;
+const B_SHL: u32 = 10;
+const B_SHR: u32 = 11;
+const B_SAR: u32 = 12;
+const B_EQ: u32 = 13;
+const B_NE: u32 = 14;
+const B_LTU: u32 = 15;
+const B_LEU: u32 = 16;
+const B_GTU: u32 = 17;
+const B_GEU: u32 = 18;
+const B_LTS: u32 = 19;
+const B_LES: u32 = 20;
+const B_GTS: u32 = 21;
+const B_GES: u32 = 22;
+const B_LAND: u32 = 23;
+const B_LOR: u32 = 24;
+
+const U_NOT: u32 = 0;
+const U_NEG: u32 = 1;
+const U_BNOT: u32 = 2;
+
+/// Spec flags (bpf/trace.bpf.c).
+pub const F_RETURN: u32 = 1;
+pub const F_SYSCALL: u32 = 2;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Insn {
+    pub op: u8,
+    pub size: u8,
+    pub b: u8,
+    pub a: u32,
+    pub imm: i64,
+}
+
+/// Where a format argument's value is in a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Slot {
+    Val(usize),
+    /// A string at this offset of the strings area.
+    Str(u32),
+}
+
+/// One compiled probe at one site.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Program {
+    pub flags: u32,
+    pub usdt_mask: u32,
+    pub rec_words: u32,
+    /// The end of the last tracepoint field read (user space only).
+    pub rec_end: u32,
+    pub str_bytes: u32,
+    pub insns: Vec<Insn>,
+    pub lits: Vec<u8>,
+    pub slots: Vec<Slot>,
+}
+
+/// Bytes of `struct spec` in bpf/trace.bpf.c.
+pub const SPEC_BYTES: usize = 24 + MAX_INSNS * 16 + LITS + LIT_MAX;
+
+impl Program {
+    /// The program as the BPF side's `struct spec`.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(SPEC_BYTES);
+        for v in [
+            self.flags,
+            self.insns.len() as u32,
+            self.usdt_mask,
+            self.rec_words,
+            self.str_bytes,
+            0,
+        ] {
+            b.extend_from_slice(&v.to_ne_bytes());
+        }
+        for i in 0..MAX_INSNS {
+            let x = self.insns.get(i).copied().unwrap_or_default();
+            b.extend_from_slice(&[x.op, x.size, x.b, 0]);
+            b.extend_from_slice(&x.a.to_ne_bytes());
+            b.extend_from_slice(&x.imm.to_ne_bytes());
+        }
+        let mut lits = self.lits.clone();
+        lits.resize(LITS + LIT_MAX, 0);
+        b.extend_from_slice(&lits);
+        b
+    }
+
+    /// The instructions, one per line (for -v).
+    pub fn describe(&self) -> String {
+        let mut s = String::new();
+        for (n, i) in self.insns.iter().enumerate() {
+            let name = match i.op {
+                OP_CONST => "const",
+                OP_IN => "in",
+                OP_REC => "rec",
+                OP_LOAD => "load",
+                OP_BIN => "bin",
+                OP_UN => "un",
+                OP_CAST => "cast",
+                OP_FILTER => "filter",
+                OP_VAL => "val",
+                OP_STR => "str",
+                OP_STRCMP => "strcmp",
+                _ => "?",
+            };
+            s.push_str(&format!(
+                "    {n:3} {name:<6} a={} size={} b={:#x} imm={}\n",
+                i.a, i.size, i.b, i.imm
+            ));
+        }
+        s
+    }
+}
+
+/// A tracepoint record field (from tracefs `format`).
+#[derive(Debug, Clone)]
+pub struct TpField {
+    pub name: String,
+    pub offset: u32,
+    pub size: u32,
+    pub ty: Ty,
+}
+
+/// Parses a tracefs `format` file into its fields (the common_ ones included).
+pub fn tp_fields(text: &str) -> Vec<TpField> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let (mut decl, mut off, mut size, mut signed) = (None, None, None, false);
+        for part in line.trim().split(';') {
+            let part = part.trim();
+            if let Some(d) = part.strip_prefix("field:") {
+                decl = Some(d.trim().to_string());
+            } else if let Some(v) = part.strip_prefix("offset:") {
+                off = v.parse::<u32>().ok();
+            } else if let Some(v) = part.strip_prefix("size:") {
+                size = v.parse::<u32>().ok();
+            } else if let Some(v) = part.strip_prefix("signed:") {
+                signed = v == "1";
+            }
+        }
+        let (Some(decl), Some(offset), Some(size)) = (decl, off, size) else {
+            continue;
+        };
+        let last = decl.split_whitespace().last().unwrap_or("");
+        let name = last.split('[').next().unwrap_or(last).to_string();
+        let ty = if decl.starts_with("__data_loc") {
+            Ty::DataLoc
+        } else if let Some(n) = last.find('[') {
+            let elems: u32 = last[n + 1..].trim_end_matches(']').parse().unwrap_or(size);
+            let each = size.checked_div(elems).unwrap_or(1);
+            Ty::Array(
+                Box::new(Ty::Int {
+                    bytes: each.clamp(1, 8) as u8,
+                    signed,
+                }),
+                elems,
+            )
+        } else if decl.contains('*') {
+            let pointee = if decl.contains("char") {
+                Ty::Int {
+                    bytes: 1,
+                    signed: true,
+                }
+            } else {
+                Ty::Void
+            };
+            Ty::Ptr(Box::new(pointee))
+        } else {
+            Ty::Int {
+                bytes: size.clamp(1, 8) as u8,
+                signed,
+            }
+        };
+        out.push(TpField {
+            name,
+            offset,
+            size,
+            ty,
+        });
+    }
+    out
+}
+
+/// What the probe is attached to.
+#[derive(Clone)]
+pub enum SiteCtx<'a> {
+    /// A kernel function (its BTF prototype when the kernel has one; for a
+    /// syscall wrapper, the syscall's).
+    Kernel {
+        func: &'a str,
+        proto: Option<Proto>,
+        syscall: bool,
+    },
+    User,
+    Tracepoint {
+        fields: &'a [TpField],
+        syscalls: bool,
+    },
+    Usdt,
+}
+
+pub struct Ctx<'a> {
+    pub site: SiteCtx<'a>,
+    pub btf: Option<&'a Kbtf>,
+    pub kernel_reads: bool,
+    /// -Z: bytes read per string.
+    pub str_size: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Space {
+    User,
+    Kernel,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Loc {
+    /// On the value stack.
+    Value,
+    /// Its address is on the value stack.
+    Addr,
+    /// In the tracepoint record at this offset (nothing on the stack).
+    Rec(u32),
+}
+
+#[derive(Debug, Clone)]
+struct Val {
+    ty: Ty,
+    loc: Loc,
+    space: Space,
+}
+
+/// A named parameter: argument register index and type.
+struct Param {
+    name: String,
+    index: u32,
+    ty: Ty,
+}
+
+struct Gen<'a> {
+    ctx: &'a Ctx<'a>,
+    probe: &'a Probe,
+    prog: Program,
+    params: Vec<Param>,
+    ret_ty: Ty,
+    depth: usize,
+    max_depth: usize,
+}
+
+/// Compiles `probe` for one site.
+pub fn compile(probe: &Probe, ctx: &Ctx) -> Result<Program, String> {
+    let mut g = Gen {
+        ctx,
+        probe,
+        prog: Program::default(),
+        params: Vec::new(),
+        ret_ty: Ty::U64,
+        depth: 0,
+        max_depth: 0,
+    };
+    g.bind_params()?;
+    if probe.kind == Kind::Return {
+        g.prog.flags |= F_RETURN;
+    }
+    if let SiteCtx::Kernel { syscall: true, .. } = ctx.site {
+        g.prog.flags |= F_SYSCALL;
+        if !ctx.kernel_reads {
+            return Err("the arguments of a syscall wrapper are read from kernel memory, which this kernel does not allow (lockdown=confidentiality)".into());
+        }
+    }
+    if let Some(pred) = &probe.predicate {
+        let v = g.expr(pred)?;
+        g.rvalue(v)?;
+        g.emit(OP_FILTER, 0, 0, 0, 0, -1);
+    }
+    let Some(format) = &probe.format else {
+        return g.finish();
+    };
+    let mut vals = 0;
+    let mut strs = 0u32;
+    for (conv, arg) in format.convs().zip(&probe.args) {
+        if conv.ty == 's' {
+            let off = strs * ctx.str_size;
+            strs += 1;
+            if strs * ctx.str_size > STR_AREA {
+                return Err(format!(
+                    "{strs} strings of {} bytes (-Z) are more than the {STR_AREA} bytes a record holds",
+                    ctx.str_size
+                ));
+            }
+            let v = g.expr(arg)?;
+            let space = g.string_source(v, arg)?;
+            g.emit(OP_STR, 0, space, 0, 0, -1);
+            g.prog.insns.last_mut().expect("just emitted").imm = off as i64;
+            g.prog.slots.push(Slot::Str(off));
+        } else {
+            if vals >= MAX_VALS {
+                return Err(format!("more than {MAX_VALS} numeric arguments"));
+            }
+            let v = g.expr(arg)?;
+            if v.ty.is_char_array() || v.ty == Ty::DataLoc {
+                return Err(format!("'{}' is a string: print it with %s", show(arg)));
+            }
+            g.rvalue(v)?;
+            g.emit(OP_VAL, 0, 0, vals as u32, 0, -1);
+            g.prog.slots.push(Slot::Val(vals));
+            vals += 1;
+        }
+    }
+    g.prog.str_bytes = strs * ctx.str_size;
+    g.finish()
+}
+
+/// An expression as the user wrote it (approximately), for messages.
+pub fn show(e: &Expr) -> String {
+    match e {
+        Expr::Num(v) => v.to_string(),
+        Expr::Str(s) => format!("\"{s}\""),
+        Expr::Ident(n) => n.clone(),
+        Expr::Var(v) => format!("${v}"),
+        Expr::Member { base, name, arrow } => {
+            format!("{}{}{name}", show(base), if *arrow { "->" } else { "." })
+        }
+        Expr::Index(b, i) => format!("{}[{}]", show(b), show(i)),
+        Expr::User(b) => format!("{}@user", show(b)),
+        Expr::Unary(op, x) => format!(
+            "{}{}",
+            match op {
+                UnOp::Not => "!",
+                UnOp::Neg => "-",
+                UnOp::BitNot => "~",
+                UnOp::Deref => "*",
+            },
+            show(x)
+        ),
+        Expr::Binary(_, l, r) => format!("{} .. {}", show(l), show(r)),
+        Expr::Cast(t, x) => format!("({t}){}", show(x)),
+        Expr::Call(n, a) => format!("{n}({})", a.iter().map(show).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+/// A C integer type by name.
+fn int_type(name: &str) -> Option<Ty> {
+    let (bytes, signed) = match name {
+        "char" | "signed char" | "s8" | "__s8" | "int8_t" => (1, true),
+        "unsigned char" | "u8" | "__u8" | "uint8_t" | "bool" | "_Bool" => (1, false),
+        "short" | "short int" | "signed short" | "s16" | "__s16" | "int16_t" => (2, true),
+        "unsigned short" | "unsigned short int" | "u16" | "__u16" | "uint16_t" => (2, false),
+        "int" | "signed" | "signed int" | "s32" | "__s32" | "int32_t" | "pid_t" => (4, true),
+        "unsigned" | "unsigned int" | "u32" | "__u32" | "uint32_t" | "uid_t" | "gid_t" => {
+            (4, false)
+        }
+        "long" | "long int" | "signed long" | "long long" | "long long int" | "s64" | "__s64"
+        | "int64_t" | "ssize_t" | "loff_t" | "off_t" => (8, true),
+        "unsigned long"
+        | "unsigned long int"
+        | "unsigned long long"
+        | "unsigned long long int"
+        | "u64"
+        | "__u64"
+        | "uint64_t"
+        | "size_t"
+        | "uintptr_t" => (8, false),
+        _ => return None,
+    };
+    Some(Ty::Int { bytes, signed })
+}
+
+impl Gen<'_> {
+    fn finish(mut self) -> Result<Program, String> {
+        if self.prog.insns.len() > MAX_INSNS {
+            return Err(format!(
+                "the predicate and arguments need {} instructions, over the {MAX_INSNS} trace runs per event: simplify them",
+                self.prog.insns.len()
+            ));
+        }
+        if self.max_depth > EVAL_STACK {
+            return Err(format!(
+                "an expression nests {} values deep, over the {EVAL_STACK} trace keeps: simplify it",
+                self.max_depth
+            ));
+        }
+        self.prog.rec_words = self.prog.rec_words.min(REC_MAX / 8);
+        Ok(self.prog)
+    }
+
+    fn emit(&mut self, op: u8, size: u8, b: u8, a: u32, imm: i64, stack: i32) {
+        self.prog.insns.push(Insn {
+            op,
+            size,
+            b,
+            a,
+            imm,
+        });
+        self.depth = (self.depth as i32 + stack).max(0) as usize;
+        self.max_depth = self.max_depth.max(self.depth);
+    }
+
+    fn push_const(&mut self, v: u64) {
+        self.emit(OP_CONST, 0, 0, 0, v as i64, 1);
+    }
+
+    fn default_space(&self) -> Space {
+        match self.ctx.site {
+            SiteCtx::Kernel { .. } => Space::Kernel,
+            SiteCtx::Tracepoint { syscalls, .. } => {
+                if syscalls {
+                    Space::User
+                } else {
+                    Space::Kernel
+                }
+            }
+            SiteCtx::User | SiteCtx::Usdt => Space::User,
+        }
+    }
+
+    /// Names for the arguments: the signature written in the probe (checked
+    /// against BTF for kernel functions), else the kernel's BTF prototype.
+    fn bind_params(&mut self) -> Result<(), String> {
+        let proto = match &self.ctx.site {
+            SiteCtx::Kernel { proto, .. } => proto.as_ref(),
+            _ => None,
+        };
+        let btf = self.ctx.btf;
+        if let (Some(p), Some(b)) = (proto, btf) {
+            self.ret_ty = b.ty(p.ret);
+        }
+        if let Some(sig) = &self.probe.signature {
+            if sig.len() > 6 {
+                return Err("a signature names at most 6 arguments (registers)".into());
+            }
+            for (i, (tn, name)) in sig.iter().enumerate() {
+                let ty = self.resolve_type(tn)?;
+                if let (Some(p), Some(b), SiteCtx::Kernel { func, .. }) =
+                    (proto, btf, &self.ctx.site)
+                {
+                    let Some((_, id)) = p.params.get(i) else {
+                        return Err(format!(
+                            "the signature has {} arguments, but {func} takes {} (BTF: {})",
+                            sig.len(),
+                            p.params.len(),
+                            describe_proto(b, p)
+                        ));
+                    };
+                    let real = b.ty(*id);
+                    if !compatible(&ty, &real) {
+                        return Err(format!(
+                            "the signature says argument {} is '{tn}', but {func}'s is '{}' (BTF: {})",
+                            i + 1,
+                            b.c_name(*id),
+                            describe_proto(b, p)
+                        ));
+                    }
+                }
+                self.params.push(Param {
+                    name: name.clone(),
+                    index: i as u32,
+                    ty,
+                });
+            }
+            return Ok(());
+        }
+        if let (Some(p), Some(b)) = (proto, btf) {
+            for (i, (name, id)) in p.params.iter().enumerate().take(6) {
+                if !name.is_empty() {
+                    self.params.push(Param {
+                        name: name.clone(),
+                        index: i as u32,
+                        ty: b.ty(*id),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn resolve_type(&self, tn: &TypeName) -> Result<Ty, String> {
+        let mut ty = if let Some(t) = int_type(&tn.base) {
+            t
+        } else if tn.base == "void" {
+            Ty::Void
+        } else if let Some(rest) = tn
+            .base
+            .strip_prefix("struct ")
+            .map(|r| ("struct", r))
+            .or_else(|| tn.base.strip_prefix("union ").map(|r| ("union", r)))
+        {
+            let Some(b) = self
+                .ctx
+                .btf
+                .filter(|_| matches!(self.ctx.site, SiteCtx::Kernel { .. }))
+            else {
+                return Err(format!(
+                    "'{}' is not known here: struct layouts come from the kernel's BTF, for kernel functions only",
+                    tn.base
+                ));
+            };
+            match b.record(rest.0, rest.1) {
+                Some(id) => Ty::Record(id, tn.base.clone()),
+                None => return Err(format!("the kernel's BTF has no '{}'", tn.base)),
+            }
+        } else if let Some(e) = tn.base.strip_prefix("enum ") {
+            let _ = e;
+            Ty::Int {
+                bytes: 4,
+                signed: false,
+            }
+        } else {
+            return Err(format!(
+                "unknown type '{}' (integer types, pointers, and kernel structs are supported)",
+                tn.base
+            ));
+        };
+        for _ in 0..tn.ptr {
+            ty = Ty::Ptr(Box::new(ty));
+        }
+        Ok(ty)
+    }
+
+    /// Makes `v`'s value be on the stack.
+    fn rvalue(&mut self, v: Val) -> Result<Val, String> {
+        match v.loc {
+            Loc::Value => Ok(v),
+            Loc::Rec(off) => match &v.ty {
+                Ty::Int { bytes, signed } => {
+                    let b = if *signed { SIGNED } else { 0 };
+                    self.emit(OP_REC, *bytes, b, off, 0, 1);
+                    Ok(Val {
+                        loc: Loc::Value,
+                        ..v
+                    })
+                }
+                Ty::Ptr(_) => {
+                    self.emit(OP_REC, 8, 0, off, 0, 1);
+                    Ok(Val {
+                        loc: Loc::Value,
+                        ..v
+                    })
+                }
+                _ => Err(format!(
+                    "a tracepoint field of type {} has no numeric value: print it with %s",
+                    v.ty.name()
+                )),
+            },
+            Loc::Addr => match &v.ty {
+                Ty::Array(e, _) => Ok(Val {
+                    ty: Ty::Ptr(e.clone()),
+                    loc: Loc::Value,
+                    space: v.space,
+                }),
+                Ty::Record(_, n) => Err(format!(
+                    "'{n}' is a struct: name one of its members (->member or .member)"
+                )),
+                Ty::Void => Err("a void value cannot be read".into()),
+                ty => {
+                    let bytes = ty.bytes().clamp(1, 8) as u8;
+                    let space = self.space_code(v.space, "a member")?;
+                    let b = space | if ty.signed() { SIGNED } else { 0 };
+                    self.emit(OP_LOAD, bytes, b, 0, 0, 0);
+                    Ok(Val {
+                        loc: Loc::Value,
+                        ..v
+                    })
+                }
+            },
+        }
+    }
+
+    fn space_code(&self, s: Space, what: &str) -> Result<u8, String> {
+        match s {
+            Space::User => Ok(SPACE_USER),
+            Space::Kernel if self.ctx.kernel_reads => Ok(SPACE_KERNEL),
+            Space::Kernel => Err(format!(
+                "reading {what} from kernel memory is not allowed on this kernel (lockdown=confidentiality); add @user if it points to user memory"
+            )),
+        }
+    }
+
+    /// Emits what a string read needs on the stack and returns its space.
+    fn string_source(&mut self, v: Val, e: &Expr) -> Result<u8, String> {
+        match (&v.loc, &v.ty) {
+            (Loc::Rec(off), Ty::DataLoc) => {
+                self.emit(OP_REC, 4, 0, *off, 0, 1);
+                Ok(SPACE_DATALOC)
+            }
+            (Loc::Rec(off), t) if t.is_char_array() => {
+                self.push_const(*off as u64);
+                Ok(SPACE_REC)
+            }
+            (Loc::Addr, t) if t.is_char_array() => {
+                self.space_code(v.space, &format!("the string '{}'", show(e)))
+            }
+            _ => {
+                let space = v.space;
+                let v = self.rvalue(v)?;
+                if matches!(v.ty, Ty::Int { bytes, .. } if bytes < 8) {
+                    return Err(format!(
+                        "'{}' is a {}-byte integer, not a pointer to a string",
+                        show(e),
+                        v.ty.bytes()
+                    ));
+                }
+                self.space_code(space, &format!("the string '{}'", show(e)))
+            }
+        }
+    }
+
+    fn value(&mut self, ty: Ty, input: u32) -> Val {
+        self.emit(OP_IN, 0, 0, input, 0, 1);
+        Val {
+            ty,
+            loc: Loc::Value,
+            space: self.default_space(),
+        }
+    }
+
+    fn expr(&mut self, e: &Expr) -> Result<Val, String> {
+        match e {
+            Expr::Num(n) => {
+                self.push_const(*n);
+                Ok(Val {
+                    ty: Ty::Int {
+                        bytes: if *n <= i32::MAX as u64 { 4 } else { 8 },
+                        signed: *n <= i64::MAX as u64,
+                    },
+                    loc: Loc::Value,
+                    space: self.default_space(),
+                })
+            }
+            Expr::Str(s) => Err(format!(
+                "the string \"{s}\" can only be used in STRCMP(\"...\", value)"
+            )),
+            Expr::Var(v) => {
+                let (input, ty) = match v.as_str() {
+                    "pid" => (IN_TID, 4),
+                    "tgid" => (IN_TGID, 4),
+                    "uid" => (IN_UID, 4),
+                    "gid" => (IN_GID, 4),
+                    "cpu" => (IN_CPU, 4),
+                    "task" => {
+                        return Err(
+                            "$task is not supported: use $pid, $tgid, $uid, $gid, $cpu".into()
+                        )
+                    }
+                    other => {
+                        return Err(format!(
+                            "unknown variable '${other}' (there are $pid, $tgid, $uid, $gid, $cpu)"
+                        ))
+                    }
+                };
+                Ok(self.value(
+                    Ty::Int {
+                        bytes: ty,
+                        signed: false,
+                    },
+                    input,
+                ))
+            }
+            Expr::Ident(name) => self.ident(name),
+            Expr::User(inner) => {
+                let mut v = self.expr(inner)?;
+                v.space = Space::User;
+                Ok(v)
+            }
+            Expr::Member { base, name, arrow } => self.member(base, name, *arrow, e),
+            Expr::Index(base, idx) => {
+                let b = self.expr(base)?;
+                let (elem, b) = match (&b.loc, b.ty.clone()) {
+                    (Loc::Addr, Ty::Array(el, _)) => (*el, b),
+                    (_, Ty::Ptr(el)) => (*el, self.rvalue(b)?),
+                    _ => return Err(format!("'{}' is not an array or pointer", show(base))),
+                };
+                let size = elem.bytes().max(1);
+                let i = self.expr(idx)?;
+                self.rvalue(i)?;
+                self.push_const(size as u64);
+                self.emit(OP_BIN, 0, 0, B_MUL, 0, -1);
+                self.emit(OP_BIN, 0, 0, B_ADD, 0, -1);
+                Ok(Val {
+                    ty: elem,
+                    loc: Loc::Addr,
+                    space: b.space,
+                })
+            }
+            Expr::Unary(UnOp::Deref, x) => {
+                let v = self.expr(x)?;
+                let v = self.rvalue(v)?;
+                let pointee = match &v.ty {
+                    Ty::Ptr(t) => (**t).clone(),
+                    // BCC's values are u64: *(arg1) reads 8 bytes.
+                    _ => Ty::U64,
+                };
+                Ok(Val {
+                    ty: pointee,
+                    loc: Loc::Addr,
+                    space: v.space,
+                })
+            }
+            Expr::Unary(op, x) => {
+                let v = self.expr(x)?;
+                let v = self.rvalue(v)?;
+                let (code, ty) = match op {
+                    UnOp::Not => (
+                        U_NOT,
+                        Ty::Int {
+                            bytes: 4,
+                            signed: true,
+                        },
+                    ),
+                    UnOp::Neg => (U_NEG, promote(&v.ty)),
+                    _ => (U_BNOT, promote(&v.ty)),
+                };
+                self.emit(OP_UN, 0, 0, code, 0, 0);
+                Ok(Val { ty, ..v })
+            }
+            Expr::Cast(tn, x) => {
+                let ty = self.resolve_type(tn)?;
+                let v = self.expr(x)?;
+                let v = self.rvalue(v)?;
+                if let Ty::Int { bytes, signed } = ty {
+                    if bytes < 8 || signed != v.ty.signed() {
+                        self.emit(OP_CAST, bytes, if signed { SIGNED } else { 0 }, 0, 0, 0);
+                    }
+                }
+                if matches!(ty, Ty::Record(..) | Ty::Void) {
+                    return Err(format!(
+                        "cannot cast to '{tn}' (cast to a pointer: '{tn} *')"
+                    ));
+                }
+                Ok(Val { ty, ..v })
+            }
+            Expr::Binary(op, l, r) => {
+                let a = self.expr(l)?;
+                let a = self.rvalue(a)?;
+                let b = self.expr(r)?;
+                let b = self.rvalue(b)?;
+                let (pa, pb) = (promote(&a.ty), promote(&b.ty));
+                let signed = pa.signed() && pb.signed();
+                let wide = pa.bytes().max(pb.bytes()) as u8;
+                let code = match op {
+                    BinOp::Add => B_ADD,
+                    BinOp::Sub => B_SUB,
+                    BinOp::Mul => B_MUL,
+                    BinOp::Div if signed => B_SDIV,
+                    BinOp::Div => B_DIV,
+                    BinOp::Mod if signed => B_SMOD,
+                    BinOp::Mod => B_MOD,
+                    BinOp::And => B_AND,
+                    BinOp::Or => B_OR,
+                    BinOp::Xor => B_XOR,
+                    BinOp::Shl => B_SHL,
+                    BinOp::Shr if pa.signed() => B_SAR,
+                    BinOp::Shr => B_SHR,
+                    BinOp::Eq => B_EQ,
+                    BinOp::Ne => B_NE,
+                    BinOp::Lt if signed => B_LTS,
+                    BinOp::Lt => B_LTU,
+                    BinOp::Le if signed => B_LES,
+                    BinOp::Le => B_LEU,
+                    BinOp::Gt if signed => B_GTS,
+                    BinOp::Gt => B_GTU,
+                    BinOp::Ge if signed => B_GES,
+                    BinOp::Ge => B_GEU,
+                    BinOp::LAnd => B_LAND,
+                    BinOp::LOr => B_LOR,
+                };
+                self.emit(OP_BIN, 0, 0, code, 0, -1);
+                let cmp = matches!(
+                    op,
+                    BinOp::Eq
+                        | BinOp::Ne
+                        | BinOp::Lt
+                        | BinOp::Le
+                        | BinOp::Gt
+                        | BinOp::Ge
+                        | BinOp::LAnd
+                        | BinOp::LOr
+                );
+                let ty = if cmp {
+                    Ty::Int {
+                        bytes: 4,
+                        signed: true,
+                    }
+                } else if matches!(a.ty, Ty::Ptr(_)) && matches!(op, BinOp::Add | BinOp::Sub) {
+                    a.ty.clone()
+                } else {
+                    Ty::Int {
+                        bytes: wide,
+                        signed,
+                    }
+                };
+                // 32-bit arithmetic wraps as C's does.
+                if !cmp && wide == 4 {
+                    self.emit(OP_CAST, 4, if signed { SIGNED } else { 0 }, 0, 0, 0);
+                }
+                Ok(Val {
+                    ty,
+                    loc: Loc::Value,
+                    space: a.space,
+                })
+            }
+            Expr::Call(name, args) => {
+                if name != "STRCMP" {
+                    return Err(format!(
+                        "unknown function '{name}' (trace has STRCMP(\"literal\", value))"
+                    ));
+                }
+                let (lit, other) = match args.as_slice() {
+                    [Expr::Str(s), o] | [o, Expr::Str(s)] => (s, o),
+                    _ => {
+                        return Err(
+                            "STRCMP takes a string literal and a value: STRCMP(\"text\", arg1)"
+                                .into(),
+                        )
+                    }
+                };
+                if lit.len() >= LIT_MAX - 2 || lit.contains('\0') {
+                    return Err(format!(
+                        "the STRCMP literal is too long (at most {} bytes)",
+                        LIT_MAX - 3
+                    ));
+                }
+                let off = self.prog.lits.len();
+                if off + lit.len() + 1 > LITS {
+                    return Err(format!(
+                        "the STRCMP literals of a probe are over {LITS} bytes together"
+                    ));
+                }
+                self.prog.lits.extend_from_slice(lit.as_bytes());
+                self.prog.lits.push(0);
+                let v = self.expr(other)?;
+                let space = self.string_source(v, other)?;
+                self.emit(OP_STRCMP, lit.len() as u8, space, off as u32, 0, 0);
+                Ok(Val {
+                    ty: Ty::Int {
+                        bytes: 4,
+                        signed: true,
+                    },
+                    loc: Loc::Value,
+                    space: self.default_space(),
+                })
+            }
+        }
+    }
+
+    fn ident(&mut self, name: &str) -> Result<Val, String> {
+        if let Some(n) = name
+            .strip_prefix("arg")
+            .and_then(|n| n.parse::<u32>().ok())
+            .filter(|_| !name.starts_with("arg0"))
+        {
+            if let SiteCtx::Usdt = self.ctx.site {
+                if n == 0 || n > USDT_ARGS {
+                    return Err(format!("USDT probes have arg1..arg{USDT_ARGS}, not {name}"));
+                }
+                self.prog.usdt_mask |= 1 << (n - 1);
+                return Ok(self.value(Ty::U64, IN_USDT0 + n - 1));
+            }
+            if let SiteCtx::Tracepoint { .. } = self.ctx.site {
+                return Err(format!(
+                    "tracepoints have no {name}: use args->FIELD ({})",
+                    self.tp_field_names()
+                ));
+            }
+            if n == 0 || n > 6 {
+                return Err(format!("only arg1..arg6 are in registers, not {name}"));
+            }
+            return Ok(self.value(Ty::U64, n - 1));
+        }
+        if name == "retval" {
+            if self.probe.kind != Kind::Return {
+                return Err("retval is only available in return probes (r:)".into());
+            }
+            let ty = self.ret_ty.clone();
+            return Ok(self.value(ty, IN_RETVAL));
+        }
+        if name == "args" {
+            if let SiteCtx::Tracepoint { .. } = self.ctx.site {
+                return Err("args is the tracepoint's record: name a field, args->FIELD".into());
+            }
+        }
+        if let Some(p) = self.params.iter().find(|p| p.name == name) {
+            let (ty, index) = (p.ty.clone(), p.index);
+            return Ok(self.value(ty, index));
+        }
+        let mut known = vec!["arg1..arg6".to_string()];
+        if self.probe.kind == Kind::Return {
+            known.push("retval".into());
+        }
+        known.extend(self.params.iter().map(|p| p.name.clone()));
+        Err(match &self.ctx.site {
+            SiteCtx::Tracepoint { .. } => format!(
+                "unknown name '{name}' (a tracepoint's fields are args->FIELD: {})",
+                self.tp_field_names()
+            ),
+            SiteCtx::Usdt => format!("unknown name '{name}' (USDT arguments are arg1..arg{USDT_ARGS})"),
+            SiteCtx::Kernel { func, proto: None, .. } => format!(
+                "unknown name '{name}': {func} is not in the kernel's BTF, so only arg1..arg6 are known"
+            ),
+            SiteCtx::User if self.probe.signature.is_none() => format!(
+                "unknown name '{name}' (user functions have arg1..arg6, or names from a signature: func(int {name}))"
+            ),
+            _ => format!("unknown name '{name}' (known: {})", known.join(", ")),
+        })
+    }
+
+    fn tp_field_names(&self) -> String {
+        match &self.ctx.site {
+            SiteCtx::Tracepoint { fields, .. } => fields
+                .iter()
+                .filter(|f| !f.name.starts_with("common_"))
+                .map(|f| f.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            _ => String::new(),
+        }
+    }
+
+    fn member(
+        &mut self,
+        base: &Expr,
+        name: &str,
+        arrow: bool,
+        whole: &Expr,
+    ) -> Result<Val, String> {
+        if let (Expr::Ident(b), SiteCtx::Tracepoint { fields, .. }) = (base, &self.ctx.site) {
+            if b == "args" {
+                if !arrow {
+                    return Err(format!("write args->{name}, not args.{name}"));
+                }
+                let Some(f) = fields.iter().find(|f| f.name == name) else {
+                    return Err(format!(
+                        "the tracepoint has no field '{name}' (fields: {})",
+                        self.tp_field_names()
+                    ));
+                };
+                if f.offset < 8 {
+                    return Err(format!(
+                        "args->{name} is in the record's common header, which trace cannot read (use $pid, $tgid)"
+                    ));
+                }
+                if f.offset + f.size > REC_MAX {
+                    return Err(format!(
+                        "args->{name} lies past the first {REC_MAX} bytes of the record, which is all trace reads"
+                    ));
+                }
+                let end = if f.ty == Ty::DataLoc {
+                    if !self.ctx.kernel_reads {
+                        return Err(format!(
+                            "args->{name} is a __data_loc string, stored past the record's fields, which trace cannot read without kernel reads (lockdown=confidentiality)"
+                        ));
+                    }
+                    REC_MAX
+                } else {
+                    f.offset + f.size
+                };
+                self.prog.rec_end = self.prog.rec_end.max(f.offset + f.size);
+                self.prog.rec_words = self.prog.rec_words.max(end.div_ceil(8));
+                return Ok(Val {
+                    ty: f.ty.clone(),
+                    loc: Loc::Rec(f.offset),
+                    space: self.default_space(),
+                });
+            }
+        }
+        let b = self.expr(base)?;
+        let b = if arrow {
+            let v = self.rvalue(b)?;
+            match &v.ty {
+                Ty::Ptr(t) => Val {
+                    ty: (**t).clone(),
+                    loc: Loc::Addr,
+                    space: v.space,
+                },
+                other => {
+                    return Err(format!(
+                        "'{}' is not a pointer to a struct ({}), so '->{name}' cannot be read{}",
+                        show(base),
+                        other.name(),
+                        self.cast_hint()
+                    ))
+                }
+            }
+        } else {
+            if b.loc != Loc::Addr {
+                return Err(format!(
+                    "'{}' is not a struct in memory: use '->' on pointers",
+                    show(base)
+                ));
+            }
+            b
+        };
+        let Ty::Record(id, rname) = &b.ty else {
+            return Err(format!(
+                "'{}' is not a struct ({}): '{}' has no members{}",
+                show(base),
+                b.ty.name(),
+                show(whole),
+                self.cast_hint()
+            ));
+        };
+        let Some(btf) = self.ctx.btf else {
+            return Err("struct members need the kernel's BTF".into());
+        };
+        let (off, tid) = btf.member(*id, name).map_err(|e| format!("{rname}: {e}"))?;
+        if off > 0 {
+            self.push_const(off as u64);
+            self.emit(OP_BIN, 0, 0, B_ADD, 0, -1);
+        }
+        Ok(Val {
+            ty: btf.ty(tid),
+            loc: Loc::Addr,
+            space: b.space,
+        })
+    }
+
+    fn cast_hint(&self) -> &'static str {
+        match self.ctx.site {
+            SiteCtx::Kernel { .. } => {
+                " (cast it: ((struct NAME *)arg1)->member, or name the argument in a signature)"
+            }
+            _ => "",
+        }
+    }
+}
+
+/// C's integer promotion (to int), pointers as unsigned 64-bit.
+fn promote(t: &Ty) -> Ty {
+    match t {
+        Ty::Int { bytes, signed } if *bytes < 4 => {
+            let _ = signed;
+            Ty::Int {
+                bytes: 4,
+                signed: true,
+            }
+        }
+        Ty::Int { .. } => t.clone(),
+        _ => Ty::U64,
+    }
+}
+
+/// Whether a signature's type matches the kernel's (same shape and size; any
+/// pointer to a struct of the same name).
+fn compatible(user: &Ty, real: &Ty) -> bool {
+    match (user, real) {
+        (Ty::Int { bytes: a, .. }, Ty::Int { bytes: b, .. }) => a == b,
+        (Ty::Ptr(a), Ty::Ptr(b)) => match (&**a, &**b) {
+            (Ty::Record(_, x), Ty::Record(_, y)) => x == y,
+            (Ty::Record(..), _) | (_, Ty::Record(..)) => false,
+            _ => true,
+        },
+        (Ty::Int { bytes: 8, .. }, Ty::Ptr(_)) | (Ty::Ptr(_), Ty::Int { bytes: 8, .. }) => true,
+        _ => false,
+    }
+}
+
+/// A kernel function's prototype as C (`struct file *file, size_t count`).
+pub fn describe_proto(b: &Kbtf, p: &Proto) -> String {
+    p.params
+        .iter()
+        .map(|(n, id)| {
+            let t = b.c_name(*id);
+            if t.ends_with('*') {
+                format!("{t}{n}")
+            } else {
+                format!("{t} {n}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::grammar;
+
+    fn user(text: &str) -> Result<Program, String> {
+        let p = grammar::parse(text)?;
+        compile(
+            &p,
+            &Ctx {
+                site: SiteCtx::User,
+                btf: None,
+                kernel_reads: false,
+                str_size: 80,
+            },
+        )
+    }
+
+    #[test]
+    fn compiles_values_and_predicates() {
+        let p = user("c:write (arg1 == 1 && arg3 > 2) \"%d %s\", arg3, arg2").unwrap();
+        assert_eq!(p.slots, vec![Slot::Val(0), Slot::Str(0)]);
+        assert_eq!(p.str_bytes, 80);
+        assert!(p.insns.iter().any(|i| i.op == OP_FILTER));
+        let p = user("r:c:read \"%d %d\", retval, arg1").unwrap();
+        assert_eq!(p.flags & F_RETURN, F_RETURN);
+        let p = user("c:open (STRCMP(\"a.txt\", arg1))").unwrap();
+        assert_eq!(p.lits, b"a.txt\0");
+    }
+
+    #[test]
+    fn refusals_name_the_part() {
+        assert_eq!(
+            user("c:read \"%d\", retval").unwrap_err(),
+            "retval is only available in return probes (r:)"
+        );
+        assert!(user("c:read \"%d\", foo")
+            .unwrap_err()
+            .contains("unknown name 'foo'"));
+        assert!(user("c:read \"%d\", arg1->x")
+            .unwrap_err()
+            .contains("not a pointer to a struct"));
+        assert!(user("c:read \"%d\", $foo")
+            .unwrap_err()
+            .contains("unknown variable"));
+        assert!(user("c:read \"%d\", arg7")
+            .unwrap_err()
+            .contains("arg1..arg6"));
+        assert!(user("c:read (FOO(arg1))")
+            .unwrap_err()
+            .contains("unknown function"));
+        let deep = format!("c:read ({})", vec!["arg1"; 200].join(" + "));
+        assert!(user(&deep).unwrap_err().contains("instructions"));
+        let kernel = grammar::parse("c:read \"%s\", *(u64 *)arg1").unwrap();
+        let _ = kernel;
+    }
+
+    #[test]
+    fn tracepoint_format() {
+        let f = tp_fields(
+            "name: sys_enter_openat\nID: 1\nformat:\n\
+             \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+             \tfield:int __syscall_nr;\toffset:8;\tsize:4;\tsigned:1;\n\
+             \tfield:const char * filename;\toffset:24;\tsize:8;\tsigned:0;\n\
+             \tfield:char comm[16];\toffset:32;\tsize:16;\tsigned:0;\n\
+             \tfield:__data_loc char[] name;\toffset:48;\tsize:4;\tsigned:0;\n",
+        );
+        assert_eq!(f.len(), 5);
+        assert!(matches!(f[2].ty, Ty::Ptr(_)));
+        assert!(f[3].ty.is_char_array());
+        assert_eq!(f[4].ty, Ty::DataLoc);
+        let p =
+            grammar::parse("t:a:b (args->__syscall_nr == 2) \"%s %s\", args->filename, args->comm")
+                .unwrap();
+        let prog = compile(
+            &p,
+            &Ctx {
+                site: SiteCtx::Tracepoint {
+                    fields: &f,
+                    syscalls: true,
+                },
+                btf: None,
+                kernel_reads: false,
+                str_size: 16,
+            },
+        )
+        .unwrap();
+        assert_eq!(prog.rec_words, 6);
+    }
+}

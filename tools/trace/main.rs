@@ -1,0 +1,730 @@
+//! trace: BCC's per-event tracer without a compiler at run time. Probe specs are
+//! parsed here into small bytecode programs (compile.rs) that one prebuilt BPF
+//! object (bpf/trace.bpf.c) interprets: predicates are evaluated in the kernel,
+//! and only the events that pass reach user space, through one ring buffer.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::mem::MaybeUninit;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Parser;
+use common::cli::{escape, warn, CommonArgs};
+use common::counters::PerCpuCounters;
+use common::events::{self, Events};
+use common::pattern::Matcher;
+use common::plan::{Hooks, Plan, Site};
+use common::run::StopReason;
+use common::session::{How, Session};
+use common::spec::{ProbeSpec, Source};
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags};
+use serde_json::json;
+
+mod btf;
+mod compile;
+mod expr;
+mod format;
+mod grammar;
+mod render;
+
+use compile::{Ctx, Program, SiteCtx};
+use grammar::Kind;
+
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/trace.skel.rs"));
+}
+
+const EXAMPLES: &str = r#"Examples:
+  trace do_sys_open                        # trace the open syscall's kernel function
+  trace 'do_sys_open "%s", arg2@user'      # with the file name
+  trace 'do_sys_open "%s", filename@user'  # the same, by the argument's BTF name
+  trace 'sys_read (arg3 > 20000) "read %d bytes", arg3'
+  trace 'r::do_sys_open "%llx", retval'    # the return value
+  trace 'r::do_sys_openat2 "%s -> %d", arg2@user, retval'  # entry argument and retval
+  trace 'r::__kmalloc (retval == 0) "kmalloc failed!"'
+  trace 'p:c:open (STRCMP("test.txt", arg1)) "opening %s", arg1'
+  trace 'p::vfs_write (count > 4096) "%d bytes to %s", count, file->f_path.dentry->d_name.name'
+  trace 'p::tcp_*'                         # every tcp_ function, one kprobe_multi link
+  trace --args 'p::vfs_read'               # every argument, by name, from BTF
+  trace 't:block:block_rq_complete "sectors=%d", args->nr_sector'
+  trace 't:syscalls:sys_enter_openat "%s", args->filename'
+  trace 'u:pthread:pthread_create (arg4 != 0)'
+  trace -p 2740 'p:c:malloc "%d bytes", arg1' -U
+  trace -M 10 -A 'p:c:write "%d", arg3'    # count identical events after 10
+  trace 'c:malloc "%d", arg1' --json       # one JSON object per event"#;
+
+/// Trace function calls, returns, tracepoints and USDT probes with a printf-style
+/// message per event; predicates are evaluated in the kernel.
+#[derive(Parser, Debug)]
+#[command(name = "trace", version, after_help = EXAMPLES)]
+struct Args {
+    #[command(flatten)]
+    common: CommonArgs,
+
+    /// Trace this thread only
+    #[arg(short = 'L', long = "tid", value_name = "TID", value_parser = common::cli::parse_pid, conflicts_with = "pid")]
+    tid: Option<u32>,
+
+    /// Trace this user id only
+    #[arg(long, value_name = "UID")]
+    uid: Option<u32>,
+
+    /// Print the compiled probes, how they attach, and counts at the end
+    #[arg(short, long)]
+    verbose: bool,
+
+    /// Bytes read for each %s string
+    #[arg(short = 'Z', long = "string-size", value_name = "N", default_value_t = 80, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    string_size: u32,
+
+    /// Also trace this trace process itself
+    #[arg(short = 'S', long = "include-self")]
+    include_self: bool,
+
+    /// Stop after N events
+    #[arg(short = 'M', long = "max-events", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_events: Option<u64>,
+
+    /// TIME column: seconds since trace started
+    #[arg(short = 't', long)]
+    timestamp: bool,
+
+    /// With -t: seconds since the Unix epoch
+    #[arg(short = 'u', long = "unix-timestamp")]
+    unix_timestamp: bool,
+
+    /// TIME column: wall clock HH:MM:SS
+    #[arg(short = 'T', long)]
+    time: bool,
+
+    /// CPU column
+    #[arg(short = 'C', long = "print_cpu", visible_alias = "print-cpu")]
+    print_cpu: bool,
+
+    /// Only events of commands whose name contains NAME
+    #[arg(short = 'n', long, value_name = "NAME")]
+    name: Option<String>,
+
+    /// Only events whose message contains STR
+    #[arg(short = 'f', long = "msg-filter", value_name = "STR")]
+    msg_filter: Option<String>,
+
+    /// Print the kernel stack of each event
+    #[arg(short = 'K', long = "kernel-stack")]
+    kernel_stack: bool,
+
+    /// Print the user stack of each event
+    #[arg(short = 'U', long = "user-stack")]
+    user_stack: bool,
+
+    /// Print addresses in stacks
+    #[arg(short = 'a', long)]
+    address: bool,
+
+    /// Count identical events and print the counts at the end (or after -M)
+    #[arg(short = 'A', long)]
+    aggregate: bool,
+
+    /// Probes without a format print every argument of the function (from
+    /// BTF) or every field of the tracepoint, by name
+    #[arg(long = "args")]
+    all_args: bool,
+
+    /// Ring buffer size in pages per CPU (BCC's per-probe perf buffer pages)
+    #[arg(short = 'b', long = "buffer-pages", value_name = "PAGES", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    buffer_pages: Option<u32>,
+
+    /// Accepted for BCC compatibility: types come from the kernel's BTF
+    #[arg(short = 'I', long = "include", value_name = "HEADER")]
+    include: Vec<String>,
+
+    /// The probes: [{p,r}]:[lib]:func[+off][(sig)] [(pred)] ["fmt", args...],
+    /// t:cat:event ..., u:lib:probe ...
+    #[arg(required = true, value_name = "PROBE")]
+    probes: Vec<String>,
+}
+
+fn main() {
+    common::cli::main("trace", || run(common::cli::parse::<Args>()))
+}
+
+/// The header fields of `struct tk_event` (bpf/trace.bpf.c).
+const EV_TAIL: usize = 192;
+const EV_VALS: usize = 64;
+
+/// One compiled program and what renders its records.
+struct Compiled {
+    probe: usize,
+    spec: usize,
+    prog: Program,
+    /// The probe as compiled (with --args' format).
+    parsed: grammar::Probe,
+}
+
+fn run(mut args: Args) -> Result<()> {
+    if !args.include.is_empty() {
+        warn("-I is not needed: struct layouts come from the kernel's BTF");
+    }
+    let mut parsed = Vec::new();
+    for text in &args.probes {
+        let p = grammar::parse(text).map_err(|e| anyhow!("bad probe \"{}\": {e}", escape(text)))?;
+        parsed.push(p);
+    }
+    let specs: Vec<ProbeSpec> = parsed.iter().map(common_spec).collect::<Result<_>>()?;
+    let hooks = if parsed.iter().any(|p| p.kind == Kind::Return) {
+        Hooks::EntryAndReturn
+    } else {
+        Hooks::Entry
+    };
+    let mut indexes = None;
+    let mut session = Session::prepare_with(
+        &mut args.common,
+        How {
+            hooks,
+            trampoline: false,
+        },
+        args.verbose,
+        |opts| {
+            let (plan, idx) = Plan::build_indexed(&specs, opts)?;
+            indexes = Some(idx);
+            Ok(plan)
+        },
+    )?;
+    let indexes = indexes.expect("built");
+    // Which specs serve each probe; probes no spec keeps (another USDT provider)
+    // are dropped.
+    let mut per_probe: Vec<Vec<usize>> = vec![Vec::new(); session.plan.probes.len()];
+    for (s, idx) in indexes.iter().enumerate() {
+        for &i in idx {
+            if let (Some(prov), Site::Usdt { probe, .. }) =
+                (&parsed[s].provider, &session.plan.probes[i].site)
+            {
+                if &probe.provider != prov {
+                    continue;
+                }
+            }
+            if !per_probe[i].contains(&s) {
+                per_probe[i].push(s);
+            }
+        }
+    }
+    for (s, p) in parsed.iter().enumerate() {
+        if p.provider.is_some() && !per_probe.iter().any(|l| l.contains(&s)) {
+            bail!(
+                "bad probe \"{}\": no USDT probe {}:{} in {}",
+                escape(&p.text),
+                p.provider.as_deref().unwrap_or(""),
+                p.name,
+                p.library
+            );
+        }
+    }
+    let keep: Vec<bool> = per_probe.iter().map(|l| !l.is_empty()).collect();
+    let mut k = 0;
+    session.plan.probes.retain(|_| {
+        k += 1;
+        keep[k - 1]
+    });
+    per_probe.retain(|l| !l.is_empty());
+    apply_offsets(&mut session.plan, &per_probe, &parsed)?;
+    for (i, l) in per_probe.iter().enumerate() {
+        if l.len() > 4 {
+            bail!(
+                "{} probes on {}: at most 4 per function, event or USDT probe",
+                l.len(),
+                session.plan.probes[i].label
+            );
+        }
+    }
+
+    // Tracepoints are attached here, each to the program for its record's size
+    // (see bpf/trace.bpf.c); the plan attaches the rest. Probe indexes (attach
+    // cookies): the plan's probes first, then the tracepoints.
+    let is_tp = |p: &common::plan::Probe| matches!(p.site, Site::Tracepoint(_));
+    let mut paired: Vec<(common::plan::Probe, Vec<usize>)> =
+        std::mem::take(&mut session.plan.probes)
+            .into_iter()
+            .zip(per_probe)
+            .collect();
+    paired.sort_by_key(|(p, _)| is_tp(p));
+    let (all, per_probe): (Vec<common::plan::Probe>, Vec<Vec<usize>>) = paired.into_iter().unzip();
+    let nplan = all.iter().filter(|p| !is_tp(p)).count();
+    session.plan.probes = all[..nplan].to_vec();
+
+    let kernel_reads = common::features::kernel_reads();
+    let mut formats: HashMap<String, Vec<compile::TpField>> = HashMap::new();
+    let compiled = compile_all(&all, &per_probe, &parsed, &args, kernel_reads, &mut formats)?;
+    let tp_progs = tracepoint_programs(&all, &compiled, &formats, kernel_reads)?;
+    if args.verbose {
+        for (id, c) in compiled.iter().enumerate() {
+            common::cli::stderr(&format!(
+                "program {id}: probe {} ({}) for \"{}\"\n{}",
+                c.probe,
+                all[c.probe].label,
+                escape(&c.parsed.text),
+                c.prog.describe()
+            ));
+        }
+    }
+
+    let ring = match args.buffer_pages {
+        Some(p) => {
+            let cpus = libbpf_rs::num_possible_cpus()? as u64;
+            (u64::from(p) * 4096 * cpus)
+                .next_power_of_two()
+                .min(1 << 30) as u32
+        }
+        None => events::ring_bytes()?,
+    };
+    let plan = &session.plan;
+    let mut obj = MaybeUninit::uninit();
+    let self_tgid = if args.include_self {
+        0
+    } else {
+        std::process::id()
+    };
+    let mut open = common::open_skeleton!(
+        skel::TraceSkelBuilder,
+        &mut obj,
+        plan,
+        args.common.cpu,
+        |rodata| {
+            rodata.kernel_reads = kernel_reads;
+            rodata.self_tgid = self_tgid;
+            rodata.filter_tid = args.tid.unwrap_or(0);
+            rodata.filter_uid = args.uid.map_or(-1, i64::from);
+            rodata.str_size = args.string_size;
+            rodata.want_kstack = args.kernel_stack;
+            rodata.want_ustack = args.user_stack;
+            // Stacks are symbolized as records arrive, while the process lives.
+            rodata.events_wakeup_bytes = if args.user_stack {
+                0
+            } else {
+                events::wakeup_bytes(ring)
+            };
+        }
+    );
+    open.maps
+        .specs
+        .set_max_entries(compiled.len().max(1) as u32)?;
+    open.maps.probes.set_max_entries(all.len().max(1) as u32)?;
+    for mut prog in open.open_object_mut().progs_mut() {
+        let name = prog.name().to_string_lossy().into_owned();
+        if name.starts_with("trace_tp_") {
+            prog.set_autoload(tp_progs.iter().any(|(_, n)| *n == name));
+        }
+    }
+    open.maps
+        .stats
+        .set_max_entries((3 * compiled.len()).max(1) as u32)?;
+    open.maps.calls.set_max_entries(4096)?;
+    open.maps.events.set_max_entries(ring)?;
+    let skel = open.load().context("loading the BPF programs")?;
+    if skel.maps.specs.value_size() as usize != compile::SPEC_BYTES {
+        bail!(
+            "internal error: struct spec is {} bytes in BPF, {} here",
+            skel.maps.specs.value_size(),
+            compile::SPEC_BYTES
+        );
+    }
+    for (id, c) in compiled.iter().enumerate() {
+        skel.maps
+            .specs
+            .update(
+                &(id as u32).to_ne_bytes(),
+                &c.prog.to_bytes(),
+                MapFlags::ANY,
+            )
+            .context("writing the probe programs")?;
+    }
+    let mut lists: Vec<Vec<u32>> = vec![Vec::new(); all.len()];
+    for (id, c) in compiled.iter().enumerate() {
+        lists[c.probe].push(id as u32);
+    }
+    for (i, l) in lists.iter().enumerate() {
+        let mut v = Vec::with_capacity(20);
+        v.extend_from_slice(&(l.len() as u32).to_ne_bytes());
+        for k in 0..4 {
+            v.extend_from_slice(&l.get(k).copied().unwrap_or(0).to_ne_bytes());
+        }
+        skel.maps
+            .probes
+            .update(&(i as u32).to_ne_bytes(), &v, MapFlags::ANY)
+            .context("writing the probe table")?;
+    }
+
+    let nprobes = all.len();
+    let labels: Vec<String> = all
+        .iter()
+        .map(|p| match &p.site {
+            Site::Tracepoint(t) => t.event.clone(),
+            _ => p.label.clone(),
+        })
+        .collect();
+    if nplan > 0 {
+        session.attach(skel.object())?;
+    }
+    let mut links = Vec::new();
+    for (i, name) in &tp_progs {
+        let Site::Tracepoint(t) = &all[*i].site else {
+            continue;
+        };
+        let prog = skel
+            .object()
+            .progs_mut()
+            .find(|p| p.name().to_string_lossy() == name.as_str())
+            .with_context(|| format!("internal error: no program {name}"))?;
+        let link = prog
+            .attach_tracepoint_with_opts(
+                libbpf_rs::TracepointCategory::Custom(t.category.clone()),
+                &t.event,
+                libbpf_rs::TracepointOpts {
+                    cookie: *i as u64,
+                    ..Default::default()
+                },
+            )
+            .with_context(|| format!("attaching tracepoint {}", t.name()))?;
+        links.push(link);
+    }
+    if !links.is_empty() {
+        session.adopt(links)?;
+    }
+    if args.verbose && !tp_progs.is_empty() {
+        let mut s = String::new();
+        for (i, name) in &tp_progs {
+            let _ = writeln!(s, "tracepoint {}: program {name}", all[*i].label);
+        }
+        common::cli::stderr(&s);
+    }
+    let with_format = compiled.iter().any(|c| c.parsed.format.is_some());
+    let json = session.json;
+    let mut r = render::Renderer::new(render::Options {
+        timestamp: args.timestamp,
+        unix: args.unix_timestamp,
+        time: args.time,
+        cpu: args.print_cpu,
+        address: args.address,
+        kernel_stack: args.kernel_stack,
+        user_stack: args.user_stack,
+        json,
+        str_size: args.string_size as usize,
+    });
+    // The traced process's map is taken now: its records may arrive after it
+    // exited (BCC #2014), and then /proc no longer has it.
+    if let (Some(pid), true) = (args.common.pid, args.user_stack || uses_u(&compiled)) {
+        r.remember(pid);
+    }
+    if json {
+        session.status(&format!(
+            "Tracing {nprobes} probe{}... Hit Ctrl-C to end.",
+            if nprobes == 1 { "" } else { "s" }
+        ))?;
+    } else {
+        common::output::emit(&r.header(with_format))?;
+    }
+
+    let stop = session.stop;
+    let mut printed = 0u64;
+    let mut received = 0u64;
+    let mut aggregate: HashMap<String, u64> = HashMap::new();
+    let mut done = false;
+    {
+        let mut ev = Events::new_raw(&skel.maps.events, &skel.maps.events_lost, |data, out| {
+            received += 1;
+            if done || data.len() < EV_TAIL {
+                return Ok(());
+            }
+            let h = render::Header::decode(data);
+            let Some(c) = compiled.get(h.spec as usize) else {
+                return Ok(());
+            };
+            if let Some(n) = &args.name {
+                if !h.comm.contains(n.as_str()) {
+                    return Ok(());
+                }
+            }
+            let vals: Vec<u64> = (0..compile::MAX_VALS)
+                .map(|k| {
+                    let o = EV_VALS + 8 * k;
+                    u64::from_ne_bytes(data[o..o + 8].try_into().expect("8 bytes"))
+                })
+                .collect();
+            let tail = &data[EV_TAIL..];
+            let msg = r.message(&c.parsed, &c.prog, &h, &vals, tail);
+            if let Some(f) = &args.msg_filter {
+                if !msg.text.contains(f.as_str()) {
+                    return Ok(());
+                }
+            }
+            let text = r.event(&h, &labels[c.probe], &c.parsed, &msg, tail);
+            if args.aggregate {
+                *aggregate.entry(text).or_default() += 1;
+            } else {
+                out.push_str(&text);
+            }
+            printed += 1;
+            if args.max_events.is_some_and(|m| printed >= m) {
+                done = true;
+                stop.trigger(StopReason::Signal);
+            }
+            Ok(())
+        })?;
+        let mut lost_seen = 0;
+        let mut last_lost = Instant::now();
+        let mut report = |ev: &mut Events, force: bool| -> Result<()> {
+            if !force && last_lost.elapsed() < Duration::from_secs(1) {
+                return Ok(());
+            }
+            last_lost = Instant::now();
+            let n = ev.lost()?;
+            if n > 0 {
+                lost_seen += n;
+                common::cli::stderr(&format!("Possibly lost {n} samples\n"));
+            }
+            Ok(())
+        };
+        while stop.reason().is_none() {
+            ev.poll(Duration::from_millis(100))?;
+            report(&mut ev, false)?;
+        }
+        ev.drain()?;
+        report(&mut ev, true)?;
+    }
+    if args.aggregate {
+        let mut rows: Vec<(String, u64)> = aggregate.into_iter().collect();
+        rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let mut s = String::new();
+        for (text, n) in rows {
+            if json {
+                let _ = writeln!(s, "{}", json!({"event": text.trim_end(), "count": n}));
+            } else {
+                let _ = write!(s, "{text}-->COUNT {n}\n\n");
+            }
+        }
+        common::output::emit(&s)?;
+    }
+    if args.verbose {
+        report_stats(&skel.maps.stats, &compiled, received)?;
+    }
+    drop(r);
+    session.finish(true)
+}
+
+/// Whether any format prints a user symbol (%U).
+fn uses_u(compiled: &[Compiled]) -> bool {
+    compiled
+        .iter()
+        .filter_map(|c| c.parsed.format.as_ref())
+        .any(|f| f.convs().any(|c| c.ty == 'U'))
+}
+
+/// The common ProbeSpec that expands probe `p`'s sites.
+fn common_spec(p: &grammar::Probe) -> Result<ProbeSpec> {
+    let bad = |e: anyhow::Error| anyhow!("bad probe \"{}\": {e}", escape(&p.text));
+    let (source, pattern) = match p.kind {
+        Kind::Entry | Kind::Return if p.library.is_empty() => (Source::Kernel, p.name.clone()),
+        Kind::Entry | Kind::Return => (
+            Source::User {
+                target: p.library.clone(),
+            },
+            p.name.clone(),
+        ),
+        Kind::Tracepoint => (Source::Tracepoint, p.name.clone()),
+        Kind::Usdt => (
+            Source::Usdt {
+                target: p.library.clone(),
+            },
+            p.name.clone(),
+        ),
+    };
+    Ok(ProbeSpec {
+        raw: p.text.clone(),
+        source,
+        matcher: Matcher::glob(&pattern).map_err(bad)?,
+    })
+}
+
+/// `func+offset`: user functions are probed that far into the function.
+fn apply_offsets(
+    plan: &mut Plan,
+    per_probe: &[Vec<usize>],
+    parsed: &[grammar::Probe],
+) -> Result<()> {
+    for (i, specs) in per_probe.iter().enumerate() {
+        let offs: Vec<u64> = specs.iter().map(|&s| parsed[s].offset).collect();
+        let Some(&off) = offs.first() else { continue };
+        if offs.iter().any(|&o| o != off) {
+            bail!(
+                "probes on {} at different offsets: give each its own run",
+                plan.probes[i].label
+            );
+        }
+        if off == 0 {
+            continue;
+        }
+        match &mut plan.probes[i].site {
+            Site::User { func, .. } => func.offset += off,
+            Site::Kernel(f) => bail!(
+                "bad probe \"{}\": offsets into kernel functions ({}+{off:#x}) are not supported: kernel functions are attached at their entry",
+                escape(&parsed[specs[0]].text),
+                f.name
+            ),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Compiles every (site, probe) pair; identical programs of one probe share.
+fn compile_all(
+    all: &[common::plan::Probe],
+    per_probe: &[Vec<usize>],
+    parsed: &[grammar::Probe],
+    args: &Args,
+    kernel_reads: bool,
+    formats: &mut HashMap<String, Vec<compile::TpField>>,
+) -> Result<Vec<Compiled>> {
+    let needs_btf = all.iter().any(|p| matches!(p.site, Site::Kernel(_)));
+    let kbtf = if needs_btf {
+        match btf::Kbtf::load() {
+            Ok(b) => Some(b),
+            Err(e) => {
+                warn(&format!("{e:#}: only arg1..arg6 are known"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let mut out = Vec::new();
+    for (i, specs) in per_probe.iter().enumerate() {
+        let probe = &all[i];
+        for &s in specs {
+            let mut p = parsed[s].clone();
+            let text = p.text.clone();
+            let bad = |e: String| anyhow!("bad probe \"{}\": {}: {e}", escape(&text), probe.label);
+            let site = match &probe.site {
+                Site::Kernel(f) => {
+                    let syscall = f.name.starts_with("__x64_sys_");
+                    let proto = kbtf.as_ref().and_then(|b| {
+                        if syscall {
+                            let n = &f.name["__x64_sys_".len()..];
+                            b.func(&format!("__do_sys_{n}"))
+                                .or_else(|| b.func(&format!("__se_sys_{n}")))
+                        } else {
+                            b.func(&f.name)
+                        }
+                    });
+                    SiteCtx::Kernel {
+                        func: &f.name,
+                        proto,
+                        syscall,
+                    }
+                }
+                Site::User { .. } => SiteCtx::User,
+                Site::Tracepoint(t) => {
+                    let key = t.name();
+                    if !formats.contains_key(&key) {
+                        let path = common::tracefs::tracefs()?
+                            .join("events")
+                            .join(&t.category)
+                            .join(&t.event)
+                            .join("format");
+                        let text = std::fs::read_to_string(&path)
+                            .with_context(|| format!("reading {}", path.display()))?;
+                        formats.insert(key.clone(), compile::tp_fields(&text));
+                    }
+                    SiteCtx::Tracepoint {
+                        fields: &formats[&key],
+                        syscalls: t.category == "syscalls",
+                    }
+                }
+                Site::Usdt { .. } => SiteCtx::Usdt,
+            };
+            if args.all_args && p.format.is_none() {
+                render::all_args(&mut p, &site, kbtf.as_ref());
+            }
+            let ctx = Ctx {
+                site,
+                btf: kbtf.as_ref(),
+                kernel_reads,
+                str_size: args.string_size,
+            };
+            let prog = compile::compile(&p, &ctx).map_err(bad)?;
+            out.push(Compiled {
+                probe: i,
+                spec: s,
+                prog,
+                parsed: p,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The program each tracepoint is attached to: with kernel reads the one that
+/// copies what the probes read; without them, the one that reads the largest
+/// prefix the record has (bpf/trace.bpf.c).
+fn tracepoint_programs(
+    all: &[common::plan::Probe],
+    compiled: &[Compiled],
+    formats: &HashMap<String, Vec<compile::TpField>>,
+    kernel_reads: bool,
+) -> Result<Vec<(usize, String)>> {
+    const CLASSES: &[u32] = &[
+        12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60, 64, 72, 80, 88, 96, 112, 128, 160, 192,
+        256, 384, 512,
+    ];
+    let mut out = Vec::new();
+    for (i, p) in all.iter().enumerate() {
+        let Site::Tracepoint(t) = &p.site else {
+            continue;
+        };
+        if kernel_reads {
+            out.push((i, "trace_tp_read".to_string()));
+            continue;
+        }
+        let fields = formats.get(&t.name()).map(Vec::as_slice).unwrap_or(&[]);
+        let size = fields.iter().map(|f| f.offset + f.size).max().unwrap_or(8);
+        let need = compiled
+            .iter()
+            .filter(|c| c.probe == i)
+            .map(|c| c.prog.rec_end)
+            .max()
+            .unwrap_or(0);
+        let class = CLASSES.iter().rev().find(|&&c| c <= size).copied();
+        match class {
+            Some(c) if need <= c => out.push((i, format!("trace_tp_{c}"))),
+            _ if need == 0 => out.push((i, "trace_tp_12".to_string())),
+            _ => bail!(
+                "tracepoint {}: its fields past byte {} (of {size}) cannot be read on this kernel: without kernel reads (lockdown=confidentiality) trace reads records at fixed sizes",
+                t.name(),
+                class.unwrap_or(8)
+            ),
+        }
+    }
+    Ok(out)
+}
+
+/// -v: per program, hits seen in the kernel and dropped by the predicate, and
+/// the records that reached user space.
+fn report_stats(map: &dyn MapCore, compiled: &[Compiled], received: u64) -> Result<()> {
+    let mut c = PerCpuCounters::new(map, 3 * compiled.len().max(1))?;
+    let t = c.totals()?;
+    let mut s = format!("trace: {received} records reached user space\n");
+    for (id, p) in compiled.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "trace: program {id} (\"{}\"): {} hits, {} dropped by the predicate in the kernel, {} returns without their entry",
+            escape(&p.parsed.text),
+            t[3 * id],
+            t[3 * id + 1],
+            t[3 * id + 2]
+        );
+        let _ = p.spec;
+    }
+    common::cli::stderr(&s);
+    Ok(())
+}

@@ -1,0 +1,435 @@
+//! Records to text as BCC's trace prints them (or JSON): the TIME/CPU/PID/TID/
+//! COMM/FUNC columns, the message, stacks under the line. `%K`, `%U` and stacks
+//! are symbolized when the record arrives, with the process's memory map kept
+//! from its first record on, so a process that exits right away keeps its names.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use common::events::Clock;
+use common::symbolize::{Frame, Symbols};
+use serde_json::{json, Value as Json};
+
+use crate::btf::{Kbtf, Ty};
+use crate::compile::{self, Program, SiteCtx, Slot};
+use crate::expr::Expr;
+use crate::format::{Format, Value};
+use crate::grammar::{Kind, Probe};
+
+/// The header of a record (`struct tk_event`).
+pub struct Header {
+    pub ts: u64,
+    pub tgid: u32,
+    pub tid: u32,
+    pub uid: u32,
+    pub cpu: u32,
+    pub spec: u32,
+    pub str_bytes: u32,
+    pub kstack: i32,
+    pub ustack: i32,
+    pub comm: String,
+}
+
+fn u32_at(d: &[u8], o: usize) -> u32 {
+    u32::from_ne_bytes(d[o..o + 4].try_into().expect("4 bytes"))
+}
+
+impl Header {
+    /// Decodes a record of at least the header's size.
+    pub fn decode(d: &[u8]) -> Header {
+        let comm: Vec<u8> = d[48..64].iter().copied().take_while(|&c| c != 0).collect();
+        Header {
+            ts: u64::from_ne_bytes(d[0..8].try_into().expect("8 bytes")),
+            spec: u32_at(d, 12),
+            tgid: u32_at(d, 16),
+            tid: u32_at(d, 20),
+            uid: u32_at(d, 24),
+            cpu: u32_at(d, 28),
+            str_bytes: u32_at(d, 32),
+            kstack: u32_at(d, 36) as i32,
+            ustack: u32_at(d, 40) as i32,
+            comm: String::from_utf8_lossy(&comm).into_owned(),
+        }
+    }
+}
+
+pub struct Options {
+    pub timestamp: bool,
+    pub unix: bool,
+    pub time: bool,
+    pub cpu: bool,
+    pub address: bool,
+    pub kernel_stack: bool,
+    pub user_stack: bool,
+    pub json: bool,
+    pub str_size: usize,
+}
+
+/// A rendered message: text and, for JSON, its typed values.
+pub struct Message {
+    pub text: String,
+    pub values: Vec<Json>,
+}
+
+pub struct Renderer {
+    o: Options,
+    clock: Clock,
+    start_ns: u64,
+    symbols: Symbols,
+    /// Executable mappings per process (start, end, file), from its first record.
+    maps: HashMap<u32, Vec<(u64, u64, String)>>,
+}
+
+impl Renderer {
+    pub fn new(o: Options) -> Renderer {
+        Renderer {
+            o,
+            clock: Clock::new(),
+            start_ns: monotonic_ns(),
+            symbols: Symbols::new(),
+            maps: HashMap::new(),
+        }
+    }
+
+    /// BCC's header line.
+    pub fn header(&self, with_format: bool) -> String {
+        let mut s = String::new();
+        if self.o.timestamp || self.o.time {
+            if self.o.timestamp && self.o.unix {
+                let _ = write!(s, "{:<17} ", "TIME");
+            } else {
+                let _ = write!(s, "{:<8} ", "TIME");
+            }
+        }
+        if self.o.cpu {
+            let _ = write!(s, "{:<3} ", "CPU");
+        }
+        let _ = writeln!(
+            s,
+            "{:<7} {:<7} {:<15} {:<16} {}",
+            "PID",
+            "TID",
+            "COMM",
+            "FUNC",
+            if with_format { "-" } else { "" }
+        );
+        s
+    }
+
+    /// Snapshots a process's mappings (once) so its addresses keep their names.
+    pub fn remember(&mut self, pid: u32) {
+        if self.maps.contains_key(&pid) {
+            return;
+        }
+        self.symbols.remember(pid);
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+        let list = maps
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                let (s, e) = f.next()?.split_once('-')?;
+                let perms = f.next()?;
+                let path = f.nth(3)?;
+                (perms.contains('x') && path.starts_with('/')).then(|| {
+                    Some((
+                        u64::from_str_radix(s, 16).ok()?,
+                        u64::from_str_radix(e, 16).ok()?,
+                        path.rsplit('/').next().unwrap_or(path).to_string(),
+                    ))
+                })?
+            })
+            .collect();
+        self.maps.insert(pid, list);
+    }
+
+    fn module(&self, pid: u32, addr: u64) -> Option<&str> {
+        self.maps
+            .get(&pid)?
+            .iter()
+            .find(|(s, e, _)| addr >= *s && addr < *e)
+            .map(|(_, _, m)| m.as_str())
+    }
+
+    fn ksym(&self, addr: u64) -> String {
+        let f = self
+            .symbols
+            .kernel(&[addr])
+            .remove(&addr)
+            .unwrap_or(Frame::unknown(addr));
+        match &f.name {
+            Some(n) => format!("{n}+0x{:x}", f.offset),
+            None => Frame::UNKNOWN.to_string(),
+        }
+    }
+
+    fn usyms(&mut self, pid: u32, addrs: &[u64]) -> Vec<String> {
+        self.remember(pid);
+        let got = self.symbols.user(pid, addrs);
+        addrs
+            .iter()
+            .map(|a| {
+                let f = got.get(a).cloned().unwrap_or(Frame::unknown(*a));
+                match (&f.name, self.module(pid, *a)) {
+                    (Some(n), Some(m)) => format!("{n}+0x{:x} [{m}]", f.offset),
+                    (Some(n), None) => format!("{n}+0x{:x}", f.offset),
+                    (None, Some(m)) => format!("{} [{m}]", Frame::UNKNOWN),
+                    (None, None) => Frame::UNKNOWN.to_string(),
+                }
+            })
+            .collect()
+    }
+
+    /// The message of a record of `prog` (with `vals` and the strings in `tail`).
+    pub fn message(
+        &mut self,
+        probe: &Probe,
+        prog: &Program,
+        h: &Header,
+        vals: &[u64],
+        tail: &[u8],
+    ) -> Message {
+        // A process's map is taken at its first record, whatever it prints.
+        if self.o.user_stack {
+            self.remember(h.tgid);
+        }
+        let Some(format) = &probe.format else {
+            return Message {
+                text: String::new(),
+                values: Vec::new(),
+            };
+        };
+        let mut values = Vec::new();
+        let mut json = Vec::new();
+        for (conv, slot) in format.convs().zip(&prog.slots) {
+            let v = match *slot {
+                Slot::Val(k) => {
+                    let n = vals.get(k).copied().unwrap_or(0);
+                    match conv.ty {
+                        'K' => Value::Text(self.ksym(n)),
+                        'U' => Value::Text(self.usyms(h.tgid, &[n]).remove(0)),
+                        _ => Value::Num(n),
+                    }
+                }
+                Slot::Str(off) => {
+                    let off = off as usize;
+                    let end = (off + self.o.str_size).min(tail.len());
+                    let bytes = tail.get(off..end).unwrap_or(&[]);
+                    let s: Vec<u8> = bytes.iter().copied().take_while(|&c| c != 0).collect();
+                    Value::Text(String::from_utf8_lossy(&s).into_owned())
+                }
+            };
+            json.push(conv.json(&v));
+            values.push(v);
+        }
+        Message {
+            text: format.render(&values),
+            values: json,
+        }
+    }
+
+    /// The event's line (and stacks), or its JSON object.
+    pub fn event(
+        &mut self,
+        h: &Header,
+        func: &str,
+        probe: &Probe,
+        msg: &Message,
+        tail: &[u8],
+    ) -> String {
+        let stack_at = h.str_bytes as usize;
+        let kbytes = h.kstack.max(0) as usize;
+        let frames = |from: usize, n: usize| -> Vec<u64> {
+            tail.get(from..from + n)
+                .unwrap_or(&[])
+                .chunks_exact(8)
+                .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
+                .take_while(|&a| a != 0)
+                .collect()
+        };
+        let kstack = self.o.kernel_stack.then(|| frames(stack_at, kbytes));
+        let ustack = self
+            .o
+            .user_stack
+            .then(|| frames(stack_at + kbytes, h.ustack.max(0) as usize));
+        let kframes: Option<Vec<(u64, String)>> = kstack.map(|a| {
+            a.iter()
+                .map(|&x| (x, format!("{} [kernel]", self.ksym(x))))
+                .collect()
+        });
+        let uframes: Option<Vec<(u64, String)>> = ustack.map(|a| {
+            let names = self.usyms(h.tgid, &a);
+            a.into_iter().zip(names).collect()
+        });
+        let secs = h.ts.saturating_sub(self.start_ns) as f64 / 1e9;
+        if self.o.json {
+            let mut v = json!({
+                "time_s": secs,
+                "unix_time": self.clock.unix(h.ts),
+                "cpu": h.cpu,
+                "pid": h.tgid,
+                "tid": h.tid,
+                "uid": h.uid,
+                "comm": h.comm,
+                "func": func,
+                "probe": probe.text,
+                "message": msg.text,
+                "values": msg.values,
+            });
+            let names = |f: &Option<Vec<(u64, String)>>| {
+                f.as_ref().map(|f| {
+                    f.iter()
+                        .map(|(_, n)| Json::from(n.clone()))
+                        .collect::<Vec<_>>()
+                })
+            };
+            if let Some(k) = names(&kframes) {
+                v["kernel_stack"] = Json::from(k);
+                if h.kstack < 0 {
+                    v["kernel_stack_error"] = Json::from(h.kstack);
+                }
+            }
+            if let Some(u) = names(&uframes) {
+                v["user_stack"] = Json::from(u);
+                if h.ustack < 0 {
+                    v["user_stack_error"] = Json::from(h.ustack);
+                }
+            }
+            return format!("{v}\n");
+        }
+        let mut s = String::new();
+        if self.o.timestamp || self.o.time {
+            let t = if self.o.timestamp {
+                if self.o.unix {
+                    format!("{:.6}", self.clock.unix(h.ts))
+                } else {
+                    format!("{secs:.6}")
+                }
+            } else {
+                common::output::timestamp()
+            };
+            let w = if self.o.timestamp && self.o.unix {
+                17
+            } else {
+                8
+            };
+            let t: String = t.chars().take(w).collect();
+            let _ = write!(s, "{t:<w$} ");
+        }
+        if self.o.cpu {
+            let _ = write!(s, "{:<3} ", h.cpu);
+        }
+        let _ = writeln!(
+            s,
+            "{:<7} {:<7} {:<15} {:<16} {}",
+            h.tgid,
+            h.tid,
+            common::output::escape(h.comm.as_bytes()),
+            func,
+            msg.text
+        );
+        for (frames, err) in [(&kframes, h.kstack), (&uframes, h.ustack)] {
+            let Some(frames) = frames else { continue };
+            if err < 0 {
+                let _ = writeln!(s, "        {err}");
+                continue;
+            }
+            for (addr, name) in frames {
+                if self.o.address {
+                    let _ = writeln!(s, "        {addr:16x} {name}");
+                } else {
+                    let _ = writeln!(s, "        {name}");
+                }
+            }
+        }
+        if self.o.kernel_stack || self.o.user_stack {
+            s.push('\n');
+        }
+        s
+    }
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// `--args`: a format naming every argument of a kernel function (from BTF) or
+/// every field of a tracepoint, and `retval` for returns.
+pub fn all_args(p: &mut Probe, site: &SiteCtx, btf: Option<&Kbtf>) {
+    let mut fmt = Vec::new();
+    let mut args = Vec::new();
+    let conv = |ty: &Ty| -> &'static str {
+        match ty {
+            Ty::Int {
+                bytes: 8,
+                signed: true,
+            } => "%ld",
+            Ty::Int {
+                bytes: 8,
+                signed: false,
+            } => "%lu",
+            Ty::Int { signed: true, .. } => "%d",
+            Ty::Int { signed: false, .. } => "%u",
+            _ => "0x%lx",
+        }
+    };
+    match site {
+        SiteCtx::Kernel {
+            proto: Some(proto), ..
+        } => {
+            let Some(b) = btf else { return };
+            for (name, id) in proto.params.iter().take(6) {
+                if name.is_empty() {
+                    continue;
+                }
+                fmt.push(format!("{name}={}", conv(&b.ty(*id))));
+                args.push(Expr::Ident(name.clone()));
+            }
+            if p.kind == Kind::Return {
+                fmt.push(format!("retval={}", conv(&b.ty(proto.ret))));
+                args.push(Expr::Ident("retval".into()));
+            }
+        }
+        SiteCtx::Tracepoint { fields, .. } => {
+            for f in fields.iter() {
+                if f.name.starts_with("common_") || f.offset + f.size > compile::REC_MAX {
+                    continue;
+                }
+                let c = if f.ty.is_char_array() || f.ty == Ty::DataLoc {
+                    "%s"
+                } else {
+                    conv(&f.ty)
+                };
+                fmt.push(format!("{}={c}", f.name));
+                args.push(Expr::Member {
+                    base: Box::new(Expr::Ident("args".into())),
+                    name: f.name.clone(),
+                    arrow: true,
+                });
+            }
+        }
+        _ => {
+            for n in 1..=6 {
+                fmt.push(format!("arg{n}=0x%lx"));
+                args.push(Expr::Ident(format!("arg{n}")));
+            }
+            if p.kind == Kind::Return {
+                fmt.push("retval=0x%lx".into());
+                args.push(Expr::Ident("retval".into()));
+            }
+            if matches!(site, SiteCtx::Usdt) {
+                fmt.truncate(0);
+                args.truncate(0);
+            }
+        }
+    }
+    if let Ok(f) = Format::parse(&fmt.join(" ")) {
+        p.format = Some(f);
+        p.args = args;
+    }
+}
