@@ -222,7 +222,7 @@ fn run_once(
     let lost: String = err
         .lines()
         .chain(other.iter().map(String::as_str))
-        .filter(|l| l.contains("ost"))
+        .filter(|l| l.to_ascii_lowercase().contains("lost"))
         .collect::<Vec<_>>()
         .join("; ");
     Ok(json!({
