@@ -129,24 +129,51 @@ pub fn parse(text: &str) -> Result<Probe, String> {
     Ok(p)
 }
 
+/// The characters of `s` outside '...' and "..." literals (backslash escapes
+/// respected), with their byte indexes; the quotes themselves are not yielded.
+struct Unquoted<'a> {
+    chars: std::str::CharIndices<'a>,
+    quote: Option<char>,
+}
+
+impl<'a> Unquoted<'a> {
+    fn new(s: &'a str) -> Self {
+        Unquoted {
+            chars: s.char_indices(),
+            quote: None,
+        }
+    }
+
+    /// Whether the text ended inside a literal.
+    fn in_quote(&self) -> bool {
+        self.quote.is_some()
+    }
+}
+
+impl Iterator for Unquoted<'_> {
+    type Item = (usize, char);
+
+    fn next(&mut self) -> Option<(usize, char)> {
+        let mut escaped = false;
+        loop {
+            let (i, c) = self.chars.next()?;
+            match self.quote {
+                Some(_) if escaped => escaped = false,
+                Some(_) if c == '\\' => escaped = true,
+                Some(q) if c == q => self.quote = None,
+                Some(_) => {}
+                None if c == '"' || c == '\'' => self.quote = Some(c),
+                None => return Some((i, c)),
+            }
+        }
+    }
+}
+
 /// The index of the ')' closing the '(' at the start of `s` (quotes respected).
 fn balanced(s: &str) -> Result<usize, String> {
     let mut depth = 0;
-    let mut quote = None;
-    let mut escaped = false;
-    for (i, c) in s.char_indices() {
-        if let Some(q) = quote {
-            if escaped {
-                escaped = false;
-            } else if c == '\\' {
-                escaped = true;
-            } else if c == q {
-                quote = None;
-            }
-            continue;
-        }
+    for (i, c) in Unquoted::new(s) {
         match c {
-            '"' | '\'' => quote = Some(c),
             '(' => depth += 1,
             ')' => {
                 depth -= 1;
@@ -164,21 +191,9 @@ fn balanced(s: &str) -> Result<usize, String> {
 fn split_args(s: &str) -> Result<Vec<&str>, String> {
     let mut out = Vec::new();
     let (mut depth, mut start) = (0i32, 0);
-    let mut quote = None;
-    let mut escaped = false;
-    for (i, c) in s.char_indices() {
-        if let Some(q) = quote {
-            if escaped {
-                escaped = false;
-            } else if c == '\\' {
-                escaped = true;
-            } else if c == q {
-                quote = None;
-            }
-            continue;
-        }
+    let mut chars = Unquoted::new(s);
+    for (i, c) in chars.by_ref() {
         match c {
-            '"' | '\'' => quote = Some(c),
             '(' | '[' => depth += 1,
             ')' | ']' => {
                 depth -= 1;
@@ -193,7 +208,7 @@ fn split_args(s: &str) -> Result<Vec<&str>, String> {
             _ => {}
         }
     }
-    if quote.is_some() {
+    if chars.in_quote() {
         return Err("unterminated string in the arguments".into());
     }
     if depth != 0 {
