@@ -308,7 +308,11 @@ mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 {insmods}
-if ! mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=512000 hostroot /hostroot; then
+# cache=loose: the guest keeps what it reads in its page cache, as a machine with
+# a local disk does (the share is read-only and the host does not change it during
+# a boot). Without it every exec pages the binary in over 9p again, which slowed
+# each run of a tool (and bpftrace's 100 MB of libraries most) by up to 10x.
+if ! mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 hostroot /hostroot; then
     echo "{EXIT_MARK} 97 (cannot mount the host root over 9p)"
     poweroff -f
 fi
