@@ -1,4 +1,7 @@
-//! Compiles every `bpf/*.bpf.c` into a libbpf-rs skeleton `$OUT_DIR/<name>.skel.rs`.
+//! Compiles every `bpf/*.bpf.c` into a libbpf-rs skeleton `$OUT_DIR/<name>.skel.rs`,
+//! to which it adds `CORE_SECTIONS`: the program sections whose code carries CO-RE
+//! relocations (read from the object's .BTF.ext). A run that loads none of them
+//! needs no kernel BTF (common::object::Plan::core_target).
 //!
 //! clang is taken from `$CLANG`, else `clang`, else the newest `clang-NN` on `PATH`.
 
@@ -47,8 +50,10 @@ fn main() {
             continue;
         };
         let skel = out_dir.join(format!("{name}.skel.rs"));
+        let obj = out_dir.join(format!("{name}.bpf.o"));
         if let Err(e) = SkeletonBuilder::new()
             .source(&src)
+            .obj(&obj)
             .clang(&clang)
             .clang_args([
                 OsString::from("-I"),
@@ -63,7 +68,77 @@ fn main() {
             eprintln!("error: compiling {}: {e:#}", src.display());
             std::process::exit(1);
         }
+        let sections = core_sections(&obj).unwrap_or_else(|e| {
+            eprintln!("error: reading {}'s CO-RE relocations: {e}", obj.display());
+            std::process::exit(1);
+        });
+        let mut code = fs::read_to_string(&skel).expect("generated skeleton");
+        code.push_str(&format!(
+            "\n/// Program sections of this object whose code has CO-RE relocations.\n\
+             #[allow(dead_code)]\n\
+             pub const CORE_SECTIONS: &[&str] = &{sections:?};\n"
+        ));
+        fs::write(&skel, code).expect("writing the skeleton");
     }
+}
+
+/// The ELF sections named by the CO-RE relocation records of a BPF object's
+/// .BTF.ext (layouts: include/uapi/linux/btf.h, libbpf's libbpf_internal.h).
+fn core_sections(obj: &Path) -> Result<Vec<String>, String> {
+    use object::{Object, ObjectSection};
+
+    let data = fs::read(obj).map_err(|e| e.to_string())?;
+    let file = object::File::parse(&*data).map_err(|e| e.to_string())?;
+    let section = |name: &str| -> Result<Option<Vec<u8>>, String> {
+        match file.section_by_name(name) {
+            Some(s) => Ok(Some(s.data().map_err(|e| e.to_string())?.to_vec())),
+            None => Ok(None),
+        }
+    };
+    let (Some(btf), Some(ext)) = (section(".BTF")?, section(".BTF.ext")?) else {
+        return Ok(Vec::new());
+    };
+    let u32_at = |b: &[u8], at: usize| -> Result<usize, String> {
+        b.get(at..at + 4)
+            .map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes")) as usize)
+            .ok_or_else(|| format!("truncated at byte {at}"))
+    };
+    // btf_ext_header: magic, version, flags, hdr_len, func_info (off, len),
+    // line_info (off, len), then core_relo (off, len) when hdr_len reaches it.
+    let hdr_len = u32_at(&ext, 4)?;
+    if hdr_len < 32 {
+        return Ok(Vec::new());
+    }
+    let (relo_off, relo_len) = (u32_at(&ext, 24)?, u32_at(&ext, 28)?);
+    // btf_header: magic, version, flags, hdr_len, type (off, len), str (off, len).
+    let strings = u32_at(&btf, 4)? + u32_at(&btf, 16)?;
+    let name = |off: usize| -> Result<String, String> {
+        let tail = btf
+            .get(strings + off..)
+            .ok_or("string offset out of range")?;
+        let end = tail
+            .iter()
+            .position(|&c| c == 0)
+            .ok_or("unterminated string")?;
+        Ok(String::from_utf8_lossy(&tail[..end]).into_owned())
+    };
+    let mut sections = Vec::new();
+    if relo_len == 0 {
+        return Ok(sections);
+    }
+    // A record size, then per section: name offset, record count, records.
+    let start = hdr_len + relo_off;
+    let end = start + relo_len;
+    let rec_size = u32_at(&ext, start)?;
+    let mut at = start + 4;
+    while at < end {
+        let (sec, n) = (u32_at(&ext, at)?, u32_at(&ext, at + 4)?);
+        sections.push(name(sec)?);
+        at += 8 + n * rec_size;
+    }
+    sections.sort();
+    sections.dedup();
+    Ok(sections)
 }
 
 fn find_clang() -> Option<OsString> {

@@ -22,6 +22,7 @@
  * Requests in flight when tracing began have no start and are ignored. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include "regs.h"
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include "filter.h"

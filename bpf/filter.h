@@ -12,6 +12,14 @@ const volatile __u64 filter_pidns_ino = 0;
 /* CPU to keep, -1 for all. */
 const volatile __s32 filter_cpu = -1;
 
+/* struct bpf_pidns_info is uapi (fixed layout): declared here, after vmlinux.h,
+ * it needs no CO-RE relocation, and an object without relocations loads without
+ * libbpf parsing the kernel's BTF (see regs.h). */
+struct tk_pidns_info {
+	__u32 pid;
+	__u32 tgid;
+};
+
 static __always_inline bool filtered_out(void)
 {
 	if (filter_cpu >= 0 && bpf_get_smp_processor_id() != (__u32)filter_cpu)
@@ -19,9 +27,10 @@ static __always_inline bool filtered_out(void)
 	if (!filter_tgid)
 		return false;
 	if (filter_pidns_ino) {
-		struct bpf_pidns_info ns = {};
+		struct tk_pidns_info ns = {};
 
-		if (bpf_get_ns_current_pid_tgid(filter_pidns_dev, filter_pidns_ino, &ns, sizeof(ns)))
+		if (bpf_get_ns_current_pid_tgid(filter_pidns_dev, filter_pidns_ino,
+						(struct bpf_pidns_info *)&ns, sizeof(ns)))
 			return true;
 		return ns.tgid != filter_tgid;
 	}

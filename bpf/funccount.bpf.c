@@ -4,6 +4,7 @@
  * work is a filter check and a per-CPU array increment (no hashing, no atomics). */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include "regs.h"
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include <bpf/usdt.bpf.h>
@@ -178,9 +179,10 @@ int count_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 	if (kernel_reads) {
 		/* sys_exit(struct pt_regs *regs, long ret): the number is orig_ax. */
-		struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
+		const struct tk_pt_regs *regs = (const struct tk_pt_regs *)ctx->args[0];
 
-		nr = BPF_CORE_READ(regs, orig_ax);
+		if (bpf_probe_read_kernel(&nr, sizeof(nr), &regs->orig_ax))
+			return 0;
 	} else {
 		__u32 tid = (__u32)bpf_get_current_pid_tgid();
 		__u32 *n = bpf_map_lookup_elem(&syscall_nrs, &tid);

@@ -5,6 +5,7 @@
  * probe's attach cookie with -F, else row 0; rows are per-CPU. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include "regs.h"
 #include <bpf/bpf_tracing.h>
 #include "filter.h"
 #include "hist.h"

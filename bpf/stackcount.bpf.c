@@ -4,6 +4,7 @@
  * of showing up as empty stacks. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include "regs.h"
 #include <bpf/bpf_tracing.h>
 #include <bpf/usdt.bpf.h>
 #include "filter.h"

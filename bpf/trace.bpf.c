@@ -23,6 +23,7 @@
  * uprobe and USDT programs load on locked-down kernels. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include "regs.h"
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 #include <bpf/usdt.bpf.h>
@@ -602,7 +603,8 @@ static __always_inline struct scratch *common_inputs(void)
  * pt_regs when `syscall`). */
 static __always_inline void read_args(struct pt_regs *ctx, __u64 *args, bool syscall)
 {
-	struct pt_regs *regs;
+	const struct tk_pt_regs *regs;
+	__u64 w[8];
 
 	args[0] = PT_REGS_PARM1(ctx);
 	args[1] = PT_REGS_PARM2(ctx);
@@ -612,13 +614,18 @@ static __always_inline void read_args(struct pt_regs *ctx, __u64 *args, bool sys
 	args[5] = PT_REGS_PARM6(ctx);
 	if (!syscall || !kernel_reads)
 		return;
-	regs = (struct pt_regs *)args[0];
-	args[0] = BPF_CORE_READ(regs, di);
-	args[1] = BPF_CORE_READ(regs, si);
-	args[2] = BPF_CORE_READ(regs, dx);
-	args[3] = BPF_CORE_READ(regs, r10);
-	args[4] = BPF_CORE_READ(regs, r8);
-	args[5] = BPF_CORE_READ(regs, r9);
+	/* r10, r9, r8, ax, cx, dx, si, di: one read of the inner pt_regs. */
+	regs = (const struct tk_pt_regs *)args[0];
+	if (bpf_probe_read_kernel(w, sizeof(w), &regs->r10)) {
+		__builtin_memset(args, 0, 6 * sizeof(*args));
+		return;
+	}
+	args[0] = w[7];
+	args[1] = w[6];
+	args[2] = w[5];
+	args[3] = w[0];
+	args[4] = w[2];
+	args[5] = w[1];
 }
 
 static __always_inline struct specs_of *specs_of(__u32 probe)
@@ -845,7 +852,7 @@ static __always_inline void hit(void *ctx, struct scratch *sc, __u32 probe, bool
 			usdt |= sp->usdt_mask;
 	}
 	if (usdt_regs && usdt) {
-		struct pt_regs *regs = ctx;
+		const struct tk_pt_regs *regs = (const struct tk_pt_regs *)ctx;
 
 		sc->regs[0] = regs->r15;
 		sc->regs[1] = regs->r14;

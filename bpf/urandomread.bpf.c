@@ -12,6 +12,7 @@
  *   getrandom now, not the device files). */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
+#include "regs.h"
 #include <bpf/bpf_tracing.h>
 #include "filter.h"
 #include "events.h"

@@ -40,6 +40,29 @@ pub enum ProgKind {
 }
 
 impl ProgKind {
+    const ALL: [ProgKind; 17] = {
+        use ProgKind::*;
+        [
+            KprobeMulti,
+            KretprobeMulti,
+            KprobeSession,
+            Kprobe,
+            Kretprobe,
+            Fentry,
+            Fexit,
+            UprobeMulti,
+            UretprobeMulti,
+            UprobeSession,
+            Uprobe,
+            Uretprobe,
+            Tracepoint,
+            RawTracepoint,
+            SyscallEnter,
+            SyscallExit,
+            Usdt,
+        ]
+    };
+
     pub(crate) fn of(prog_section: &str) -> Option<Self> {
         match prog_section {
             "raw_tp/sys_enter" => return Some(ProgKind::SyscallEnter),
@@ -114,11 +137,18 @@ macro_rules! set_filter {
 /// Opens a tool's skeleton for a plan: programs configured for the plan's attach
 /// kinds and the PID/CPU filters written; `|rodata| { .. }` sets the tool's own
 /// read-only globals. Evaluates to the open skeleton, ready for map sizing and load.
+/// `skel::XSkelBuilder` names the builder in the module that includes the
+/// skeleton, whose `CORE_SECTIONS` (from build.rs) [`Plan::core_target`] reads.
 #[macro_export]
 macro_rules! open_skeleton {
-    ($builder:ty, $obj:expr, $plan:expr, $cpu:expr, |$rodata:ident| $body:block) => {{
-        let mut open = <$builder>::default()
-            .open($obj)
+    ($skel:ident :: $builder:ident, $obj:expr, $plan:expr, $cpu:expr, |$rodata:ident| $body:block) => {{
+        let mut builder = $skel::$builder::default();
+        if let Some(btf) = $plan.core_target($skel::CORE_SECTIONS) {
+            libbpf_rs::skel::SkelBuilder::object_builder_mut(&mut builder)
+                .btf_custom_path(btf)
+                .context("setting the CO-RE target BTF")?;
+        }
+        let mut open = libbpf_rs::skel::SkelBuilder::open(builder, $obj)
             .context("opening the BPF object")?;
         $plan.configure(open.open_object_mut())?;
         let $rodata = open
@@ -211,6 +241,35 @@ impl Plan {
         Ok(())
     }
 
+    /// What libbpf should resolve CO-RE relocations against, when not the kernel's
+    /// own BTF: an empty BTF when none of the programs this plan loads has a CO-RE
+    /// relocation (`core_sections`, the object's sections that have, from build.rs).
+    ///
+    /// libbpf reads and parses /sys/kernel/btf/vmlinux (5 MB) at load when any
+    /// program of the object has a relocation, loaded or not: 4 ms on hardware,
+    /// about 100 ms under emulation, a third of a tracepoint run's start-up there.
+    /// It relocates only the programs it loads, so for the others any target
+    /// will do. It still reads the kernel's BTF where it needs it for itself
+    /// (fentry targets, kfuncs). None when a loaded program may be relocated (a
+    /// relocation in an unknown section, `.text` say, could be in any of them).
+    pub fn core_target(&self, core_sections: &[&str]) -> Option<&'static std::path::Path> {
+        if core_sections.is_empty() {
+            return None; // libbpf does not read the kernel's BTF for CO-RE then
+        }
+        let mut relocated = HashSet::new();
+        for s in core_sections {
+            relocated.insert(ProgKind::of(s)?);
+        }
+        // Every kind assumed present: the kinds needed can only grow.
+        let all = HashSet::from(ProgKind::ALL);
+        let mut need = self.prog_kinds();
+        need.extend(self.raw_tracepoint_kinds(&all));
+        if need.iter().any(|k| relocated.contains(k)) {
+            return None;
+        }
+        empty_btf()
+    }
+
     /// The raw tracepoint programs worth loading for this plan's tracepoints, of
     /// those the object has (`present`).
     pub(crate) fn raw_tracepoint_kinds(&self, present: &HashSet<ProgKind>) -> Vec<ProgKind> {
@@ -263,4 +322,37 @@ impl Plan {
             cpu: cpu.map_or(-1, |c| c as i32),
         }
     }
+}
+
+/// A path to an empty BTF (a header and the empty string), for libbpf's
+/// `btf_custom_path`: a memfd kept open for the life of the process. None when it
+/// cannot be made (no /proc, say); libbpf then reads the kernel's BTF as usual.
+fn empty_btf() -> Option<&'static std::path::Path> {
+    use std::io::Write;
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    use std::sync::OnceLock;
+
+    static PATH: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
+    PATH.get_or_init(|| {
+        // struct btf_header: magic, version 1, flags, hdr_len 24, type_off,
+        // type_len, str_off, str_len 1; then the string section "\0".
+        let mut btf = Vec::with_capacity(25);
+        btf.extend_from_slice(&0xeb9f_u16.to_le_bytes());
+        btf.extend_from_slice(&[1, 0]);
+        for v in [24u32, 0, 0, 0, 1] {
+            btf.extend_from_slice(&v.to_le_bytes());
+        }
+        btf.push(0);
+        // SAFETY: memfd_create with a valid NUL-terminated name; the fd is owned below.
+        let fd = unsafe { libc::memfd_create(c"tracekit-empty-btf".as_ptr(), 0) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+        file.write_all(&btf).ok()?;
+        let path = std::path::PathBuf::from(format!("/proc/self/fd/{}", file.into_raw_fd()));
+        path.exists().then_some(path)
+    })
+    .as_deref()
 }

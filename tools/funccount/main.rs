@@ -14,7 +14,7 @@ use common::run::Schedule;
 use common::serve::Served;
 use common::session::{How, Session};
 use common::ProbeSpec;
-use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::skel::{OpenSkel, Skel};
 
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/funccount.skel.rs"));

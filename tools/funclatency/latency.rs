@@ -16,7 +16,7 @@ use common::run::Schedule;
 use common::serve::Served;
 use common::session::{How, Session};
 use common::ProbeSpec;
-use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::skel::{OpenSkel, Skel};
 use serde_json::json;
 
 mod skel {

@@ -21,7 +21,7 @@ use common::session::{How, Session};
 use common::stacks::{self, Batch};
 use common::symbolize::{Frame, Symbols};
 use common::ProbeSpec;
-use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::skel::{OpenSkel, Skel};
 use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
 
 mod skel {

@@ -18,7 +18,7 @@ use common::plan::{Hooks, Plan, Site};
 use common::run::StopReason;
 use common::session::{How, Session};
 use common::spec::{ProbeSpec, Source};
-use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::skel::{OpenSkel, Skel};
 use libbpf_rs::{MapCore, MapFlags};
 use serde_json::json;
 
