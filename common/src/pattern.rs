@@ -9,8 +9,17 @@ use regex::Regex;
 #[derive(Debug, Clone)]
 pub struct Matcher {
     text: String,
-    re: Regex,
-    literal: bool,
+    how: How,
+}
+
+/// Compiled once per pattern, at start-up: a literal or a glob need no regex,
+/// whose compilation is the slowest part of parsing a command line (2 ms on
+/// hardware, 40 ms under emulation, for `vfs_read`).
+#[derive(Debug, Clone)]
+enum How {
+    Literal,
+    Glob(glob::Pattern),
+    Regex(Regex),
 }
 
 impl Matcher {
@@ -19,21 +28,24 @@ impl Matcher {
         if pattern.is_empty() {
             bail!("empty pattern");
         }
-        let mut re = String::with_capacity(pattern.len() + 8);
-        re.push('^');
+        if !pattern.contains(['*', '?']) {
+            return Ok(Matcher {
+                text: pattern.to_string(),
+                how: How::Literal,
+            });
+        }
+        // Brackets and all else literal (glob::Pattern would read `[..]` as a class).
+        let mut escaped = String::with_capacity(pattern.len() + 8);
         let mut buf = [0u8; 4];
         for c in pattern.chars() {
             match c {
-                '*' => re.push_str(".*"),
-                '?' => re.push('.'),
-                c => re.push_str(&regex::escape(c.encode_utf8(&mut buf))),
+                '*' | '?' => escaped.push(c),
+                c => escaped.push_str(&glob::Pattern::escape(c.encode_utf8(&mut buf))),
             }
         }
-        re.push('$');
         Ok(Matcher {
             text: pattern.to_string(),
-            re: Regex::new(&re).expect("escaped glob is a valid regex"),
-            literal: !pattern.contains(['*', '?']),
+            how: How::Glob(glob::Pattern::new(&escaped).expect("escaped glob is valid")),
         })
     }
 
@@ -57,18 +69,21 @@ impl Matcher {
         })?;
         Ok(Matcher {
             text: pattern.to_string(),
-            re,
-            literal: false,
+            how: How::Regex(re),
         })
     }
 
     pub fn is_match(&self, name: &str) -> bool {
-        self.re.is_match(name)
+        match &self.how {
+            How::Literal => name == self.text,
+            How::Glob(g) => g.matches(name),
+            How::Regex(re) => re.is_match(name),
+        }
     }
 
     /// The exact name when the pattern has no wildcard (a glob without `*`/`?`).
     pub fn literal(&self) -> Option<&str> {
-        self.literal.then_some(self.text.as_str())
+        matches!(self.how, How::Literal).then_some(self.text.as_str())
     }
 
     pub fn as_str(&self) -> &str {
@@ -93,6 +108,12 @@ mod tests {
         assert!(!m.is_match("axb"));
         assert_eq!(m.literal(), Some("a.b"));
         assert_eq!(Matcher::glob("a*").unwrap().literal(), None);
+        let m = Matcher::glob("[ab]*").unwrap();
+        assert!(m.is_match("[ab]x"));
+        assert!(!m.is_match("ax"));
+        let m = Matcher::glob("*.isra.*").unwrap();
+        assert!(m.is_match("f.isra.0"));
+        assert!(!m.is_match("f_isra_0"));
     }
 
     #[test]
