@@ -21,7 +21,9 @@ use std::path::{Path, PathBuf};
 
 use crate::kfuncs::KernelFunc;
 
-const MAGIC: &str = "tracekit-kfuncs 1";
+/// Version 2: `f` lines sorted by name (a run reads only the ranges its patterns'
+/// literal prefixes select).
+const MAGIC: &str = "tracekit-kfuncs 2";
 const FILE: &str = "kfuncs";
 /// The kprobe blacklist, for runs that name their functions exactly and read no
 /// table (it costs 0.2 s of emulated time to generate).
@@ -94,11 +96,20 @@ pub enum Miss {
     Corrupt,
 }
 
-/// The table cached in `dir` for `key`, with only the functions whose names
-/// `keep` accepts (a run needs only those it will trace: the rest of the lines
-/// are checked, not parsed).
-pub fn load(dir: &Path, key: &Key, keep: &dyn Fn(&str) -> bool) -> Result<Table, Miss> {
-    parse(&read(&dir.join(FILE))?, key, keep)
+/// Which functions a run wants from the table.
+pub struct Want<'a> {
+    /// Whether a name is wanted.
+    pub keep: &'a dyn Fn(&str) -> bool,
+    /// Literal prefixes every wanted name starts with one of (`tcp_` for
+    /// `tcp_*`), when the patterns have them: only those ranges of the sorted
+    /// table are read, by binary search. None: every line is read.
+    pub prefixes: Option<Vec<&'a str>>,
+}
+
+/// The table cached in `dir` for `key`, with only the functions `want` asks for
+/// (a run needs only those it will trace).
+pub fn load(dir: &Path, key: &Key, want: &Want) -> Result<Table, Miss> {
+    parse(&read(&dir.join(FILE))?, key, want)
 }
 
 /// Writes `table` for `key` to `dir` atomically (a temporary file renamed over
@@ -189,7 +200,9 @@ fn render(key: &Key, t: &Table) -> String {
     let _ = writeln!(s, "boot {}", key.boot_id);
     let _ = writeln!(s, "modules {:016x}", key.modules);
     let _ = writeln!(s, "source {}", t.source);
-    for f in &t.funcs {
+    let mut funcs: Vec<&KernelFunc> = t.funcs.iter().collect();
+    funcs.sort_by(|a, b| a.name.cmp(&b.name));
+    for f in funcs {
         let _ = write!(s, "f {} {} ", f.name, f.module.as_deref().unwrap_or("-"));
         for (i, a) in f.addrs.iter().enumerate() {
             let _ = write!(s, "{}{a:x}", if i == 0 { "" } else { "," });
@@ -203,14 +216,15 @@ fn render(key: &Key, t: &Table) -> String {
     s
 }
 
-fn parse(text: &str, key: &Key, keep: &dyn Fn(&str) -> bool) -> Result<Table, Miss> {
-    let mut lines = text.lines();
-    if lines.next() != Some(MAGIC) {
+fn parse(text: &str, key: &Key, want: &Want) -> Result<Table, Miss> {
+    // Four header lines, then the body.
+    let mut lines = text.splitn(5, '\n');
+    let mut next = || lines.next();
+    if next() != Some(MAGIC) {
         return Err(Miss::Corrupt);
     }
     let mut field = |name: &str| {
-        lines
-            .next()
+        next()
             .and_then(|l| l.strip_prefix(name))
             .and_then(|l| l.strip_prefix(' '))
             .ok_or(Miss::Corrupt)
@@ -221,50 +235,140 @@ fn parse(text: &str, key: &Key, keep: &dyn Fn(&str) -> bool) -> Result<Table, Mi
         return Err(Miss::Stale);
     }
     let source = field("source")?.to_string();
+    let body = next().ok_or(Miss::Corrupt)?;
+    // From the end: `end TOTAL REMOVED`, the `r` lines before it, and before
+    // those the `f` lines.
+    let body = body.strip_suffix('\n').ok_or(Miss::Corrupt)?;
+    let (rest, end) = body.rsplit_once('\n').unwrap_or(("", body));
+    let mut counts = end.strip_prefix("end ").ok_or(Miss::Corrupt)?.split(' ');
+    let (total, nremoved): (usize, usize) = match (counts.next(), counts.next(), counts.next()) {
+        (Some(t), Some(r), None) => (
+            t.parse().map_err(|_| Miss::Corrupt)?,
+            r.parse().map_err(|_| Miss::Corrupt)?,
+        ),
+        _ => return Err(Miss::Corrupt),
+    };
+    let mut removed = Vec::with_capacity(nremoved);
+    let mut funcs_text = rest;
+    while removed.len() < nremoved {
+        let (before, line) = funcs_text.rsplit_once('\n').unwrap_or(("", funcs_text));
+        let name = line.strip_prefix("r ").ok_or(Miss::Corrupt)?;
+        if name.is_empty() || name.contains(' ') {
+            return Err(Miss::Corrupt);
+        }
+        removed.push(name.to_string());
+        funcs_text = before;
+    }
+    removed.reverse();
     let mut funcs = Vec::new();
-    let mut total = 0;
-    let mut removed = Vec::new();
-    for line in lines {
-        let mut f = line.split(' ');
-        match (f.next(), f.next(), f.next(), f.next(), f.next()) {
-            (Some("f"), Some(name), Some(module), Some(addrs), None) if !name.is_empty() => {
-                total += 1;
-                if !keep(name) {
-                    continue;
+    match &want.prefixes {
+        None => {
+            let mut n = 0;
+            for line in funcs_text.lines() {
+                n += 1;
+                if let Some(f) = func_line(line, want.keep)? {
+                    funcs.push(f);
                 }
-                let addrs = if addrs.is_empty() {
-                    Vec::new()
-                } else {
-                    addrs
-                        .split(',')
-                        .map(|a| u64::from_str_radix(a, 16))
-                        .collect::<Result<_, _>>()
-                        .map_err(|_| Miss::Corrupt)?
-                };
-                funcs.push(KernelFunc {
-                    name: name.to_string(),
-                    module: (module != "-").then(|| module.to_string()),
-                    addrs,
-                });
             }
-            (Some("r"), Some(name), None, ..) if !name.is_empty() => removed.push(name.to_string()),
-            (Some("end"), Some(nf), Some(nr), None, ..) => {
-                let whole = nf.parse() == Ok(total) && nr.parse() == Ok(removed.len());
-                return if whole {
-                    Ok(Table {
-                        source,
-                        funcs,
-                        total,
-                        removed,
-                    })
-                } else {
-                    Err(Miss::Corrupt)
-                };
+            if n != total {
+                return Err(Miss::Corrupt);
             }
-            _ => return Err(Miss::Corrupt),
+        }
+        Some(prefixes) => {
+            // Sorted, and none inside another's range: the ranges come out in
+            // name order, each function once.
+            let mut prefixes = prefixes.clone();
+            prefixes.sort_unstable();
+            prefixes.dedup_by(|b, a| b.starts_with(*a));
+            for p in prefixes {
+                let start = lower_bound(funcs_text, p)?;
+                for line in funcs_text[start..].lines() {
+                    if !func_name(line)?.starts_with(p) {
+                        break;
+                    }
+                    if let Some(f) = func_line(line, want.keep)? {
+                        funcs.push(f);
+                    }
+                }
+            }
         }
     }
-    Err(Miss::Corrupt)
+    Ok(Table {
+        source,
+        funcs,
+        total,
+        removed,
+    })
+}
+
+/// The name on an `f` line.
+fn func_name(line: &str) -> Result<&str, Miss> {
+    let rest = line.strip_prefix("f ").ok_or(Miss::Corrupt)?;
+    let name = rest.split(' ').next().unwrap_or("");
+    if name.is_empty() {
+        return Err(Miss::Corrupt);
+    }
+    Ok(name)
+}
+
+/// An `f` line's function, if `keep` wants it.
+fn func_line(line: &str, keep: &dyn Fn(&str) -> bool) -> Result<Option<KernelFunc>, Miss> {
+    let mut f = line.split(' ');
+    let (Some("f"), Some(name), Some(module), Some(addrs), None) =
+        (f.next(), f.next(), f.next(), f.next(), f.next())
+    else {
+        return Err(Miss::Corrupt);
+    };
+    if name.is_empty() {
+        return Err(Miss::Corrupt);
+    }
+    if !keep(name) {
+        return Ok(None);
+    }
+    let addrs = if addrs.is_empty() {
+        Vec::new()
+    } else {
+        addrs
+            .split(',')
+            .map(|a| u64::from_str_radix(a, 16))
+            .collect::<Result<_, _>>()
+            .map_err(|_| Miss::Corrupt)?
+    };
+    Ok(Some(KernelFunc {
+        name: name.to_string(),
+        module: (module != "-").then(|| module.to_string()),
+        addrs,
+    }))
+}
+
+/// The byte offset of the first `f` line (of the sorted `text`) whose name is
+/// not below `prefix`, `text.len()` if none.
+fn lower_bound(text: &str, prefix: &str) -> Result<usize, Miss> {
+    // The start of the first line beginning at or after byte `pos`.
+    let line_at = |pos: usize| -> usize {
+        if pos == 0 {
+            return 0;
+        }
+        text.as_bytes()[pos - 1..]
+            .iter()
+            .position(|&c| c == b'\n')
+            .map_or(text.len(), |i| pos + i)
+    };
+    let (mut lo, mut hi) = (0, text.len());
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let line = line_at(mid);
+        let below = line < text.len() && {
+            let end = text[line..].find('\n').map_or(text.len(), |i| line + i);
+            func_name(&text[line..end])? < prefix
+        };
+        if below {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(line_at(lo))
 }
 
 #[cfg(test)]
@@ -289,9 +393,14 @@ mod tests {
         }
     }
 
-    fn all(_: &str) -> bool {
+    fn every(_: &str) -> bool {
         true
     }
+
+    const ALL: Want = Want {
+        keep: &every,
+        prefixes: None,
+    };
 
     fn key() -> Key {
         Key {
@@ -305,6 +414,11 @@ mod tests {
             source: "available_filter_functions_addrs + /proc/kallsyms".into(),
             funcs: vec![
                 KernelFunc {
+                    name: "by_name".into(),
+                    module: None,
+                    addrs: vec![],
+                },
+                KernelFunc {
                     name: "ext4_sync_fs".into(),
                     module: Some("ext4".into()),
                     addrs: vec![0xffffffffc0a01000],
@@ -313,11 +427,6 @@ mod tests {
                     name: "t_start".into(),
                     module: None,
                     addrs: vec![0xffffffff81000040, 0xffffffff81000070],
-                },
-                KernelFunc {
-                    name: "by_name".into(),
-                    module: None,
-                    addrs: vec![],
                 },
             ],
             total: 3,
@@ -329,7 +438,7 @@ mod tests {
     fn a_fresh_cache_is_used_as_written() {
         let d = TempDir::new("fresh");
         store(&d.0, &key(), &table());
-        assert_eq!(load(&d.0, &key(), &all), Ok(table()));
+        assert_eq!(load(&d.0, &key(), &ALL), Ok(table()));
         // Nothing but the cache file is left behind.
         let names: Vec<_> = fs::read_dir(&d.0)
             .unwrap()
@@ -337,9 +446,76 @@ mod tests {
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from(FILE)]);
         // A run asking for some functions gets those, and the table's size.
-        let some = load(&d.0, &key(), &|n: &str| n.starts_with("t_")).unwrap();
-        assert_eq!(some.funcs, table().funcs[1..2]);
+        let t_ = |n: &str| n.starts_with("t_");
+        let some = load(
+            &d.0,
+            &key(),
+            &Want {
+                keep: &t_,
+                prefixes: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(some.funcs, table().funcs[2..3]);
         assert_eq!((some.total, some.removed), (3, table().removed));
+    }
+
+    #[test]
+    fn prefixes_read_only_their_ranges_of_the_sorted_table() {
+        let d = TempDir::new("prefixes");
+        let names = ["a", "b", "ba", "bab", "bb", "c", "ca", "d"];
+        let t = Table {
+            source: "test".into(),
+            // Stored in name order whatever the order given.
+            funcs: names
+                .iter()
+                .rev()
+                .map(|n| KernelFunc {
+                    name: n.to_string(),
+                    module: None,
+                    addrs: vec![],
+                })
+                .collect(),
+            total: names.len(),
+            removed: vec!["r1".into(), "r2".into()],
+        };
+        store(&d.0, &key(), &t);
+        let get = |prefixes: &[&str], keep: &dyn Fn(&str) -> bool| {
+            let want = Want {
+                keep,
+                prefixes: Some(prefixes.to_vec()),
+            };
+            let got = load(&d.0, &key(), &want).unwrap();
+            assert_eq!((got.total, got.removed.clone()), (8, t.removed.clone()));
+            got.funcs.into_iter().map(|f| f.name).collect::<Vec<_>>()
+        };
+        assert_eq!(get(&["b"], &every), ["b", "ba", "bab", "bb"]);
+        // Overlapping and repeated prefixes: each function once, in order.
+        assert_eq!(
+            get(&["ca", "ba", "b", "b"], &every),
+            ["b", "ba", "bab", "bb", "ca"]
+        );
+        assert_eq!(get(&["a"], &every), ["a"]);
+        assert_eq!(get(&["d"], &every), ["d"]);
+        assert_eq!(get(&["bz", "0", "e"], &every), Vec::<String>::new());
+        assert_eq!(get(&["b"], &|n: &str| n.ends_with('b')), ["b", "bab", "bb"]);
+        // The same answers as reading every line.
+        for p in ["", "a", "b", "ba", "bb", "c", "d", "x"] {
+            let keep = |n: &str| n.starts_with(p);
+            let all = load(
+                &d.0,
+                &key(),
+                &Want {
+                    keep: &keep,
+                    prefixes: None,
+                },
+            )
+            .unwrap();
+            if !p.is_empty() {
+                let names: Vec<String> = all.funcs.into_iter().map(|f| f.name).collect();
+                assert_eq!(get(&[p], &keep), names, "{p}");
+            }
+        }
     }
 
     #[test]
@@ -368,7 +544,7 @@ mod tests {
             boot_id: "6f1c2d1e-0000-4000-8000-000000000002".into(),
             ..key()
         };
-        assert_eq!(load(&d.0, &other, &all), Err(Miss::Stale));
+        assert_eq!(load(&d.0, &other, &ALL), Err(Miss::Stale));
     }
 
     #[test]
@@ -382,13 +558,13 @@ mod tests {
             ),
             ..key()
         };
-        assert_eq!(load(&d.0, &loaded, &all), Err(Miss::Stale));
+        assert_eq!(load(&d.0, &loaded, &ALL), Err(Miss::Stale));
         // Reloaded elsewhere: other addresses, stale too.
         let moved = Key {
             modules: modules_hash("ext4 1015808 1 - Live 0xffffffffc0c00000\n"),
             ..key()
         };
-        assert_eq!(load(&d.0, &moved, &all), Err(Miss::Stale));
+        assert_eq!(load(&d.0, &moved, &ALL), Err(Miss::Stale));
         // A use count alone does not change the module list.
         assert_eq!(
             modules_hash("ext4 1015808 3 jbd2, Live 0xffffffffc0a00000\n"),
@@ -412,24 +588,24 @@ mod tests {
             &whole.replace(MAGIC, "tracekit-kfuncs 0"),
         ] {
             fs::write(d.0.join(FILE), bad).unwrap();
-            assert_eq!(load(&d.0, &key(), &all), Err(Miss::Corrupt), "{bad:?}");
+            assert_eq!(load(&d.0, &key(), &ALL), Err(Miss::Corrupt), "{bad:?}");
         }
         fs::write(d.0.join(FILE), [0xff, 0xfe, 0]).unwrap();
-        assert_eq!(load(&d.0, &key(), &all), Err(Miss::Corrupt));
+        assert_eq!(load(&d.0, &key(), &ALL), Err(Miss::Corrupt));
         // A directory where the file should be.
         fs::remove_file(d.0.join(FILE)).unwrap();
         fs::create_dir(d.0.join(FILE)).unwrap();
-        assert_eq!(load(&d.0, &key(), &all), Err(Miss::Corrupt));
+        assert_eq!(load(&d.0, &key(), &ALL), Err(Miss::Corrupt));
     }
 
     #[test]
     fn an_absent_or_unwritable_cache_is_silent() {
         let d = TempDir::new("absent");
-        assert_eq!(load(&d.0, &key(), &all), Err(Miss::Absent));
+        assert_eq!(load(&d.0, &key(), &ALL), Err(Miss::Absent));
         // The directory cannot be created (a file is in the way): nothing happens.
         fs::write(&d.0, "not a directory").unwrap();
         store(&d.0, &key(), &table());
-        assert_eq!(load(&d.0, &key(), &all), Err(Miss::Absent));
+        assert_eq!(load(&d.0, &key(), &ALL), Err(Miss::Absent));
         fs::remove_file(&d.0).unwrap();
     }
 }

@@ -73,9 +73,9 @@ pub struct KernelFuncs {
 
 impl KernelFuncs {
     /// The traceable functions of the running kernel, at least those whose names
-    /// `wanted` accepts: from the cache when it is fresh ([`crate::kcache`]), else
+    /// `wanted` asks for: from the cache when it is fresh ([`crate::kcache`]), else
     /// read from the kernel (and cached).
-    pub fn load(wanted: &dyn Fn(&str) -> bool) -> Result<Self> {
+    pub fn load(wanted: &kcache::Want) -> Result<Self> {
         let tracefs = tracefs::tracefs()?;
         crate::system::require_kernel_functions(tracefs)?;
         let (key, miss) = match Self::cached(wanted) {
@@ -93,9 +93,7 @@ impl KernelFuncs {
     /// The cached table when it is fresh; else the cache key (if any) and why the
     /// cache was not used. The caller has checked that kernel functions can be
     /// traced at all.
-    pub fn cached(
-        wanted: &dyn Fn(&str) -> bool,
-    ) -> Result<Self, (Option<kcache::Key>, &'static str)> {
+    pub fn cached(wanted: &kcache::Want) -> Result<Self, (Option<kcache::Key>, &'static str)> {
         if kcache::disabled() {
             return Err((None, "kernel, cache off"));
         }

@@ -86,6 +86,17 @@ impl Matcher {
         matches!(self.how, How::Literal).then_some(self.text.as_str())
     }
 
+    /// A non-empty literal prefix of every name this matches (`tcp_` for
+    /// `tcp_*`, the name itself for a literal), if the pattern has one.
+    pub fn prefix(&self) -> Option<&str> {
+        let p = match self.how {
+            How::Literal => self.text.as_str(),
+            How::Glob(_) => &self.text[..self.text.find(['*', '?']).unwrap_or(self.text.len())],
+            How::Regex(_) => "",
+        };
+        (!p.is_empty()).then_some(p)
+    }
+
     pub fn as_str(&self) -> &str {
         &self.text
     }
@@ -111,6 +122,10 @@ mod tests {
         let m = Matcher::glob("[ab]*").unwrap();
         assert!(m.is_match("[ab]x"));
         assert!(!m.is_match("ax"));
+        assert_eq!(Matcher::glob("tcp_*v?").unwrap().prefix(), Some("tcp_"));
+        assert_eq!(Matcher::glob("a.b").unwrap().prefix(), Some("a.b"));
+        assert_eq!(Matcher::glob("*x").unwrap().prefix(), None);
+        assert_eq!(Matcher::regex("tcp_.*").unwrap().prefix(), None);
         let m = Matcher::glob("*.isra.*").unwrap();
         assert!(m.is_match("f.isra.0"));
         assert!(!m.is_match("f_isra_0"));

@@ -91,7 +91,11 @@ impl Plan {
             .iter()
             .filter(|s| matches!(s.source, Source::Kernel))
             .collect();
-        let wanted = |name: &str| kernel_specs.iter().any(|s| s.matcher.is_match(name));
+        let keep = |name: &str| kernel_specs.iter().any(|s| s.matcher.is_match(name));
+        let wanted = crate::kcache::Want {
+            keep: &keep,
+            prefixes: kernel_specs.iter().map(|s| s.matcher.prefix()).collect(),
+        };
         let by_name = crate::timing::span("tables", || kernel_by_name(&kernel_specs))?;
         let mut binaries = Binaries::default();
         let mut skipped = Vec::new();
@@ -414,7 +418,7 @@ fn expand(
     pid: Option<u32>,
     kfuncs: &mut Option<KernelFuncs>,
     by_name: bool,
-    wanted: &dyn Fn(&str) -> bool,
+    wanted: &crate::kcache::Want,
     binaries: &mut Binaries,
     skipped: &mut Vec<Skipped>,
 ) -> Result<Vec<Probe>> {
