@@ -365,7 +365,7 @@ pub fn guest_runs(
     let mut failure = None;
     fs::write(done_file, "[]")?;
     for boot in 1..=6 {
-        let verdict = guest::boot(kernel, script, timeout)?;
+        let verdict = guest::boot(kernel, script, timeout, guest::Tcg::Multi)?;
         let mut started: Option<Value> = None;
         for v in verdict
             .lines
