@@ -247,8 +247,13 @@ fn json_one_typed_object_per_event() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect();
-    assert_eq!(objs.len(), 5, "{}", out.stdout);
-    for (i, o) in objs.iter().enumerate() {
+    assert_eq!(objs.len(), 6, "{}", out.stdout);
+    // The last one says the run ended, and that nothing was lost.
+    assert_eq!(
+        objs[5],
+        serde_json::json!({"final": true, "events": 5, "records": 5, "lost": 0})
+    );
+    for (i, o) in objs[..5].iter().enumerate() {
         assert_eq!(o["func"], "tt_args");
         assert_eq!(o["comm"], "traced");
         assert_eq!(o["probe"], spec.as_str());

@@ -430,6 +430,7 @@ fn run(mut args: Args) -> Result<()> {
     let mut received = 0u64;
     let mut aggregate: HashMap<String, u64> = HashMap::new();
     let mut done = false;
+    let lost_total;
     {
         let mut ev = Events::new_raw(&skel.maps.events, &skel.maps.events_lost, |data, out| {
             received += 1;
@@ -491,6 +492,7 @@ fn run(mut args: Args) -> Result<()> {
         }
         ev.drain()?;
         report(&mut ev, true)?;
+        lost_total = lost_seen;
     }
     if args.aggregate {
         let mut rows: Vec<(String, u64)> = aggregate.into_iter().collect();
@@ -504,6 +506,11 @@ fn run(mut args: Args) -> Result<()> {
             }
         }
         common::output::emit(&s)?;
+    }
+    if json {
+        // Last, so a script knows the run ended and whether anything was lost.
+        let v = json!({"final": true, "events": printed, "records": received, "lost": lost_total});
+        common::output::emit(&format!("{v}\n"))?;
     }
     if args.verbose {
         report_stats(&skel.maps.stats, &compiled, received)?;
