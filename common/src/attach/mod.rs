@@ -386,6 +386,13 @@ fn parallel<T: Sync>(
     let results: Mutex<Vec<Option<Result<Link, i32>>>> =
         Mutex::new((0..items.len()).map(|_| None).collect());
     let threads = threads.min(items.len()).max(1);
+    if threads == 1 {
+        // One link (a tracepoint, one function): no thread to start and join.
+        return items
+            .iter()
+            .map(|item| (!stop.is_set()).then(|| attach(item)))
+            .collect();
+    }
     thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| loop {
