@@ -1207,6 +1207,44 @@ fn raw_tracepoint_counted_exactly() {
     );
 }
 
+#[test]
+fn the_kernel_btf_is_read_only_for_programs_with_co_re_relocations() {
+    // The tracepoint programs read nothing through CO-RE, so libbpf is not made
+    // to parse the kernel's BTF for them; the sys_exit program reads the task's
+    // TS_COMPAT flag through CO-RE, so it is. Both count exactly.
+    for (args, spec, count, without_btf) in [
+        (["rename", "345"], "t:task:task_rename", 345, true),
+        (
+            ["getppid", "432"],
+            "t:syscalls:sys_exit_getppid",
+            432,
+            false,
+        ),
+    ] {
+        let w = Workload::start(&workload(), &args);
+        let pid = w.pid.to_string();
+        let mut cmd = Command::new(funccount());
+        cmd.env("TRACEKIT_TIMING", "1").args(["-p", &pid, spec]);
+        let mut t = spawn_cmd(cmd);
+        t.wait_ready();
+        w.go();
+        let out = t.finish(T);
+        assert!(w.wait().success());
+        assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+        assert_eq!(last_table(&out.stdout), rows(&[(&spec[2..], count)]));
+        let timing = out
+            .stderr
+            .lines()
+            .find(|l| l.starts_with("timing: "))
+            .unwrap_or_else(|| panic!("no timing line in {}", out.stderr));
+        assert_eq!(
+            timing.contains("(kernel BTF not read)"),
+            without_btf,
+            "{spec}: {timing}"
+        );
+    }
+}
+
 /// Whether this kernel has raw tracepoint cookies (6.10+): the host's does.
 fn common_raw_tp_cookies() -> bool {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();

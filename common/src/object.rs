@@ -40,6 +40,7 @@ pub enum ProgKind {
 }
 
 impl ProgKind {
+    /// Every kind (`exhaustive` below fails to compile when one is added).
     const ALL: [ProgKind; 17] = {
         use ProgKind::*;
         [
@@ -62,6 +63,16 @@ impl ProgKind {
             Usdt,
         ]
     };
+
+    #[allow(dead_code)]
+    fn exhaustive(self) {
+        use ProgKind::*;
+        match self {
+            KprobeMulti | KretprobeMulti | KprobeSession | Kprobe | Kretprobe | Fentry | Fexit
+            | UprobeMulti | UretprobeMulti | UprobeSession | Uprobe | Uretprobe | Tracepoint
+            | RawTracepoint | SyscallEnter | SyscallExit | Usdt => {}
+        }
+    }
 
     pub(crate) fn of(prog_section: &str) -> Option<Self> {
         match prog_section {
@@ -267,7 +278,11 @@ impl Plan {
         if need.iter().any(|k| relocated.contains(k)) {
             return None;
         }
-        empty_btf()
+        let btf = empty_btf();
+        if btf.is_some() {
+            crate::timing::note("load", "kernel BTF not read");
+        }
+        btf
     }
 
     /// The raw tracepoint programs worth loading for this plan's tracepoints, of
@@ -344,7 +359,7 @@ fn empty_btf() -> Option<&'static std::path::Path> {
         }
         btf.push(0);
         // SAFETY: memfd_create with a valid NUL-terminated name; the fd is owned below.
-        let fd = unsafe { libc::memfd_create(c"tracekit-empty-btf".as_ptr(), 0) };
+        let fd = unsafe { libc::memfd_create(c"tracekit-empty-btf".as_ptr(), libc::MFD_CLOEXEC) };
         if fd < 0 {
             return None;
         }

@@ -193,7 +193,7 @@ impl Marks {
             let attach_features = total("features").saturating_sub(self.features_at_attach);
             let load = (a0 - self.start).saturating_sub(tables + features);
             let attach = (a1 - a0).saturating_sub(attach_features);
-            item(&mut s, "load", load, None);
+            item(&mut s, "load", load, noted("load"));
             item(&mut s, "attach", attach, None);
             overhead += a1 - self.start;
             if let (Some(s0), Some(s1)) = (self.summary_start, self.summary_end) {
