@@ -378,16 +378,17 @@ pub struct Verdict {
 /// How QEMU's TCG runs the guest's two vCPUs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tcg {
-    /// One host thread takes turns between the vCPUs. For the tests: patching
-    /// thousands of ftrace sites while another vCPU runs them has crashed
-    /// multi-threaded TCG guests (an int3 oops on 6.12: a vCPU ran an int3
-    /// translated mid-patch after the patch was done; a NULL call on 6.1), in
-    /// CI runs and in 4 of 4 benchmark runs patching all 42,000 functions. With
+    /// One host thread takes turns between the vCPUs. For the tests: with a
+    /// thread per vCPU, a vCPU can run code translated while another was
+    /// patching it (text_poke_bp's int3) after the patch is done: an "Oops:
+    /// int3" in ftrace's text patching (CI, and 4 of 4 benchmark runs attaching
+    /// all 42,000 functions), in `__schedule` when the sched_switch tracepoint's
+    /// jump label flipped (a start-up benchmark run), a NULL call on 6.1. With
     /// turns, no vCPU runs while another writes code. The guest tests took 8.0
     /// min against 7.6 with a thread per vCPU (6.12 slower, 6.1 faster).
     Single,
     /// A host thread per vCPU: the benchmarks, whose tool and workload run side
-    /// by side as on a real machine.
+    /// by side as on a real machine (they reboot and go on after such a crash).
     Multi,
 }
 
