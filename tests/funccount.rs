@@ -1221,16 +1221,13 @@ fn the_kernel_btf_is_read_only_for_programs_with_co_re_relocations() {
             false,
         ),
     ] {
-        let w = Workload::start(&workload(), &args);
-        let pid = w.pid.to_string();
-        let mut cmd = Command::new(funccount());
-        cmd.env("TRACEKIT_TIMING", "1").args(["-p", &pid, spec]);
-        let mut t = spawn_cmd(cmd);
-        t.wait_ready();
-        w.go();
-        let out = t.finish(T);
-        assert!(w.wait().success());
-        assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+        let tool = funccount();
+        let out = trace_workload_via(
+            &["env", "TRACEKIT_TIMING=1", tool.to_str().unwrap()],
+            Workload::start(&workload(), &args),
+            &[spec],
+            T,
+        );
         assert_eq!(last_table(&out.stdout), rows(&[(&spec[2..], count)]));
         let timing = out
             .stderr

@@ -40,40 +40,6 @@ pub enum ProgKind {
 }
 
 impl ProgKind {
-    /// Every kind (`exhaustive` below fails to compile when one is added).
-    const ALL: [ProgKind; 17] = {
-        use ProgKind::*;
-        [
-            KprobeMulti,
-            KretprobeMulti,
-            KprobeSession,
-            Kprobe,
-            Kretprobe,
-            Fentry,
-            Fexit,
-            UprobeMulti,
-            UretprobeMulti,
-            UprobeSession,
-            Uprobe,
-            Uretprobe,
-            Tracepoint,
-            RawTracepoint,
-            SyscallEnter,
-            SyscallExit,
-            Usdt,
-        ]
-    };
-
-    #[allow(dead_code)]
-    fn exhaustive(self) {
-        use ProgKind::*;
-        match self {
-            KprobeMulti | KretprobeMulti | KprobeSession | Kprobe | Kretprobe | Fentry | Fexit
-            | UprobeMulti | UretprobeMulti | UprobeSession | Uprobe | Uretprobe | Tracepoint
-            | RawTracepoint | SyscallEnter | SyscallExit | Usdt => {}
-        }
-    }
-
     pub(crate) fn of(prog_section: &str) -> Option<Self> {
         match prog_section {
             "raw_tp/sys_enter" => return Some(ProgKind::SyscallEnter),
@@ -215,7 +181,7 @@ impl Plan {
             .filter_map(|p| p.section().to_str().and_then(ProgKind::of))
             .collect();
         let mut need = self.prog_kinds();
-        need.extend(self.raw_tracepoint_kinds(&present));
+        need.extend(self.raw_tracepoint_kinds(|k| present.contains(&k)));
         let mut have = HashSet::new();
         // A trampoline is bound to its function when it is loaded.
         let target = self.probes.iter().find_map(|p| match &p.site {
@@ -272,9 +238,8 @@ impl Plan {
             relocated.insert(ProgKind::of(s)?);
         }
         // Every kind assumed present: the kinds needed can only grow.
-        let all = HashSet::from(ProgKind::ALL);
         let mut need = self.prog_kinds();
-        need.extend(self.raw_tracepoint_kinds(&all));
+        need.extend(self.raw_tracepoint_kinds(|_| true));
         if need.iter().any(|k| relocated.contains(k)) {
             return None;
         }
@@ -287,7 +252,7 @@ impl Plan {
 
     /// The raw tracepoint programs worth loading for this plan's tracepoints, of
     /// those the object has (`present`).
-    pub(crate) fn raw_tracepoint_kinds(&self, present: &HashSet<ProgKind>) -> Vec<ProgKind> {
+    pub(crate) fn raw_tracepoint_kinds(&self, present: impl Fn(ProgKind) -> bool) -> Vec<ProgKind> {
         let mut kinds = Vec::new();
         let tps = || {
             self.probes.iter().filter_map(|p| match &p.site {
@@ -297,16 +262,16 @@ impl Plan {
         };
         let syscalls = |exit: bool| tps().any(|t| syscall_event(t).is_some_and(|(x, _)| x == exit));
         let (enter, exit) = (syscalls(false), syscalls(true));
-        if present.contains(&ProgKind::SyscallExit) && exit {
+        if present(ProgKind::SyscallExit) && exit {
             kinds.push(ProgKind::SyscallExit);
         }
         // Without kernel reads, sys_enter remembers numbers for sys_exit.
-        if present.contains(&ProgKind::SyscallEnter)
+        if present(ProgKind::SyscallEnter)
             && (enter || (kinds.contains(&ProgKind::SyscallExit) && !features::kernel_reads()))
         {
             kinds.push(ProgKind::SyscallEnter);
         }
-        if present.contains(&ProgKind::RawTracepoint)
+        if present(ProgKind::RawTracepoint)
             && tps().any(|t| t.category != "syscalls")
             && features::raw_tp_cookie()
         {
