@@ -44,20 +44,12 @@ impl Session {
         };
         run::run_loop_with(
             schedule,
-            |deadline| loop {
-                if let Some(r) = self.stop.reason() {
-                    return Some(r);
-                }
-                let left = match deadline {
-                    Some(d) => d.saturating_duration_since(Instant::now()),
-                    None => SLICE,
-                };
-                if left.is_zero() {
-                    return None;
-                }
-                if let Some(rq) = server.next(Some(left.min(SLICE))) {
-                    self.handle(rq, &mut **tool.borrow_mut(), None);
-                }
+            |deadline| {
+                self.stop.poll_until(deadline, |t| {
+                    if let Some(rq) = server.next(Some(t.min(SLICE))) {
+                        self.handle(rq, &mut **tool.borrow_mut(), None);
+                    }
+                })
             },
             |last| tool.borrow_mut().print(last),
         )
