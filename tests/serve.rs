@@ -592,25 +592,34 @@ fn disksnoop_latency_and_bytes_by_disk_and_operation() {
     let s = Served::start("disksnoop", &["--listen", ":0", "--json", "-d", lo.name()]);
     w.go();
     assert!(w.wait().success());
-    // The value of the one series of `metric` for this disk and `op`.
-    let value = |m: &str, metric: &str, op: &str| -> f64 {
+    // The values of the series of `metric` for this disk and `op` (one expected).
+    let values = |m: &str, metric: &str, op: &str| -> Vec<f64> {
         let prefix = format!("{metric}{{disk=\"{}\",", lo.name());
-        let lines: Vec<&str> = m
-            .lines()
+        m.lines()
             .filter(|l| l.starts_with(&prefix) && l.contains(&format!("operation=\"{op}\"}}")))
-            .collect();
-        assert_eq!(lines.len(), 1, "{metric} {op}:\n{m}");
-        lines[0].rsplit(' ').next().unwrap().parse().unwrap()
+            .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+            .collect()
     };
+    let value = |m: &str, metric: &str, op: &str| -> f64 {
+        let v = values(m, metric, op);
+        assert_eq!(v.len(), 1, "{metric} {op}:\n{m}");
+        v[0]
+    };
+    let count = "tracekit_disksnoop_request_seconds_count";
+    // The workload is done, but its completions reach the tool as ring buffer
+    // records: scrape until all 50 are in (or T passes), then check exactly.
     let end = Instant::now() + T;
     let m = loop {
         let m = s.get("/metrics").1;
-        if m.contains("operation=\"read\"") || Instant::now() > end {
+        let n: f64 = ["write", "read"]
+            .iter()
+            .flat_map(|op| values(&m, count, op))
+            .sum();
+        if n >= 50.0 || Instant::now() > end {
             break m;
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let count = "tracekit_disksnoop_request_seconds_count";
     assert_eq!(value(&m, count, "write"), 37.0);
     assert_eq!(value(&m, count, "read"), 13.0);
     assert_eq!(
