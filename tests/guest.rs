@@ -771,6 +771,63 @@ fn function_table_cache_is_used_only_when_fresh() {
     assert_nothing_left("cached-table runs");
 }
 
+#[test]
+#[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
+fn fentry_is_decided_from_the_cached_table_without_a_trial_attach() {
+    let cache = Scratch::new();
+    let env = format!("TRACEKIT_CACHE_DIR={}", cache.0.display());
+    // A wildcard run writes the function table.
+    let out = run_env(&funccount(), &["-d", "0.1", "vfs_rea*"], &env);
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    // vfs_read is in it: fentry/fexit time exactly the reads made.
+    let lat = funclatency();
+    let via = ["env", env.as_str(), lat.to_str().unwrap()];
+    let dir = Scratch::new();
+    let file = data_file(&dir);
+    let w = Workload::start(&prog("workload"), &["read", "200", file.to_str().unwrap()]);
+    let out = trace_workload_via(&via, w, &["-D", "--attach-mode", "fentry", "vfs_read"], T);
+    assert!(
+        out.stderr
+            .contains("attach mode: kernel functions: fentry + fexit (1 functions"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(hist_total(&out.stdout), 200, "{}", out.stdout);
+    // A table without vfs_read is taken at its word: no trial attach (which
+    // would succeed) overrules it.
+    let table = cache.0.join("kfuncs");
+    let text = std::fs::read_to_string(&table).unwrap();
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("f vfs_read "))
+        .expect("vfs_read in the table");
+    lines.remove(at);
+    let end = lines.last_mut().unwrap();
+    let mut f = end.split(' ').skip(1);
+    let (total, removed): (usize, &str) = (f.next().unwrap().parse().unwrap(), f.next().unwrap());
+    *end = format!("end {} {removed}", total - 1);
+    std::fs::write(&table, lines.join("\n") + "\n").unwrap();
+    let out = run_env(
+        &lat,
+        &["--attach-mode", "fentry", "-d", "0.1", "vfs_read"],
+        &env,
+    );
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert_eq!(
+        out.stderr,
+        "funclatency: error: --attach-mode fentry: vfs_read has no ftrace site (not in available_filter_functions)\n"
+    );
+    assert_nothing_left("fentry decided from the table");
+}
+
+/// Runs `tool args` to completion with one more environment variable (`NAME=VALUE`).
+fn run_env(tool: &std::path::Path, args: &[&str], env: &str) -> Output {
+    let mut all = vec![env, tool.to_str().unwrap()];
+    all.extend_from_slice(args);
+    run(std::path::Path::new("env"), &all, T)
+}
+
 fn trace_tool() -> PathBuf {
     tool("trace")
 }

@@ -286,8 +286,10 @@ fn kernel_reads_probe() -> bool {
 }
 
 /// Whether `func` (a vmlinux function) can be traced with fentry/fexit: a trivial
-/// tracing program is loaded for it and attached (as libbpf-tools' fentry_can_attach
-/// does). Fails under lockdown, without BTF, and for module functions.
+/// tracing program is loaded for it (as libbpf-tools' fentry_can_attach does), and
+/// the function must have an ftrace site, which the cached function table knows;
+/// without a fresh cache the program is attached to find out. Fails under
+/// lockdown, without BTF, and for module functions.
 pub fn fentry(func: &str) -> Result<(), String> {
     crate::timing::span("features", || fentry_probe(func))
 }
@@ -319,6 +321,18 @@ fn fentry_probe(func: &str) -> Result<(), String> {
             crate::attach::errno_reason(e)
         )
     })?;
+    // Loaded: the kernel takes the target's prototype. Attaching patches the
+    // function's ftrace site (a trampoline built, then torn down after an RCU
+    // tasks grace period: 0.2 s under emulation), so ask the table first.
+    if let Some(traceable) = crate::kfuncs::has_ftrace_site(func) {
+        return if traceable {
+            Ok(())
+        } else {
+            Err(format!(
+                "{func} has no ftrace site (not in available_filter_functions)"
+            ))
+        };
+    }
     let opts = sys::bpf_link_create_opts {
         sz: size_of::<sys::bpf_link_create_opts>() as _,
         ..Default::default()

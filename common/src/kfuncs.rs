@@ -223,6 +223,21 @@ fn denied(name: &str) -> bool {
     })
 }
 
+/// Whether `name` has an ftrace site (is in available_filter_functions), when the
+/// cached function table is fresh; None without one, or for a name it removed.
+pub fn has_ftrace_site(name: &str) -> Option<bool> {
+    let keep = |n: &str| n == name;
+    let want = kcache::Want {
+        keep: &keep,
+        prefixes: Some(vec![name]),
+    };
+    let k = KernelFuncs::cached(&want).ok()?;
+    if k.is_removed(name) {
+        return None;
+    }
+    Some(k.get(name).is_some())
+}
+
 /// Whether `name` is unsafe to trace (the deny list or the kprobe blacklist), for
 /// a function named exactly, without reading the traceable-function table: the
 /// kernel resolves the name when it attaches, and refuses one it cannot trace.
