@@ -87,18 +87,7 @@ impl Session {
         if debug {
             cli::stderr(&plan.describe());
         }
-        Ok(Session {
-            plan,
-            stop,
-            json: common.json,
-            debug,
-            pid: common.pid,
-            attached: None,
-            links: Vec::new(),
-            server: crate::listen::bind(common)?,
-            stopping: RefCell::new(Vec::new()),
-            marks: RefCell::new(marks),
-        })
+        Session::new(plan, stop, common, debug, marks)
     }
 
     /// Attaches the plan to the loaded object and, with `-p`, ends the run when
@@ -211,6 +200,16 @@ impl Session {
         // Classic tracepoints are attached by the id tracefs gives; a failure
         // here shows up as the reason those variants did not work.
         let _ = tracefs::tracefs();
+        Session::new(plan, stop, common, debug, marks)
+    }
+
+    fn new(
+        plan: Plan,
+        stop: &'static Stop,
+        common: &CommonArgs,
+        debug: bool,
+        marks: Marks,
+    ) -> Result<Session> {
         Ok(Session {
             plan,
             stop,
