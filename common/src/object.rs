@@ -125,15 +125,35 @@ macro_rules! open_skeleton {
                 .btf_custom_path(btf)
                 .context("setting the CO-RE target BTF")?;
         }
-        let mut open = libbpf_rs::skel::SkelBuilder::open(builder, $obj)
+        $crate::open_configured!(builder, $obj, $plan, $plan.filter($cpu), |$rodata| $body)
+    }};
+}
+
+/// Opens a skeleton for a tool with fixed programs ([`crate::fixed`]): the
+/// selection's programs configured and the filters written, as [`open_skeleton!`].
+#[macro_export]
+macro_rules! open_fixed_skeleton {
+    ($builder:ty, $obj:expr, $selection:expr, $filter:expr, |$rodata:ident| $body:block) => {{
+        let builder = <$builder>::default();
+        $crate::open_configured!(builder, $obj, $selection, $filter, |$rodata| $body)
+    }};
+}
+
+/// The part of [`open_skeleton!`] and [`open_fixed_skeleton!`] after the builder:
+/// open, `$what.configure(..)`, filters and the tool's globals.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! open_configured {
+    ($builder:expr, $obj:expr, $what:expr, $filter:expr, |$rodata:ident| $body:block) => {{
+        let mut open = libbpf_rs::skel::SkelBuilder::open($builder, $obj)
             .context("opening the BPF object")?;
-        $plan.configure(open.open_object_mut())?;
+        $what.configure(open.open_object_mut())?;
         let $rodata = open
             .maps
             .rodata_data
             .as_deref_mut()
             .context("BPF object has no .rodata")?;
-        $crate::set_filter!(&mut *$rodata, $plan.filter($cpu));
+        $crate::set_filter!(&mut *$rodata, $filter);
         $body
         open
     }};

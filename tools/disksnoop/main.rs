@@ -14,7 +14,7 @@ use common::metrics::{Labels, Metrics};
 use common::serve::Served;
 use common::session::Session;
 use common::tally::{self, Cell, Tally};
-use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::skel::{OpenSkel, Skel};
 use serde_json::json;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -131,20 +131,18 @@ fn run(mut args: Args) -> Result<()> {
         } else {
             34
         };
-        let mut open = skel::DisksnoopSkelBuilder::default()
-            .open(storage)
-            .context("opening the BPF object")?;
-        sel.configure(open.open_object_mut())?;
-        let rodata = open
-            .maps
-            .rodata_data
-            .as_deref_mut()
-            .context("BPF object has no .rodata")?;
-        common::set_filter!(&mut *rodata, filter);
-        rodata.rq_arg = rq_arg;
-        rodata.filter_dev = filter_dev;
-        rodata.issue_rwbs_off = rwbs_off;
-        rodata.events_wakeup_bytes = events::wakeup_bytes(ring);
+        let mut open = common::open_fixed_skeleton!(
+            skel::DisksnoopSkelBuilder,
+            storage,
+            sel,
+            filter,
+            |rodata| {
+                rodata.rq_arg = rq_arg;
+                rodata.filter_dev = filter_dev;
+                rodata.issue_rwbs_off = rwbs_off;
+                rodata.events_wakeup_bytes = events::wakeup_bytes(ring);
+            }
+        );
         open.maps.events.set_max_entries(ring)?;
         let skel = open.load().context("loading")?;
         let links = sel.attach(skel.object())?;
