@@ -198,7 +198,7 @@ impl Renderer {
                 values: Vec::new(),
             };
         };
-        let mut values = Vec::new();
+        let mut values = Vec::with_capacity(prog.slots.len());
         let mut json = Vec::new();
         for (conv, slot) in format.convs().zip(&prog.slots) {
             let v = match *slot {
@@ -218,7 +218,10 @@ impl Renderer {
                     Value::Text(String::from_utf8_lossy(&s).into_owned())
                 }
             };
-            json.push(conv.json(&v));
+            // Typed values are only printed by --json.
+            if self.o.json {
+                json.push(conv.json(&v));
+            }
             values.push(v);
         }
         Message {
