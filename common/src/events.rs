@@ -137,9 +137,12 @@ impl<'a> Events<'a> {
     }
 
     fn after(&mut self, rc: i32) -> Result<()> {
-        let text = std::mem::take(&mut *self.out.borrow_mut());
+        let mut text = std::mem::take(&mut *self.out.borrow_mut());
         if !text.is_empty() {
             emit(&text)?;
+            // The next batch reuses the buffer rather than growing a new one.
+            text.clear();
+            *self.out.borrow_mut() = text;
         }
         if let Some(e) = self.failed.borrow_mut().take() {
             return Err(e);

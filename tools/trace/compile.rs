@@ -321,8 +321,11 @@ impl Program {
         .flatten()
         .collect();
         if !fast.is_empty() {
-            s.push_str(&format!("    straight-line: {}
-", fast.join(", ")));
+            s.push_str(&format!(
+                "    straight-line: {}
+",
+                fast.join(", ")
+            ));
         }
         s
     }
