@@ -150,6 +150,9 @@ fn main() {
     common::cli::main("trace", || run(common::cli::parse::<Args>()))
 }
 
+/// The ring buffer's size unless -b or `TRACEKIT_RING_BYTES` says otherwise.
+const TRACE_RING_BYTES: u32 = 16 << 20;
+
 /// The header fields of `struct tk_event` (bpf/trace.bpf.c).
 const EV_TAIL: usize = 192;
 const EV_VALS: usize = 64;
@@ -276,6 +279,11 @@ fn run(mut args: Args) -> Result<()> {
                 .next_power_of_two()
                 .min(1 << 30) as u32
         }
+        // Deeper than the other tools' default: trace prints every hit of hot
+        // probes, and a reader the scheduler holds back on a busy machine must
+        // not lose what the kernel side now produces faster (16 MiB: BCC's 64
+        // pages per CPU on 64 CPUs).
+        None if std::env::var_os(events::RING_BYTES_ENV).is_none() => TRACE_RING_BYTES,
         None => events::ring_bytes()?,
     };
     let plan = &session.plan;
