@@ -104,6 +104,10 @@ struct tk_operand {
 };
 
 #define NO_OP 0xff
+#define CMP_LT 1
+#define CMP_EQ 2
+#define CMP_GT 4
+#define CMP_SIGNED 8
 
 /* Most specs are an operand compared with a constant and operands copied into
  * values. User space (compile.rs) recognises those shapes in the bytecode and
@@ -118,8 +122,9 @@ struct spec {
 	__u32 body;		/* the predicate's instructions: the values start here */
 	__u32 nvals;		/* values in the record */
 	__u32 nfast;		/* F_FAST_VALS: entries of `fast` */
-	/* F_FAST_PRED: keep the hit when pop[1](pop[0](pred, pimm[0]), pimm[1])
-	 * is not 0 (NO_OP: skipped). */
+	/* F_FAST_PRED: v = pred, then v = pop[0](v, pimm[0]) (an arithmetic
+	 * B_*, or NO_OP), then keep the hit when v compares with pimm[1] as pop[1]
+	 * keeps (CMP_*). */
 	struct tk_operand pred;
 	__u8 pop[2];
 	__u8 pad[6];
@@ -567,37 +572,71 @@ static __always_inline __u64 usdt_arg(struct pt_regs *ctx, struct scratch *sc, _
 	return val >> a->arg_bitshift;
 }
 
+/* Few branches (8 bytes read whatever the size, then truncated), as it runs
+ * for every value of every spec the verifier walks. */
 static __always_inline __u64 operand(struct scratch *sc, struct tk_operand *o)
 {
+	__u32 size = o->size, shift = size && size < 8 ? 64 - 8 * size : 0;
+	__u64 v;
+
 	if (o->src == OPD_REC)
-		return rec_field(sc, o->a, o->size, o->sign);
-	return extend(sc->in[o->a & (NIN - 1)], o->size, o->sign);
+		v = *(__u64 *)&sc->rec[o->a & (REC_MAX - 1)];
+	else
+		v = sc->in[o->a & (NIN - 1)];
+	v <<= shift & 63;
+	return o->sign ? (__u64)((__s64)v >> (shift & 63)) : v >> (shift & 63);
+}
+
+/* The arithmetic operations of a fast predicate. */
+static __always_inline __u64 arith(__u32 op, __u64 x, __u64 y)
+{
+	switch (op) {
+	case B_ADD: return x + y;
+	case B_SUB: return x - y;
+	case B_MUL: return x * y;
+	case B_DIV: return y ? x / y : 0;
+	case B_MOD: return y ? x % y : 0;
+	case B_AND: return x & y;
+	case B_OR: return x | y;
+	case B_XOR: return x ^ y;
+	case B_SHL: return x << (y & 63);
+	case B_SHR: return x >> (y & 63);
+	case B_SAR: return (__s64)x >> (y & 63);
+	}
+	return x;
 }
 
 /* F_FAST_PRED: whether the hit is kept. Reads only what the hit's inputs
  * already hold (arguments, retval, USDT arguments, the record). */
 static __always_inline bool fast_pred(struct scratch *sc, struct spec *sp)
 {
-	__u64 v = operand(sc, &sp->pred);
+	__u64 v = operand(sc, &sp->pred), c = sp->pimm[1];
+	__u32 keep = sp->pop[1];
+	bool lt, gt;
 
 	if (sp->pop[0] != NO_OP)
-		v = binop(sp->pop[0], v, sp->pimm[0]);
-	if (sp->pop[1] != NO_OP)
-		v = binop(sp->pop[1], v, sp->pimm[1]);
-	return v != 0;
+		v = arith(sp->pop[0], v, sp->pimm[0]);
+	if (keep & CMP_SIGNED) {
+		lt = (__s64)v < (__s64)c;
+		gt = (__s64)v > (__s64)c;
+	} else {
+		lt = v < c;
+		gt = v > c;
+	}
+	return keep & (lt ? CMP_LT : gt ? CMP_GT : CMP_EQ);
 }
 
-/* F_FAST_VALS: the values, copied. */
-static __always_inline void fast_vals(struct scratch *sc, struct spec *sp)
+/* F_FAST_VALS: value i, copied (a bpf_loop callback: the verifier walks it
+ * once, not once per value). */
+static long fast_val(__u64 i, struct run *r)
 {
-#pragma clang loop unroll(disable)
-	for (int k = 0; k < MAX_VALS; k++) {
-		struct tk_operand *o = &sp->fast[k];
+	struct tk_operand *o;
 
-		if (k >= sp->nfast)
-			break;
-		sc->ev.vals[o->val & (MAX_VALS - 1)] = operand(sc, o);
-	}
+	if (i >= MAX_VALS)
+		return 1;
+	o = &r->sp->fast[i];
+	r->sc->ev.vals[o->val & (MAX_VALS - 1)] = operand(r->sc, o);
+	return 0;
 }
 
 /* Runs instructions [from, to) of the spec; false when a FILTER drops the hit. */
@@ -648,8 +687,8 @@ static __always_inline void emit(void *ctx, __u32 probe, __u32 id, struct spec *
 		stat(id, 1);
 		return;
 	}
-	if (flags & F_FAST_VALS)
-		fast_vals(sc, sp);
+	if ((flags & F_FAST_VALS) && sp->nfast)
+		bpf_loop(sp->nfast < MAX_VALS ? sp->nfast : MAX_VALS, fast_val, &r, 0);
 	else
 		interpret(&r, sp->body, sp->ninsns);
 	stat(id, 0);
@@ -672,8 +711,8 @@ static __always_inline void emit(void *ctx, __u32 probe, __u32 id, struct spec *
 		n = sp->nvals;
 		if (n > MAX_VALS)
 			n = MAX_VALS;
-		event_output(e, offsetof(struct tk_event, vals) + n * 8);
-		return;
+		n = offsetof(struct tk_event, vals) + n * 8;
+		goto out;
 	}
 	if (want_kstack) {
 		k = bpf_get_stack(ctx, &e->tail[off], STACK_BYTES, 0);
@@ -690,6 +729,7 @@ static __always_inline void emit(void *ctx, __u32 probe, __u32 id, struct spec *
 	n = offsetof(struct tk_event, tail) + off;
 	if (n > sizeof(*e))
 		n = sizeof(*e);
+out:
 	event_output(e, n);
 }
 

@@ -137,7 +137,11 @@ impl Operand {
     }
 }
 
-/// A predicate the BPF side runs straight-line: `ops[1](ops[0](x, imm0), imm1) != 0`.
+/// A predicate the BPF side runs straight-line: `x`, then `ops[0]` (an
+/// arithmetic operation with a constant, or NO_OP), then `ops[1]`, a comparison
+/// with a constant as the outcomes it keeps (CMP_LT | CMP_EQ | CMP_GT, and
+/// CMP_SIGNED). A few branches, where the interpreter's 25-way operation would
+/// multiply the paths the verifier walks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FastPred {
     pub x: Operand,
@@ -197,24 +201,67 @@ fn fast_pred(insns: &[Insn]) -> Option<FastPred> {
     if x.src == OPD_IN && late_input(x.a) {
         return None;
     }
-    let mut ops = [(NO_OP, 0); 2];
-    for op in ops.iter_mut() {
-        match insns.get(i..i + 2) {
-            Some([c, b]) if c.op == OP_CONST && b.op == OP_BIN => {
-                *op = (b.a as u8, c.imm);
-                i += 2;
-            }
-            _ => break,
+    let mut pairs = Vec::new();
+    while let Some([c, b]) = insns.get(i..i + 2) {
+        if c.op != OP_CONST || b.op != OP_BIN {
+            break;
         }
+        pairs.push((b.a, c.imm));
+        i += 2;
     }
-    (insns.get(i..)
-        == Some(
+    if insns.get(i..)
+        != Some(
             &[Insn {
                 op: OP_FILTER,
                 ..Insn::default()
             }][..],
-        ))
-    .then_some(FastPred { x, ops })
+        )
+    {
+        return None;
+    }
+    let not_zero = (CMP_LT | CMP_GT, 0);
+    let ops = match pairs[..] {
+        [] => [(NO_OP, 0), not_zero],
+        [(op, imm)] => match cmp_mask(op) {
+            Some(m) => [(NO_OP, 0), (m, imm)],
+            None => [(arith(op)?, imm), not_zero],
+        },
+        [(a, aimm), (c, cimm)] => [(arith(a)?, aimm), (cmp_mask(c)?, cimm)],
+        _ => return None,
+    };
+    Some(FastPred { x, ops })
+}
+
+/// Outcomes of a fast comparison (bpf/trace.bpf.c fast_pred()).
+const CMP_LT: u8 = 1;
+const CMP_EQ: u8 = 2;
+const CMP_GT: u8 = 4;
+const CMP_SIGNED: u8 = 8;
+
+/// The outcomes a comparison operator keeps.
+fn cmp_mask(op: u32) -> Option<u8> {
+    Some(match op {
+        B_EQ => CMP_EQ,
+        B_NE => CMP_LT | CMP_GT,
+        B_LTU => CMP_LT,
+        B_LEU => CMP_LT | CMP_EQ,
+        B_GTU => CMP_GT,
+        B_GEU => CMP_GT | CMP_EQ,
+        B_LTS => CMP_SIGNED | CMP_LT,
+        B_LES => CMP_SIGNED | CMP_LT | CMP_EQ,
+        B_GTS => CMP_SIGNED | CMP_GT,
+        B_GES => CMP_SIGNED | CMP_GT | CMP_EQ,
+        _ => return None,
+    })
+}
+
+/// The arithmetic operations fast_pred() does.
+fn arith(op: u32) -> Option<u8> {
+    matches!(
+        op,
+        B_ADD | B_SUB | B_MUL | B_DIV | B_MOD | B_AND | B_OR | B_XOR | B_SHL | B_SHR | B_SAR
+    )
+    .then_some(op as u8)
 }
 
 /// The values `insns` store, if each is an operand stored as it is.
@@ -1340,14 +1387,24 @@ mod tests {
             p.fast_pred,
             Some(FastPred {
                 x: arg(0, 0),
-                ops: [(B_MOD as u8, 1000), (B_EQ as u8, 0)],
+                ops: [(B_MOD as u8, 1000), (CMP_EQ, 0)],
             })
         );
         assert_eq!(p.fast_vals, Some(vec![arg(0, 0), arg(1, 1)]));
         assert_eq!(p.pred_len, 6);
         // A plain truth value, and a cast folded into the operand.
         let p = user("c:read (arg2) \"%d\", (short)arg1").unwrap();
-        assert_eq!(p.fast_pred.map(|f| f.ops), Some([(NO_OP, 0); 2]));
+        assert_eq!(
+            p.fast_pred.map(|f| f.ops),
+            Some([(NO_OP, 0), (CMP_LT | CMP_GT, 0)])
+        );
+        let q = user("c:read (arg1 & 4)").unwrap();
+        assert_eq!(
+            q.fast_pred.map(|f| f.ops),
+            Some([(B_AND as u8, 4), (CMP_LT | CMP_GT, 0)])
+        );
+        assert_eq!(cmp_mask(B_LES), Some(CMP_SIGNED | CMP_LT | CMP_EQ));
+        assert_eq!(cmp_mask(B_LAND), None);
         let v = p.fast_vals.unwrap();
         assert_eq!((v[0].size, v[0].sign), (2, SIGNED));
         // $uid is only gathered for a kept hit: that predicate runs in the
