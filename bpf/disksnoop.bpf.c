@@ -203,7 +203,7 @@ static __always_inline void report(struct start *s)
 	e->pid = s->pid;
 	__builtin_memcpy(e->comm, s->comm, sizeof(e->comm));
 	e->type = s->type;
-	event_submit(e);
+	event_submit(e, sizeof(*e));
 }
 
 /* A completion of `done` bytes of the request under `k`, of which `left` bytes

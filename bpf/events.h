@@ -21,11 +21,41 @@ struct {
 	__type(value, __u64);
 } events_lost SEC(".maps");
 
-/* Wake the reader only once this many bytes wait in the buffer (set by user
- * space; 0: at every record, as the kernel does by default). The reader also
- * looks every 100 ms, so a quiet trace is not held back longer than that, and a
- * busy one costs one wakeup per batch instead of one per record. */
+/* Wake the reader each time a CPU has added this many bytes since its last
+ * wakeup (set by user space to a sixteenth of the buffer over the CPUs, so no
+ * more than that waits unseen; 0: at every record, as the kernel does by
+ * default). The reader also looks every 100 ms, so a quiet trace is not held
+ * back longer than that, and a busy one costs one wakeup per batch instead of
+ * one per record. Counted per CPU rather than asking the ring how much waits:
+ * that reads the reader's position, a cache line it keeps writing, at every
+ * record; and a wakeup must not repeat for every record while a busy reader
+ * lags (an interrupt each, a VM exit under virtualisation). */
 const volatile __u64 events_wakeup_bytes = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} events_pending SEC(".maps");
+
+/* The submit flags for a record of `size` bytes. */
+static __always_inline __u64 event_flags(__u64 size)
+{
+	__u32 zero = 0;
+	__u64 *n;
+
+	if (!events_wakeup_bytes)
+		return 0;
+	n = bpf_map_lookup_elem(&events_pending, &zero);
+	if (!n)
+		return 0;
+	*n += size + 8; /* with the kernel's record header */
+	if (*n < events_wakeup_bytes)
+		return BPF_RB_NO_WAKEUP;
+	*n = 0;
+	return BPF_RB_FORCE_WAKEUP;
+}
 
 /* Room for one record of `size` bytes, or NULL (counted as lost). */
 static __always_inline void *event_reserve(__u64 size)
@@ -42,26 +72,17 @@ static __always_inline void *event_reserve(__u64 size)
 	return e;
 }
 
-static __always_inline void event_submit(void *e)
+/* `size`: the record's, as reserved. */
+static __always_inline void event_submit(void *e, __u64 size)
 {
-	__u64 flags = 0;
-
-	if (events_wakeup_bytes)
-		flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= events_wakeup_bytes ?
-				BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
-	bpf_ringbuf_submit(e, flags);
+	bpf_ringbuf_submit(e, event_flags(size));
 }
 
 /* Copies a record of `size` bytes (bounded by the caller) into the buffer, for
  * records whose length varies (strings, stacks); counted as lost when full. */
 static __always_inline void event_output(void *data, __u64 size)
 {
-	__u64 flags = 0;
-
-	if (events_wakeup_bytes)
-		flags = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= events_wakeup_bytes ?
-				BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
-	if (bpf_ringbuf_output(&events, data, size, flags)) {
+	if (bpf_ringbuf_output(&events, data, size, event_flags(size))) {
 		__u32 zero = 0;
 		__u64 *n = bpf_map_lookup_elem(&events_lost, &zero);
 

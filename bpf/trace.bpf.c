@@ -89,22 +89,60 @@ struct tk_insn {
 /* Spec flags. */
 #define F_RETURN 1	/* emits at the function's return */
 #define F_SYSCALL 2	/* __x64_sys_* wrapper: arguments in the inner pt_regs */
-#define F_REGS 4	/* reads argument registers */
+#define F_IDS 4		/* reads $uid, $gid or $cpu */
+#define F_FAST_PRED 8	/* the predicate is `pred`, run before anything else */
+#define F_FAST_VALS 16	/* the values are the `fast` copies: no interpreter */
 
+/* A plain value: an input or a record field, truncated/extended to `size`. */
+#define OPD_IN 1
+#define OPD_REC 2
+struct tk_operand {
+	__u8 src;
+	__u8 size;
+	__u8 sign;
+	__u8 val;	/* the value it is stored to (fast values) */
+	__u32 a;	/* input index, or record offset */
+};
+
+#define NO_OP 0xff
+#define CMP_LT 1
+#define CMP_EQ 2
+#define CMP_GT 4
+#define CMP_SIGNED 8
+
+/* Most specs are an operand compared with a constant and operands copied into
+ * values. User space (compile.rs) recognises those shapes in the bytecode and
+ * describes them here too, so a hit runs them straight-line, without a
+ * bpf_loop callback per instruction; a dropped hit then costs a few loads. */
 struct spec {
 	__u32 flags;
 	__u32 ninsns;
 	__u32 usdt_mask;	/* USDT arguments read (bit n: argument n+1) */
 	__u32 rec_words;	/* 8-byte words of the tracepoint record to copy */
 	__u32 str_bytes;	/* bytes of strings in the record */
-	__u32 pad;
+	__u32 body;		/* the predicate's instructions: the values start here */
+	__u32 nvals;		/* values in the record */
+	__u32 nfast;		/* F_FAST_VALS: entries of `fast` */
+	/* F_FAST_PRED: v = pred, then v = pop[0](v, pimm[0]) (an arithmetic
+	 * B_*, or NO_OP), then keep the hit when v compares with pimm[1] as pop[1]
+	 * keeps (CMP_*). */
+	struct tk_operand pred;
+	__u8 pop[2];
+	__u8 pad[6];
+	__s64 pimm[2];
+	struct tk_operand fast[MAX_VALS];
 	struct tk_insn insns[MAX_INSNS];
 	char lits[LITS + LIT_MAX];
 };
 
+/* The specs of a probe, with what they need from a hit precomputed by user
+ * space (no spec lookups to find out). */
 struct specs_of {
 	__u32 n;
 	__u32 spec[MAX_SPECS];
+	__u32 flags;		/* the specs' flags, or-ed */
+	__u32 usdt_mask;	/* or-ed */
+	__u32 rec_words;	/* the largest */
 };
 
 struct tk_event {
@@ -132,6 +170,8 @@ struct scratch {
 	 * bpf_loop callback converges at once instead of per step. */
 	__u32 top;
 	__u32 drop;
+	__u32 pc0;	/* the first instruction to run */
+	__u32 pad;
 	__u64 regs[32];
 	__u8 rec[REC_MAX + 16];
 	char lit[STR_AREA];
@@ -146,6 +186,7 @@ const volatile __s64 filter_uid = -1;	/* --uid */
 const volatile __u32 str_size = 80;	/* -Z */
 const volatile bool want_kstack = false; /* -K */
 const volatile bool want_ustack = false; /* -U */
+const volatile bool want_extras = true;	/* the header's ts, uid and cpu (-t, -C, --json) */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -168,8 +209,8 @@ struct {
 	__type(value, struct scratch);
 } scratch SEC(".maps");
 
-/* Per spec: [0] hits seen, [1] hits dropped by the predicate, [2] returns without
- * their entry. */
+/* Per spec: [0] hits that passed the predicate, [1] hits dropped by it, [2]
+ * returns without their entry (one counter touched per hit). */
 #define STATS 3
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -429,6 +470,7 @@ static long step(__u64 i, struct run *r)
 	__u64 x, y;
 	bool ok;
 
+	i += sc->pc0;
 	if (i >= MAX_INSNS)
 		return 1;
 	in = &sp->insns[i];
@@ -531,31 +573,133 @@ static __always_inline __u64 usdt_arg(struct pt_regs *ctx, struct scratch *sc, _
 	return val >> a->arg_bitshift;
 }
 
-/* Runs spec `id` on the gathered inputs and sends its record. */
+/* Few branches (8 bytes read whatever the size, then truncated), as it runs
+ * for every value of every spec the verifier walks. */
+static __always_inline __u64 operand(struct scratch *sc, struct tk_operand *o)
+{
+	__u32 size = o->size, shift = size && size < 8 ? 64 - 8 * size : 0;
+	__u64 v;
+
+	if (o->src == OPD_REC)
+		v = *(__u64 *)&sc->rec[o->a & (REC_MAX - 1)];
+	else
+		v = sc->in[o->a & (NIN - 1)];
+	v <<= shift & 63;
+	return o->sign ? (__u64)((__s64)v >> (shift & 63)) : v >> (shift & 63);
+}
+
+/* The arithmetic operations of a fast predicate. */
+static __always_inline __u64 arith(__u32 op, __u64 x, __u64 y)
+{
+	switch (op) {
+	case B_ADD: return x + y;
+	case B_SUB: return x - y;
+	case B_MUL: return x * y;
+	case B_DIV: return y ? x / y : 0;
+	case B_MOD: return y ? x % y : 0;
+	case B_AND: return x & y;
+	case B_OR: return x | y;
+	case B_XOR: return x ^ y;
+	case B_SHL: return x << (y & 63);
+	case B_SHR: return x >> (y & 63);
+	case B_SAR: return (__s64)x >> (y & 63);
+	}
+	return x;
+}
+
+/* F_FAST_PRED: whether the hit is kept. Reads only what the hit's inputs
+ * already hold (arguments, retval, USDT arguments, the record). */
+static __always_inline bool fast_pred(struct scratch *sc, struct spec *sp)
+{
+	__u64 v = operand(sc, &sp->pred), c = sp->pimm[1];
+	__u32 keep = sp->pop[1];
+	bool lt, gt;
+
+	if (sp->pop[0] != NO_OP)
+		v = arith(sp->pop[0], v, sp->pimm[0]);
+	if (keep & CMP_SIGNED) {
+		lt = (__s64)v < (__s64)c;
+		gt = (__s64)v > (__s64)c;
+	} else {
+		lt = v < c;
+		gt = v > c;
+	}
+	return keep & (lt ? CMP_LT : gt ? CMP_GT : CMP_EQ);
+}
+
+/* F_FAST_VALS: value i, copied (a bpf_loop callback: the verifier walks it
+ * once, not once per value). */
+static long fast_val(__u64 i, struct run *r)
+{
+	struct tk_operand *o;
+
+	if (i >= MAX_VALS)
+		return 1;
+	o = &r->sp->fast[i];
+	r->sc->ev.vals[o->val & (MAX_VALS - 1)] = operand(r->sc, o);
+	return 0;
+}
+
+/* Runs instructions [from, to) of the spec; false when a FILTER drops the hit. */
+static __always_inline bool interpret(struct run *r, __u32 from, __u32 to)
+{
+	struct scratch *sc = r->sc;
+
+	if (to > MAX_INSNS)
+		to = MAX_INSNS;
+	if (from >= to)
+		return true;
+	sc->top = 0;
+	sc->drop = 0;
+	sc->pc0 = from;
+	bpf_loop(to - from, step, r, 0);
+	return !sc->drop;
+}
+
+/* Runs spec `id` on the hit's inputs and sends its record. The predicate goes
+ * first, with the inputs it may read; the rest ($pid..., the header) is only
+ * gathered for a hit that is kept. */
 static __always_inline void emit(void *ctx, __u32 probe, __u32 id, struct spec *sp,
 				 struct scratch *sc)
 {
 	struct tk_event *e = &sc->ev;
 	struct run r = { .sc = sc, .sp = sp };
-	__u64 id64 = bpf_get_current_pid_tgid();
-	__u32 off, n;
+	__u64 id64, ug = 0;
+	__u32 off, n, cpu = 0, flags = sp->flags;
 	long k;
 
-	stat(id, 0);
-	sc->top = 0;
-	sc->drop = 0;
-	bpf_loop(sp->ninsns < MAX_INSNS ? sp->ninsns : MAX_INSNS, step, &r, 0);
-	if (sc->drop) {
+	if ((flags & F_FAST_PRED) && !fast_pred(sc, sp)) {
 		stat(id, 1);
 		return;
 	}
-	e->ts = bpf_ktime_get_ns();
+	id64 = bpf_get_current_pid_tgid();
+	sc->in[IN_TID] = (__u32)id64;
+	sc->in[IN_TGID] = id64 >> 32;
+	if (want_extras || (flags & F_IDS)) {
+		ug = bpf_get_current_uid_gid();
+		cpu = bpf_get_smp_processor_id();
+	}
+	sc->in[IN_UID] = (__u32)ug;
+	sc->in[IN_GID] = ug >> 32;
+	sc->in[IN_CPU] = cpu;
+	/* The predicate (instructions [0, body)) unless it ran above, then the
+	 * values (the rest). */
+	if (!(flags & F_FAST_PRED) && !interpret(&r, 0, sp->body)) {
+		stat(id, 1);
+		return;
+	}
+	if ((flags & F_FAST_VALS) && sp->nfast)
+		bpf_loop(sp->nfast < MAX_VALS ? sp->nfast : MAX_VALS, fast_val, &r, 0);
+	else
+		interpret(&r, sp->body, sp->ninsns);
+	stat(id, 0);
+	e->ts = want_extras ? bpf_ktime_get_ns() : 0;
 	e->probe = probe;
 	e->spec = id;
 	e->tgid = id64 >> 32;
 	e->tid = (__u32)id64;
-	e->uid = (__u32)bpf_get_current_uid_gid();
-	e->cpu = bpf_get_smp_processor_id();
+	e->uid = (__u32)ug;
+	e->cpu = cpu;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	off = sp->str_bytes;
 	if (off > STR_AREA)
@@ -563,6 +707,14 @@ static __always_inline void emit(void *ctx, __u32 probe, __u32 id, struct spec *
 	e->str_bytes = off;
 	e->kstack = 0;
 	e->ustack = 0;
+	if (!off && !want_kstack && !want_ustack) {
+		/* Only the values the format uses (user space reads the rest as 0). */
+		n = sp->nvals;
+		if (n > MAX_VALS)
+			n = MAX_VALS;
+		n = offsetof(struct tk_event, vals) + n * 8;
+		goto out;
+	}
 	if (want_kstack) {
 		k = bpf_get_stack(ctx, &e->tail[off], STACK_BYTES, 0);
 		e->kstack = k;
@@ -578,25 +730,15 @@ static __always_inline void emit(void *ctx, __u32 probe, __u32 id, struct spec *
 	n = offsetof(struct tk_event, tail) + off;
 	if (n > sizeof(*e))
 		n = sizeof(*e);
+out:
 	event_output(e, n);
 }
 
-static __always_inline struct scratch *common_inputs(void)
+static __always_inline struct scratch *scratch_of_cpu(void)
 {
 	__u32 zero = 0;
-	struct scratch *sc = bpf_map_lookup_elem(&scratch, &zero);
-	__u64 id, ug;
 
-	if (!sc)
-		return NULL;
-	id = bpf_get_current_pid_tgid();
-	ug = bpf_get_current_uid_gid();
-	sc->in[IN_TID] = (__u32)id;
-	sc->in[IN_TGID] = id >> 32;
-	sc->in[IN_UID] = (__u32)ug;
-	sc->in[IN_GID] = ug >> 32;
-	sc->in[IN_CPU] = bpf_get_smp_processor_id();
-	return sc;
+	return bpf_map_lookup_elem(&scratch, &zero);
 }
 
 /* The argument registers of a function hit (through the syscall wrapper's inner
@@ -640,32 +782,18 @@ static __always_inline bool fn_entry(struct pt_regs *ctx, __u32 probe)
 {
 	struct specs_of *so;
 	struct scratch *sc;
-	bool want_ret = false, syscall = false;
+	bool want_ret;
 
 	if (skip_task())
 		return false;
 	so = specs_of(probe);
 	if (!so)
 		return false;
-	sc = common_inputs();
+	sc = scratch_of_cpu();
 	if (!sc)
 		return false;
-	for (int k = 0; k < MAX_SPECS; k++) {
-		__u32 id;
-		struct spec *sp;
-
-		if (k >= so->n)
-			break;
-		id = so->spec[k];
-		sp = bpf_map_lookup_elem(&specs, &id);
-		if (!sp)
-			continue;
-		if (sp->flags & F_RETURN)
-			want_ret = true;
-		if (sp->flags & F_SYSCALL)
-			syscall = true;
-	}
-	read_args(ctx, sc->in, syscall);
+	want_ret = so->flags & F_RETURN;
+	read_args(ctx, sc->in, so->flags & F_SYSCALL);
 	sc->in[IN_RETVAL] = 0;
 	for (int k = 0; k < MAX_SPECS; k++) {
 		__u32 id;
@@ -700,7 +828,7 @@ static __always_inline void fn_return(struct pt_regs *ctx, __u32 probe)
 		return;
 	if (!pair_pop(probe, &f))
 		return; /* no entry: filtered out there, or a p: only site */
-	sc = common_inputs();
+	sc = scratch_of_cpu();
 	if (!sc)
 		return;
 	__builtin_memcpy(sc->in, f.args, sizeof(f.args));
@@ -835,22 +963,12 @@ int trace_uretprobe(struct pt_regs *ctx)
 static __always_inline void hit(void *ctx, struct scratch *sc, __u32 probe, bool usdt_regs)
 {
 	struct specs_of *so;
-	__u32 usdt = 0;
+	__u32 usdt;
 
 	so = specs_of(probe);
 	if (!so)
 		return;
-	for (int k = 0; k < MAX_SPECS; k++) {
-		__u32 id;
-		struct spec *sp;
-
-		if (k >= so->n)
-			break;
-		id = so->spec[k];
-		sp = bpf_map_lookup_elem(&specs, &id);
-		if (sp)
-			usdt |= sp->usdt_mask;
-	}
+	usdt = so->usdt_mask;
 	if (usdt_regs && usdt) {
 		const struct tk_pt_regs *regs = (const struct tk_pt_regs *)ctx;
 
@@ -905,7 +1023,7 @@ static __always_inline struct scratch *tp_start(void)
 {
 	if (skip_task())
 		return NULL;
-	return common_inputs();
+	return scratch_of_cpu();
 }
 
 SEC("tracepoint")
@@ -921,17 +1039,7 @@ int trace_tp_read(void *ctx)
 	so = specs_of(probe);
 	if (!so)
 		return 0;
-	for (int k = 0; k < MAX_SPECS; k++) {
-		__u32 id;
-		struct spec *sp;
-
-		if (k >= so->n)
-			break;
-		id = so->spec[k];
-		sp = bpf_map_lookup_elem(&specs, &id);
-		if (sp && sp->rec_words > words)
-			words = sp->rec_words;
-	}
+	words = so->rec_words;
 	if (words > REC_MAX / 8)
 		words = REC_MAX / 8;
 	if (words > 1)
@@ -994,7 +1102,7 @@ int trace_usdt(struct pt_regs *ctx)
 
 	if (skip_task())
 		return 0;
-	sc = common_inputs();
+	sc = scratch_of_cpu();
 	if (sc)
 		hit(ctx, sc, bpf_usdt_cookie(ctx), true);
 	return 0;

@@ -52,7 +52,7 @@ static __always_inline void report(__u64 bits, enum source src)
 	e->tid = (__u32)id;
 	e->source = src;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
-	event_submit(e);
+	event_submit(e, sizeof(*e));
 }
 
 /* A read's return value: bytes copied, or a negative error (not reported). */

@@ -48,10 +48,12 @@ pub fn ring_bytes() -> Result<u32> {
 }
 
 /// `events_wakeup_bytes` for a ring of `ring` bytes (bpf/events.h): the reader
-/// is woken when a sixteenth of the buffer is waiting, and otherwise finds the
-/// records at its next look, within 100 ms ([`Events::poll`]).
+/// is woken when a CPU has added a sixteenth of the buffer over the CPUs (so at
+/// most a sixteenth waits unseen), and otherwise finds the records at its next
+/// look, within 100 ms ([`Events::poll`]).
 pub fn wakeup_bytes(ring: u32) -> u64 {
-    u64::from(ring / 16).max(1)
+    let cpus = libbpf_rs::num_possible_cpus().map_or(1, |n| n.max(1)) as u64;
+    (u64::from(ring / 16) / cpus).max(1)
 }
 
 type Failure = Rc<RefCell<Option<anyhow::Error>>>;
@@ -137,9 +139,12 @@ impl<'a> Events<'a> {
     }
 
     fn after(&mut self, rc: i32) -> Result<()> {
-        let text = std::mem::take(&mut *self.out.borrow_mut());
+        let mut text = std::mem::take(&mut *self.out.borrow_mut());
         if !text.is_empty() {
             emit(&text)?;
+            // The next batch reuses the buffer rather than growing a new one.
+            text.clear();
+            *self.out.borrow_mut() = text;
         }
         if let Some(e) = self.failed.borrow_mut().take() {
             return Err(e);

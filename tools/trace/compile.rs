@@ -78,6 +78,75 @@ const U_BNOT: u32 = 2;
 /// Spec flags (bpf/trace.bpf.c).
 pub const F_RETURN: u32 = 1;
 pub const F_SYSCALL: u32 = 2;
+pub const F_IDS: u32 = 4;
+pub const F_FAST_PRED: u32 = 8;
+pub const F_FAST_VALS: u32 = 16;
+
+const OPD_IN: u8 = 1;
+const OPD_REC: u8 = 2;
+const NO_OP: u8 = 0xff;
+
+/// A plain value the BPF side reads without its interpreter (`struct tk_operand`):
+/// an input or a record field, truncated or extended to `size` bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Operand {
+    pub src: u8,
+    pub size: u8,
+    pub sign: u8,
+    /// The value it is stored to (fast values).
+    pub val: u8,
+    pub a: u32,
+}
+
+impl Operand {
+    fn to_bytes(self, b: &mut Vec<u8>) {
+        b.extend_from_slice(&[self.src, self.size, self.sign, self.val]);
+        b.extend_from_slice(&self.a.to_ne_bytes());
+    }
+
+    /// The operand the instructions at the start of `insns` push, and how many
+    /// they are: `in` (optionally `cast`), or `rec`.
+    fn parse(insns: &[Insn]) -> Option<(Operand, usize)> {
+        let first = insns.first()?;
+        match first.op {
+            OP_IN => {
+                let mut o = Operand {
+                    src: OPD_IN,
+                    a: first.a,
+                    ..Operand::default()
+                };
+                if let Some(c) = insns.get(1).filter(|c| c.op == OP_CAST) {
+                    o.size = c.size;
+                    o.sign = c.b & SIGNED;
+                    return Some((o, 2));
+                }
+                Some((o, 1))
+            }
+            OP_REC => Some((
+                Operand {
+                    src: OPD_REC,
+                    size: first.size,
+                    sign: first.b & SIGNED,
+                    val: 0,
+                    a: first.a,
+                },
+                1,
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// A predicate the BPF side runs straight-line: `x`, then `ops[0]` (an
+/// arithmetic operation with a constant, or NO_OP), then `ops[1]`, a comparison
+/// with a constant as the outcomes it keeps (CMP_LT | CMP_EQ | CMP_GT, and
+/// CMP_SIGNED). A few branches, where the interpreter's 25-way operation would
+/// multiply the paths the verifier walks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FastPred {
+    pub x: Operand,
+    pub ops: [(u8, i64); 2],
+}
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Insn {
@@ -108,24 +177,152 @@ pub struct Program {
     pub insns: Vec<Insn>,
     pub lits: Vec<u8>,
     pub slots: Vec<Slot>,
+    /// The instructions of the predicate (its FILTER included).
+    pub pred_len: usize,
+    /// The predicate, when it has the shape the BPF side runs without its
+    /// interpreter (then the interpreter starts at `pred_len`).
+    pub fast_pred: Option<FastPred>,
+    /// The values, when every one is a plain copy (no interpreter at all).
+    pub fast_vals: Option<Vec<Operand>>,
 }
 
 /// Bytes of `struct spec` in bpf/trace.bpf.c.
-pub const SPEC_BYTES: usize = 24 + MAX_INSNS * 16 + LITS + LIT_MAX;
+pub const SPEC_BYTES: usize = 32 + 8 + 8 + 16 + MAX_VALS * 8 + MAX_INSNS * 16 + LITS + LIT_MAX;
+
+/// Inputs only gathered for a hit the predicate keeps (bpf/trace.bpf.c emit()).
+fn late_input(a: u32) -> bool {
+    (IN_TID..=IN_CPU).contains(&a)
+}
+
+/// The fast form of the predicate `insns` (its FILTER last), if it has one:
+/// an operand, then at most two operations with a constant.
+fn fast_pred(insns: &[Insn]) -> Option<FastPred> {
+    let (x, mut i) = Operand::parse(insns)?;
+    if x.src == OPD_IN && late_input(x.a) {
+        return None;
+    }
+    let mut pairs = Vec::new();
+    while let Some([c, b]) = insns.get(i..i + 2) {
+        if c.op != OP_CONST || b.op != OP_BIN {
+            break;
+        }
+        pairs.push((b.a, c.imm));
+        i += 2;
+    }
+    if insns.get(i..)
+        != Some(
+            &[Insn {
+                op: OP_FILTER,
+                ..Insn::default()
+            }][..],
+        )
+    {
+        return None;
+    }
+    let not_zero = (CMP_LT | CMP_GT, 0);
+    let ops = match pairs[..] {
+        [] => [(NO_OP, 0), not_zero],
+        [(op, imm)] => match cmp_mask(op) {
+            Some(m) => [(NO_OP, 0), (m, imm)],
+            None => [(arith(op)?, imm), not_zero],
+        },
+        [(a, aimm), (c, cimm)] => [(arith(a)?, aimm), (cmp_mask(c)?, cimm)],
+        _ => return None,
+    };
+    Some(FastPred { x, ops })
+}
+
+/// Outcomes of a fast comparison (bpf/trace.bpf.c fast_pred()).
+const CMP_LT: u8 = 1;
+const CMP_EQ: u8 = 2;
+const CMP_GT: u8 = 4;
+const CMP_SIGNED: u8 = 8;
+
+/// The outcomes a comparison operator keeps.
+fn cmp_mask(op: u32) -> Option<u8> {
+    Some(match op {
+        B_EQ => CMP_EQ,
+        B_NE => CMP_LT | CMP_GT,
+        B_LTU => CMP_LT,
+        B_LEU => CMP_LT | CMP_EQ,
+        B_GTU => CMP_GT,
+        B_GEU => CMP_GT | CMP_EQ,
+        B_LTS => CMP_SIGNED | CMP_LT,
+        B_LES => CMP_SIGNED | CMP_LT | CMP_EQ,
+        B_GTS => CMP_SIGNED | CMP_GT,
+        B_GES => CMP_SIGNED | CMP_GT | CMP_EQ,
+        _ => return None,
+    })
+}
+
+/// The arithmetic operations fast_pred() does.
+fn arith(op: u32) -> Option<u8> {
+    matches!(
+        op,
+        B_ADD | B_SUB | B_MUL | B_DIV | B_MOD | B_AND | B_OR | B_XOR | B_SHL | B_SHR | B_SAR
+    )
+    .then_some(op as u8)
+}
+
+/// The values `insns` store, if each is an operand stored as it is.
+fn fast_vals(mut insns: &[Insn]) -> Option<Vec<Operand>> {
+    let mut vals = Vec::new();
+    while !insns.is_empty() {
+        let (mut o, n) = Operand::parse(insns)?;
+        let st = insns.get(n).filter(|v| v.op == OP_VAL)?;
+        o.val = st.a as u8;
+        vals.push(o);
+        insns = &insns[n + 1..];
+    }
+    Some(vals)
+}
 
 impl Program {
     /// The program as the BPF side's `struct spec`.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(SPEC_BYTES);
+        let mut flags = self.flags;
+        if self
+            .insns
+            .iter()
+            .any(|i| i.op == OP_IN && late_input(i.a) && i.a != IN_TID && i.a != IN_TGID)
+        {
+            flags |= F_IDS;
+        }
+        if self.fast_pred.is_some() {
+            flags |= F_FAST_PRED;
+        }
+        if self.fast_vals.is_some() {
+            flags |= F_FAST_VALS;
+        }
+        let nvals = self
+            .slots
+            .iter()
+            .filter(|s| matches!(s, Slot::Val(_)))
+            .count();
+        let fast = self.fast_vals.as_deref().unwrap_or(&[]);
         for v in [
-            self.flags,
+            flags,
             self.insns.len() as u32,
             self.usdt_mask,
             self.rec_words,
             self.str_bytes,
-            0,
+            self.pred_len as u32,
+            nvals as u32,
+            fast.len() as u32,
         ] {
             b.extend_from_slice(&v.to_ne_bytes());
+        }
+        let p = self.fast_pred.unwrap_or(FastPred {
+            x: Operand::default(),
+            ops: [(NO_OP, 0); 2],
+        });
+        p.x.to_bytes(&mut b);
+        b.extend_from_slice(&[p.ops[0].0, p.ops[1].0, 0, 0, 0, 0, 0, 0]);
+        b.extend_from_slice(&p.ops[0].1.to_ne_bytes());
+        b.extend_from_slice(&p.ops[1].1.to_ne_bytes());
+        for k in 0..MAX_VALS {
+            fast.get(k).copied().unwrap_or_default().to_bytes(&mut b);
         }
         for i in 0..MAX_INSNS {
             let x = self.insns.get(i).copied().unwrap_or_default();
@@ -160,6 +357,21 @@ impl Program {
             s.push_str(&format!(
                 "    {n:3} {name:<6} a={} size={} b={:#x} imm={}\n",
                 i.a, i.size, i.b, i.imm
+            ));
+        }
+        // What runs without the interpreter (bpf/trace.bpf.c emit()).
+        let fast: Vec<&str> = [
+            self.fast_pred.map(|_| "predicate"),
+            self.fast_vals.as_ref().map(|_| "values"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if !fast.is_empty() {
+            s.push_str(&format!(
+                "    straight-line: {}
+",
+                fast.join(", ")
             ));
         }
         s
@@ -326,6 +538,7 @@ pub fn compile(probe: &Probe, ctx: &Ctx) -> Result<Program, String> {
         let v = g.expr(pred)?;
         g.rvalue(v)?;
         g.emit(OP_FILTER, 0, 0, 0, 0, -1);
+        g.prog.pred_len = g.prog.insns.len();
     }
     let Some(format) = &probe.format else {
         return g.finish();
@@ -435,6 +648,13 @@ impl Gen<'_> {
             ));
         }
         self.prog.rec_words = self.prog.rec_words.min(REC_MAX / 8);
+        let (pred, body) = self.prog.insns.split_at(self.prog.pred_len);
+        self.prog.fast_pred = if pred.is_empty() {
+            None
+        } else {
+            fast_pred(pred)
+        };
+        self.prog.fast_vals = fast_vals(body);
         Ok(self.prog)
     }
 
@@ -1152,6 +1372,64 @@ mod tests {
         assert_eq!(p.flags & F_RETURN, F_RETURN);
         let p = user("c:open (STRCMP(\"a.txt\", arg1))").unwrap();
         assert_eq!(p.lits, b"a.txt\0");
+    }
+
+    #[test]
+    fn fast_paths_only_for_their_shapes() {
+        let arg = |a, val| Operand {
+            src: OPD_IN,
+            a,
+            val,
+            ..Operand::default()
+        };
+        let p = user("c:read (arg1 % 1000 == 0) \"%d %d\", arg1, arg2").unwrap();
+        assert_eq!(
+            p.fast_pred,
+            Some(FastPred {
+                x: arg(0, 0),
+                ops: [(B_MOD as u8, 1000), (CMP_EQ, 0)],
+            })
+        );
+        assert_eq!(p.fast_vals, Some(vec![arg(0, 0), arg(1, 1)]));
+        assert_eq!(p.pred_len, 6);
+        // A plain truth value, and a cast folded into the operand.
+        let p = user("c:read (arg2) \"%d\", (short)arg1").unwrap();
+        assert_eq!(
+            p.fast_pred.map(|f| f.ops),
+            Some([(NO_OP, 0), (CMP_LT | CMP_GT, 0)])
+        );
+        let q = user("c:read (arg1 & 4)").unwrap();
+        assert_eq!(
+            q.fast_pred.map(|f| f.ops),
+            Some([(B_AND as u8, 4), (CMP_LT | CMP_GT, 0)])
+        );
+        assert_eq!(cmp_mask(B_LES), Some(CMP_SIGNED | CMP_LT | CMP_EQ));
+        assert_eq!(cmp_mask(B_LAND), None);
+        let v = p.fast_vals.unwrap();
+        assert_eq!((v[0].size, v[0].sign), (2, SIGNED));
+        // $uid is only gathered for a kept hit: that predicate runs in the
+        // interpreter (the values still copy), and the spec says it reads ids.
+        let p = user("c:read ($uid == 0) \"%d\", arg1").unwrap();
+        assert!(p.fast_pred.is_none() && p.fast_vals.is_some());
+        assert_ne!(
+            u32::from_ne_bytes(p.to_bytes()[0..4].try_into().unwrap()) & F_IDS,
+            0
+        );
+        // Three operations, STRCMP, strings and arithmetic in values: no fast path.
+        assert!(user("c:read (arg1 + 1 + 2 == 3)")
+            .unwrap()
+            .fast_pred
+            .is_none());
+        assert!(user("c:open (STRCMP(\"a\", arg1))")
+            .unwrap()
+            .fast_pred
+            .is_none());
+        assert!(user("c:read \"%s\", arg2").unwrap().fast_vals.is_none());
+        assert!(user("c:read \"%d\", arg2 + 1").unwrap().fast_vals.is_none());
+        let p = user("c:read").unwrap();
+        assert!(p.fast_pred.is_none());
+        assert_eq!(p.fast_vals, Some(vec![]));
+        assert_eq!(p.to_bytes().len(), SPEC_BYTES);
     }
 
     #[test]

@@ -154,15 +154,12 @@ impl Format {
 
     /// The message for `values` (one per conversion).
     pub fn render(&self, values: &[Value]) -> String {
-        let mut out = String::new();
+        let mut out = String::with_capacity(64);
         let mut vals = values.iter();
         for p in &self.pieces {
             match p {
                 Piece::Lit(l) => out.push_str(l),
-                Piece::Conv(c) => {
-                    let v = vals.next().cloned().unwrap_or(Value::Num(0));
-                    out.push_str(&c.render(&v));
-                }
+                Piece::Conv(c) => c.render_into(&mut out, vals.next().unwrap_or(&Value::Num(0))),
             }
         }
         out
@@ -204,6 +201,29 @@ impl Conv {
                     Json::from(mag)
                 }
             }
+        }
+    }
+
+    /// Appends the value to `out`: a plain `%d %u %x` (most formats) without the
+    /// intermediate strings of [`Conv::render`], which does the rest.
+    pub fn render_into(&self, out: &mut String, v: &Value) {
+        use std::fmt::Write as _;
+        let plain = !(self.left || self.zero || self.plus || self.space || self.alt)
+            && self.width.is_none()
+            && self.prec.is_none();
+        match (v, self.ty) {
+            (Value::Num(n), 'd' | 'i' | 'u' | 'x') if plain => {
+                let (neg, mag) = self.typed(*n);
+                if neg {
+                    out.push('-');
+                }
+                let _ = if self.ty == 'x' {
+                    write!(out, "{mag:x}")
+                } else {
+                    write!(out, "{mag}")
+                };
+            }
+            _ => out.push_str(&self.render(v)),
         }
     }
 

@@ -150,6 +150,9 @@ fn main() {
     common::cli::main("trace", || run(common::cli::parse::<Args>()))
 }
 
+/// The ring buffer's size unless -b or `TRACEKIT_RING_BYTES` says otherwise.
+const TRACE_RING_BYTES: u32 = 16 << 20;
+
 /// The header fields of `struct tk_event` (bpf/trace.bpf.c).
 const EV_TAIL: usize = 192;
 const EV_VALS: usize = 64;
@@ -276,6 +279,11 @@ fn run(mut args: Args) -> Result<()> {
                 .next_power_of_two()
                 .min(1 << 30) as u32
         }
+        // Deeper than the other tools' default: trace prints every hit of hot
+        // probes, and a reader the scheduler holds back on a busy machine must
+        // not lose what the kernel side now produces faster (16 MiB: BCC's 64
+        // pages per CPU on 64 CPUs).
+        None if std::env::var_os(events::RING_BYTES_ENV).is_none() => TRACE_RING_BYTES,
         None => events::ring_bytes()?,
     };
     let plan = &session.plan;
@@ -285,6 +293,7 @@ fn run(mut args: Args) -> Result<()> {
     } else {
         std::process::id()
     };
+    let json_out = session.json;
     let mut open = common::open_skeleton!(
         skel::TraceSkelBuilder,
         &mut obj,
@@ -298,6 +307,8 @@ fn run(mut args: Args) -> Result<()> {
             rodata.str_size = args.string_size;
             rodata.want_kstack = args.kernel_stack;
             rodata.want_ustack = args.user_stack;
+            // The header's ts, uid and cpu are only printed by these.
+            rodata.want_extras = args.timestamp || args.print_cpu || json_out;
             // Stacks are symbolized as records arrive, while the process lives.
             rodata.events_wakeup_bytes = if args.user_stack {
                 0
@@ -344,10 +355,18 @@ fn run(mut args: Args) -> Result<()> {
         lists[c.probe].push(id as u32);
     }
     for (i, l) in lists.iter().enumerate() {
-        let mut v = Vec::with_capacity(20);
+        // struct specs_of: the specs, and what a hit must gather for them.
+        let progs = l.iter().map(|&id| &compiled[id as usize].prog);
+        let flags = progs.clone().fold(0, |f, p| f | p.flags);
+        let usdt = progs.clone().fold(0, |m, p| m | p.usdt_mask);
+        let words = progs.map(|p| p.rec_words).max().unwrap_or(0);
+        let mut v = Vec::with_capacity(32);
         v.extend_from_slice(&(l.len() as u32).to_ne_bytes());
         for k in 0..4 {
             v.extend_from_slice(&l.get(k).copied().unwrap_or(0).to_ne_bytes());
+        }
+        for x in [flags, usdt, words] {
+            v.extend_from_slice(&x.to_ne_bytes());
         }
         skel.maps
             .probes
@@ -434,7 +453,8 @@ fn run(mut args: Args) -> Result<()> {
     {
         let mut ev = Events::new_raw(&skel.maps.events, &skel.maps.events_lost, |data, out| {
             received += 1;
-            if done || data.len() < EV_TAIL {
+            // Records without strings or stacks end after their last value.
+            if done || data.len() < EV_VALS {
                 return Ok(());
             }
             let h = render::Header::decode(data);
@@ -446,13 +466,14 @@ fn run(mut args: Args) -> Result<()> {
                     return Ok(());
                 }
             }
-            let vals: Vec<u64> = (0..compile::MAX_VALS)
-                .map(|k| {
-                    let o = EV_VALS + 8 * k;
-                    u64::from_ne_bytes(data[o..o + 8].try_into().expect("8 bytes"))
-                })
-                .collect();
-            let tail = &data[EV_TAIL..];
+            let mut vals = [0u64; compile::MAX_VALS];
+            for (k, v) in data[EV_VALS..data.len().min(EV_TAIL)]
+                .chunks_exact(8)
+                .enumerate()
+            {
+                vals[k] = u64::from_ne_bytes(v.try_into().expect("8 bytes"));
+            }
+            let tail = data.get(EV_TAIL..).unwrap_or(&[]);
             let msg = r.message(&c.parsed, &c.prog, &h, &vals, tail);
             if let Some(f) = &args.msg_filter {
                 if !msg.text.contains(f.as_str()) {
@@ -726,7 +747,7 @@ fn report_stats(map: &dyn MapCore, compiled: &[Compiled], received: u64) -> Resu
             s,
             "trace: program {id} (\"{}\"): {} hits, {} dropped by the predicate in the kernel, {} returns without their entry",
             escape(&p.parsed.text),
-            t[3 * id],
+            t[3 * id] + t[3 * id + 1],
             t[3 * id + 1],
             t[3 * id + 2]
         );

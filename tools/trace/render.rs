@@ -37,7 +37,8 @@ fn u32_at(d: &[u8], o: usize) -> u32 {
 impl Header {
     /// Decodes a record of at least the header's size.
     pub fn decode(d: &[u8]) -> Header {
-        let comm: Vec<u8> = d[48..64].iter().copied().take_while(|&c| c != 0).collect();
+        let comm = &d[48..64];
+        let comm = &comm[..comm.iter().position(|&c| c == 0).unwrap_or(16)];
         Header {
             ts: u64::from_ne_bytes(d[0..8].try_into().expect("8 bytes")),
             spec: u32_at(d, 12),
@@ -48,7 +49,7 @@ impl Header {
             str_bytes: u32_at(d, 32),
             kstack: u32_at(d, 36) as i32,
             ustack: u32_at(d, 40) as i32,
-            comm: String::from_utf8_lossy(&comm).into_owned(),
+            comm: String::from_utf8_lossy(comm).into_owned(),
         }
     }
 }
@@ -198,7 +199,7 @@ impl Renderer {
                 values: Vec::new(),
             };
         };
-        let mut values = Vec::new();
+        let mut values = Vec::with_capacity(prog.slots.len());
         let mut json = Vec::new();
         for (conv, slot) in format.convs().zip(&prog.slots) {
             let v = match *slot {
@@ -218,7 +219,10 @@ impl Renderer {
                     Value::Text(String::from_utf8_lossy(&s).into_owned())
                 }
             };
-            json.push(conv.json(&v));
+            // Typed values are only printed by --json.
+            if self.o.json {
+                json.push(conv.json(&v));
+            }
             values.push(v);
         }
         Message {
@@ -296,7 +300,7 @@ impl Renderer {
             }
             return format!("{v}\n");
         }
-        let mut s = String::new();
+        let mut s = String::with_capacity(64 + msg.text.len());
         if self.o.timestamp || self.o.time {
             let t = if self.o.timestamp {
                 if self.o.unix {
@@ -323,7 +327,12 @@ impl Renderer {
             "{:<7} {:<7} {:<15} {:<16} {}",
             h.tgid,
             h.tid,
-            common::output::escape(h.comm.as_bytes()),
+            // Names are rarely escaped: no copy for those that are not.
+            if h.comm.contains(char::is_control) {
+                std::borrow::Cow::Owned(common::output::escape(h.comm.as_bytes()))
+            } else {
+                std::borrow::Cow::Borrowed(h.comm.as_str())
+            },
             func,
             msg.text
         );
