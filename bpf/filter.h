@@ -20,7 +20,9 @@ struct tk_pidns_info {
 	__u32 tgid;
 };
 
-static __always_inline bool filtered_out(void)
+/* filtered_out() for a caller that has bpf_get_current_pid_tgid()'s value
+ * already (one helper call the fewer per hit). */
+static __always_inline bool filtered_out_id(__u64 pid_tgid)
 {
 	if (filter_cpu >= 0 && bpf_get_smp_processor_id() != (__u32)filter_cpu)
 		return true;
@@ -34,7 +36,13 @@ static __always_inline bool filtered_out(void)
 			return true;
 		return ns.tgid != filter_tgid;
 	}
-	return (bpf_get_current_pid_tgid() >> 32) != filter_tgid;
+	return (pid_tgid >> 32) != filter_tgid;
+}
+
+static __always_inline bool filtered_out(void)
+{
+	/* The pid is read only when a plain -p filter compares it. */
+	return filtered_out_id(filter_tgid && !filter_pidns_ino ? bpf_get_current_pid_tgid() : 0);
 }
 
 #endif

@@ -187,6 +187,7 @@ const volatile __u32 str_size = 80;	/* -Z */
 const volatile bool want_kstack = false; /* -K */
 const volatile bool want_ustack = false; /* -U */
 const volatile bool want_extras = true;	/* the header's ts, uid and cpu (-t, -C, --json) */
+const volatile bool want_stats = true;	/* -v: hits and drops counted per spec */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -222,7 +223,11 @@ struct {
 static __always_inline void stat(__u32 spec, __u32 what)
 {
 	__u32 k = spec * STATS + what;
-	__u64 *n = bpf_map_lookup_elem(&stats, &k);
+	__u64 *n;
+
+	if (!want_stats)
+		return;
+	n = bpf_map_lookup_elem(&stats, &k);
 
 	if (n)
 		*n += 1;
@@ -232,7 +237,7 @@ static __always_inline bool skip_task(void)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 
-	if (filtered_out())
+	if (filtered_out_id(id))
 		return true;
 	if (self_tgid && (id >> 32) == self_tgid)
 		return true;

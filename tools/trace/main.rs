@@ -309,6 +309,8 @@ fn run(mut args: Args) -> Result<()> {
             rodata.want_ustack = args.user_stack;
             // The header's ts, uid and cpu are only printed by these.
             rodata.want_extras = args.timestamp || args.print_cpu || json_out;
+            // Only -v prints the per-spec counts: no counter to bump otherwise.
+            rodata.want_stats = args.verbose;
             // Stacks are symbolized as records arrive, while the process lives.
             rodata.events_wakeup_bytes = if args.user_stack {
                 0
