@@ -387,16 +387,33 @@ static __always_inline __u64 pop(struct run *r)
 	return sc->st[top & (EVAL_STACK - 1)];
 }
 
-static __always_inline __u64 binop(__u32 op, __u64 x, __u64 y)
+/* The arithmetic operations: a fast predicate's step, and binop's. */
+static __always_inline __u64 arith(__u32 op, __u64 x, __u64 y)
 {
-	__s64 sx = x, sy = y;
-
 	switch (op) {
 	case B_ADD: return x + y;
 	case B_SUB: return x - y;
 	case B_MUL: return x * y;
 	case B_DIV: return y ? x / y : 0;
 	case B_MOD: return y ? x % y : 0;
+	case B_AND: return x & y;
+	case B_OR: return x | y;
+	case B_XOR: return x ^ y;
+	case B_SHL: return x << (y & 63);
+	case B_SHR: return x >> (y & 63);
+	case B_SAR: return (__s64)x >> (y & 63);
+	}
+	return x;
+}
+
+static __always_inline __u64 binop(__u32 op, __u64 x, __u64 y)
+{
+	__s64 sx = x, sy = y;
+
+	switch (op) {
+	case B_ADD: case B_SUB: case B_MUL: case B_DIV: case B_MOD: case B_AND:
+	case B_OR: case B_XOR: case B_SHL: case B_SHR: case B_SAR:
+		return arith(op, x, y);
 	case B_SDIV: {
 		__u64 ax = sx < 0 ? -sx : sx, ay = sy < 0 ? -sy : sy;
 		__u64 q = ay ? ax / ay : 0;
@@ -409,12 +426,6 @@ static __always_inline __u64 binop(__u32 op, __u64 x, __u64 y)
 
 		return sx < 0 ? -m : m;
 	}
-	case B_AND: return x & y;
-	case B_OR: return x | y;
-	case B_XOR: return x ^ y;
-	case B_SHL: return x << (y & 63);
-	case B_SHR: return x >> (y & 63);
-	case B_SAR: return sx >> (y & 63);
 	case B_EQ: return x == y;
 	case B_NE: return x != y;
 	case B_LTU: return x < y;
@@ -591,25 +602,6 @@ static __always_inline __u64 operand(struct scratch *sc, struct tk_operand *o)
 		v = sc->in[o->a & (NIN - 1)];
 	v <<= shift & 63;
 	return o->sign ? (__u64)((__s64)v >> (shift & 63)) : v >> (shift & 63);
-}
-
-/* The arithmetic operations of a fast predicate. */
-static __always_inline __u64 arith(__u32 op, __u64 x, __u64 y)
-{
-	switch (op) {
-	case B_ADD: return x + y;
-	case B_SUB: return x - y;
-	case B_MUL: return x * y;
-	case B_DIV: return y ? x / y : 0;
-	case B_MOD: return y ? x % y : 0;
-	case B_AND: return x & y;
-	case B_OR: return x | y;
-	case B_XOR: return x ^ y;
-	case B_SHL: return x << (y & 63);
-	case B_SHR: return x >> (y & 63);
-	case B_SAR: return (__s64)x >> (y & 63);
-	}
-	return x;
 }
 
 /* F_FAST_PRED: whether the hit is kept. Reads only what the hit's inputs
