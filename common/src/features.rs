@@ -205,52 +205,48 @@ pub fn raw_tp_cookie() -> bool {
 }
 
 fn raw_tp_cookie_probe() -> bool {
-    {
-        const GET_ATTACH_COOKIE: u8 = 174;
-        let Ok(prog) = load(
-            sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
-            0,
-            0,
-            &[call(GET_ATTACH_COOKIE), R0_0, EXIT],
-        ) else {
-            return false;
-        };
-        // A tracepoint that does not exist first: a kernel that takes the cookie
-        // gets as far as looking the name up (ENOENT) and enables nothing. Any
-        // other answer gets the trial attach.
-        let fake = CString::new("tracekit_no_such_tracepoint").expect("no NUL");
-        let opts = sys::bpf_raw_tp_opts {
-            sz: size_of::<sys::bpf_raw_tp_opts>() as _,
-            tp_name: fake.as_ptr(),
-            cookie: 1,
-        };
-        // SAFETY: fake outlives the call; a non-negative result is an fd we own.
-        let fd = unsafe {
-            sys::bpf_raw_tracepoint_open_opts(prog.as_raw_fd(), &opts as *const _ as *mut _)
-        };
-        if fd >= 0 {
-            // SAFETY: as above.
-            drop(unsafe { OwnedFd::from_raw_fd(fd) });
-        } else if -fd == libc::ENOENT {
-            return true;
-        }
-        let name = CString::new("sched_switch").expect("no NUL");
-        let opts = sys::bpf_raw_tp_opts {
-            sz: size_of::<sys::bpf_raw_tp_opts>() as _,
-            tp_name: name.as_ptr(),
-            cookie: 1,
-        };
-        // SAFETY: name outlives the call; a non-negative result is an fd we own.
-        let fd = unsafe {
-            sys::bpf_raw_tracepoint_open_opts(prog.as_raw_fd(), &opts as *const _ as *mut _)
-        };
-        if fd < 0 {
-            return false;
-        }
-        // SAFETY: fd is a fresh link fd; closing it detaches the probe.
+    const GET_ATTACH_COOKIE: u8 = 174;
+    let Ok(prog) = load(
+        sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
+        0,
+        0,
+        &[call(GET_ATTACH_COOKIE), R0_0, EXIT],
+    ) else {
+        return false;
+    };
+    // A tracepoint that does not exist first: a kernel that takes the cookie
+    // gets as far as looking the name up (ENOENT) and enables nothing. Any
+    // other answer gets the trial attach.
+    let fake = CString::new("tracekit_no_such_tracepoint").expect("no NUL");
+    let opts = sys::bpf_raw_tp_opts {
+        sz: size_of::<sys::bpf_raw_tp_opts>() as _,
+        tp_name: fake.as_ptr(),
+        cookie: 1,
+    };
+    // SAFETY: fake outlives the call; a non-negative result is an fd we own.
+    let fd =
+        unsafe { sys::bpf_raw_tracepoint_open_opts(prog.as_raw_fd(), &opts as *const _ as *mut _) };
+    if fd >= 0 {
+        // SAFETY: as above.
         drop(unsafe { OwnedFd::from_raw_fd(fd) });
-        true
+    } else if -fd == libc::ENOENT {
+        return true;
     }
+    let name = CString::new("sched_switch").expect("no NUL");
+    let opts = sys::bpf_raw_tp_opts {
+        sz: size_of::<sys::bpf_raw_tp_opts>() as _,
+        tp_name: name.as_ptr(),
+        cookie: 1,
+    };
+    // SAFETY: name outlives the call; a non-negative result is an fd we own.
+    let fd =
+        unsafe { sys::bpf_raw_tracepoint_open_opts(prog.as_raw_fd(), &opts as *const _ as *mut _) };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: fd is a fresh link fd; closing it detaches the probe.
+    drop(unsafe { OwnedFd::from_raw_fd(fd) });
+    true
 }
 
 /// Whether BPF programs may read kernel memory (bpf_probe_read_kernel, which
@@ -262,27 +258,25 @@ pub fn kernel_reads() -> bool {
 }
 
 fn kernel_reads_probe() -> bool {
-    {
-        if std::env::var_os("TRACEKIT_NO_KERNEL_READS").is_some_and(|v| v != "0") {
-            return false;
-        }
-        const PROBE_READ_KERNEL: u8 = 113;
-        load(
-            sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
-            0,
-            0,
-            &[
-                [0xbf, 0xa1, 0, 0, 0, 0, 0, 0],             // r1 = r10
-                [0x07, 0x01, 0, 0, 0xf8, 0xff, 0xff, 0xff], // r1 += -8
-                [0xb7, 0x02, 0, 0, 8, 0, 0, 0],             // r2 = 8
-                [0xb7, 0x03, 0, 0, 0, 0, 0, 0],             // r3 = 0
-                call(PROBE_READ_KERNEL),
-                R0_0,
-                EXIT,
-            ],
-        )
-        .is_ok()
+    if std::env::var_os("TRACEKIT_NO_KERNEL_READS").is_some_and(|v| v != "0") {
+        return false;
     }
+    const PROBE_READ_KERNEL: u8 = 113;
+    load(
+        sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
+        0,
+        0,
+        &[
+            [0xbf, 0xa1, 0, 0, 0, 0, 0, 0],             // r1 = r10
+            [0x07, 0x01, 0, 0, 0xf8, 0xff, 0xff, 0xff], // r1 += -8
+            [0xb7, 0x02, 0, 0, 8, 0, 0, 0],             // r2 = 8
+            [0xb7, 0x03, 0, 0, 0, 0, 0, 0],             // r3 = 0
+            call(PROBE_READ_KERNEL),
+            R0_0,
+            EXIT,
+        ],
+    )
+    .is_ok()
 }
 
 /// Whether `func` (a vmlinux function) can be traced with fentry/fexit: a trivial

@@ -150,7 +150,7 @@ pub(crate) fn choose_kernel_via(probes: &[Probe], opts: &Options) -> Result<Opti
                         // One function costs one kprobe either way: nothing to say.
                         if kernel.len() > 1 {
                             warn(&format!(
-                            "kprobe_multi is not available on this kernel ({why}): attaching one kprobe per function (slower to attach and detach)"
+                                "kprobe_multi is not available on this kernel ({why}): attaching one kprobe per function (slower to attach and detach)"
                             ));
                         }
                         Via::Single

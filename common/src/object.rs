@@ -124,6 +124,7 @@ macro_rules! open_skeleton {
             libbpf_rs::skel::SkelBuilder::object_builder_mut(&mut builder)
                 .btf_custom_path(btf)
                 .context("setting the CO-RE target BTF")?;
+            $crate::timing::note("load", "kernel BTF not read");
         }
         $crate::open_configured!(builder, $obj, $plan, $plan.filter($cpu), |$rodata| $body)
     }};
@@ -263,11 +264,7 @@ impl Plan {
         if need.iter().any(|k| relocated.contains(k)) {
             return None;
         }
-        let btf = empty_btf();
-        if btf.is_some() {
-            crate::timing::note("load", "kernel BTF not read");
-        }
-        btf
+        empty_btf()
     }
 
     /// The raw tracepoint programs worth loading for this plan's tracepoints, of

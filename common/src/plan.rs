@@ -393,6 +393,11 @@ fn no_user_function(spec: &ProbeSpec, bin: &Binary, skipped: &[(String, String)]
     }
 }
 
+/// The error for a kernel function named exactly that is traceable but unsafe.
+fn not_traced_unsafe(name: &str) -> String {
+    format!("\"{name}\" is not traced: it is on the kprobe blacklist or the deny list of functions that hang or recurse when traced")
+}
+
 /// The error for a kernel function named exactly that cannot be traced.
 pub(crate) fn not_traceable(name: &str) -> String {
     format!("\"{name}\" is not a traceable kernel function (it may not exist, be inlined, or be marked notrace)")
@@ -429,7 +434,7 @@ fn expand(
                 .literal()
                 .expect("by name: every kernel pattern is literal");
             if crate::kfuncs::unsafe_to_trace(name) {
-                bail!("\"{name}\" is not traced: it is on the kprobe blacklist or the deny list of functions that hang or recurse when traced");
+                bail!(not_traced_unsafe(name));
             }
             vec![Probe {
                 label: name.to_string(),
@@ -455,7 +460,7 @@ fn expand(
             if found.is_empty() {
                 if let Some(name) = m.literal() {
                     if k.is_removed(name) {
-                        bail!("\"{name}\" is not traced: it is on the kprobe blacklist or the deny list of functions that hang or recurse when traced");
+                        bail!(not_traced_unsafe(name));
                     }
                     bail!(not_traceable(name));
                 }
