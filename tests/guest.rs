@@ -735,20 +735,14 @@ fn urandomread_device_reads_and_getrandom_exactly() {
 fn function_table_cache_is_used_only_when_fresh() {
     let cache = Scratch::new();
     // Counts 300 reads with `pattern`; returns the timing line's table source.
+    let env = format!("TRACEKIT_CACHE_DIR={}", cache.0.display());
+    let tool = funccount();
+    let via = ["env", env.as_str(), "TRACEKIT_TIMING=1", tool.to_str().unwrap()];
     let count = |pattern: &str| -> String {
         let dir = Scratch::new();
         let file = data_file(&dir);
         let w = Workload::start(&prog("workload"), &["read", "300", file.to_str().unwrap()]);
-        let mut cmd = std::process::Command::new(funccount());
-        cmd.args(["-p", &w.pid.to_string(), pattern])
-            .env("TRACEKIT_CACHE_DIR", &cache.0)
-            .env("TRACEKIT_TIMING", "1");
-        let mut t = spawn_cmd(cmd);
-        t.wait_ready();
-        w.go();
-        let out = t.finish(T);
-        assert!(w.wait().success());
-        assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+        let out = trace_workload_via(&via, w, &[pattern], T);
         assert_eq!(vfs_read_count(&out), 300, "{pattern}: {}", out.stdout);
         let timing = out.stderr.lines().find(|l| l.starts_with("timing:"));
         timing
