@@ -590,7 +590,8 @@ static __always_inline __u64 usdt_arg(struct pt_regs *ctx, struct scratch *sc, _
 }
 
 /* Few branches (8 bytes read whatever the size, then truncated), as it runs
- * for every value of every spec the verifier walks. */
+ * for every value of every spec the verifier walks. Not extend(): with it,
+ * clang loses the bound on fast_val's value index and the verifier refuses. */
 static __always_inline __u64 operand(struct scratch *sc, struct tk_operand *o)
 {
 	__u32 size = o->size, shift = size && size < 8 ? 64 - 8 * size : 0;
