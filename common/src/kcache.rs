@@ -121,6 +121,7 @@ pub fn store(dir: &Path, key: &Key, table: &Table) {
 /// The kprobe blacklist cached in `dir` for `key`.
 pub fn load_blacklist(dir: &Path, key: &Key) -> Result<Vec<String>, Miss> {
     let text = read(&dir.join(BLACKLIST))?;
+    let text = std::str::from_utf8(&text).map_err(|_| Miss::Corrupt)?;
     let mut lines = text.lines();
     if lines.next() != Some(BLACKLIST_MAGIC) {
         return Err(Miss::Corrupt);
@@ -160,15 +161,20 @@ fn header(key: &Key) -> String {
     format!("boot {} modules {:016x}", key.boot_id, key.modules)
 }
 
-/// A cache file's text. Only a file this user wrote is trusted (it decides what
-/// gets attached).
-fn read(path: &Path) -> Result<String, Miss> {
-    let md = fs::metadata(path).map_err(|_| Miss::Absent)?;
+/// A cache file's bytes, mapped rather than read: a run touches only the pages
+/// it binary-searches (copying and validating the whole 2 MB table was most of
+/// a cached `tcp_*` run's table time under emulation). Only a file this user
+/// wrote is trusted (it decides what gets attached).
+fn read(path: &Path) -> Result<memmap2::Mmap, Miss> {
+    let file = fs::File::open(path).map_err(|_| Miss::Absent)?;
+    let md = file.metadata().map_err(|_| Miss::Corrupt)?;
     // SAFETY: geteuid has no memory effects.
-    if md.uid() != unsafe { libc::geteuid() } || !md.is_file() {
+    if md.uid() != unsafe { libc::geteuid() } || !md.is_file() || md.len() == 0 {
         return Err(Miss::Corrupt);
     }
-    fs::read_to_string(path).map_err(|_| Miss::Corrupt)
+    // SAFETY: the file is only ever replaced whole by a rename ([`write`]), never
+    // rewritten in place, so the mapped inode does not change under us.
+    unsafe { memmap2::Mmap::map(&file) }.map_err(|_| Miss::Corrupt)
 }
 
 fn write(dir: &Path, file: &str, text: &str) -> std::io::Result<()> {
@@ -216,16 +222,35 @@ fn render(key: &Key, t: &Table) -> String {
     s
 }
 
-fn parse(text: &str, key: &Key, want: &Want) -> Result<Table, Miss> {
+/// `bytes` as text, for one line or field of a cache file.
+fn utf8(bytes: &[u8]) -> Result<&str, Miss> {
+    std::str::from_utf8(bytes).map_err(|_| Miss::Corrupt)
+}
+
+/// `text` split at its last newline (all of it after, if none).
+fn split_last_line(text: &[u8]) -> (&[u8], &[u8]) {
+    match text.iter().rposition(|&c| c == b'\n') {
+        Some(i) => (&text[..i], &text[i + 1..]),
+        None => (&[], text),
+    }
+}
+
+/// The lines of `text` (none if it is empty; no trailing newline expected).
+fn lines(text: &[u8]) -> impl Iterator<Item = &[u8]> {
+    text.split(|&c| c == b'\n')
+        .take(if text.is_empty() { 0 } else { usize::MAX })
+}
+
+fn parse(text: &[u8], key: &Key, want: &Want) -> Result<Table, Miss> {
     // Four header lines, then the body.
-    let mut lines = text.splitn(5, '\n');
-    let mut next = || lines.next();
-    if next() != Some(MAGIC) {
+    let mut lines_iter = text.splitn(5, |&c| c == b'\n');
+    let mut next = || lines_iter.next();
+    if next() != Some(MAGIC.as_bytes()) {
         return Err(Miss::Corrupt);
     }
-    let mut field = |name: &str| {
-        next()
-            .and_then(|l| l.strip_prefix(name))
+    let mut field = |name: &str| -> Result<&str, Miss> {
+        let line = utf8(next().ok_or(Miss::Corrupt)?)?;
+        line.strip_prefix(name)
             .and_then(|l| l.strip_prefix(' '))
             .ok_or(Miss::Corrupt)
     };
@@ -238,9 +263,12 @@ fn parse(text: &str, key: &Key, want: &Want) -> Result<Table, Miss> {
     let body = next().ok_or(Miss::Corrupt)?;
     // From the end: `end TOTAL REMOVED`, the `r` lines before it, and before
     // those the `f` lines.
-    let body = body.strip_suffix('\n').ok_or(Miss::Corrupt)?;
-    let (rest, end) = body.rsplit_once('\n').unwrap_or(("", body));
-    let mut counts = end.strip_prefix("end ").ok_or(Miss::Corrupt)?.split(' ');
+    let body = body.strip_suffix(b"\n").ok_or(Miss::Corrupt)?;
+    let (rest, end) = split_last_line(body);
+    let mut counts = utf8(end)?
+        .strip_prefix("end ")
+        .ok_or(Miss::Corrupt)?
+        .split(' ');
     let (total, nremoved): (usize, usize) = match (counts.next(), counts.next(), counts.next()) {
         (Some(t), Some(r), None) => (
             t.parse().map_err(|_| Miss::Corrupt)?,
@@ -251,8 +279,8 @@ fn parse(text: &str, key: &Key, want: &Want) -> Result<Table, Miss> {
     let mut removed = Vec::with_capacity(nremoved);
     let mut funcs_text = rest;
     while removed.len() < nremoved {
-        let (before, line) = funcs_text.rsplit_once('\n').unwrap_or(("", funcs_text));
-        let name = line.strip_prefix("r ").ok_or(Miss::Corrupt)?;
+        let (before, line) = split_last_line(funcs_text);
+        let name = utf8(line)?.strip_prefix("r ").ok_or(Miss::Corrupt)?;
         if name.is_empty() || name.contains(' ') {
             return Err(Miss::Corrupt);
         }
@@ -264,9 +292,9 @@ fn parse(text: &str, key: &Key, want: &Want) -> Result<Table, Miss> {
     match &want.prefixes {
         None => {
             let mut n = 0;
-            for line in funcs_text.lines() {
+            for line in lines(funcs_text) {
                 n += 1;
-                if let Some(f) = func_line(line, want.keep)? {
+                if let Some(f) = func_line(utf8(line)?, want.keep)? {
                     funcs.push(f);
                 }
             }
@@ -282,11 +310,11 @@ fn parse(text: &str, key: &Key, want: &Want) -> Result<Table, Miss> {
             prefixes.dedup_by(|b, a| b.starts_with(*a));
             for p in prefixes {
                 let start = lower_bound(funcs_text, p)?;
-                for line in funcs_text[start..].lines() {
-                    if !func_name(line)?.starts_with(p) {
+                for line in lines(&funcs_text[start..]) {
+                    if !func_name(line)?.starts_with(p.as_bytes()) {
                         break;
                     }
-                    if let Some(f) = func_line(line, want.keep)? {
+                    if let Some(f) = func_line(utf8(line)?, want.keep)? {
                         funcs.push(f);
                     }
                 }
@@ -301,10 +329,11 @@ fn parse(text: &str, key: &Key, want: &Want) -> Result<Table, Miss> {
     })
 }
 
-/// The name on an `f` line.
-fn func_name(line: &str) -> Result<&str, Miss> {
-    let rest = line.strip_prefix("f ").ok_or(Miss::Corrupt)?;
-    let name = rest.split(' ').next().unwrap_or("");
+/// The name on an `f` line, as bytes: UTF-8 order is byte order, so the binary
+/// search compares them without validating the lines it only passes through.
+fn func_name(line: &[u8]) -> Result<&[u8], Miss> {
+    let rest = line.strip_prefix(b"f ").ok_or(Miss::Corrupt)?;
+    let name = rest.split(|&c| c == b' ').next().unwrap_or(&[]);
     if name.is_empty() {
         return Err(Miss::Corrupt);
     }
@@ -343,13 +372,13 @@ fn func_line(line: &str, keep: &dyn Fn(&str) -> bool) -> Result<Option<KernelFun
 
 /// The byte offset of the first `f` line (of the sorted `text`) whose name is
 /// not below `prefix`, `text.len()` if none.
-fn lower_bound(text: &str, prefix: &str) -> Result<usize, Miss> {
+fn lower_bound(text: &[u8], prefix: &str) -> Result<usize, Miss> {
     // The start of the first line beginning at or after byte `pos`.
     let line_at = |pos: usize| -> usize {
         if pos == 0 {
             return 0;
         }
-        text.as_bytes()[pos - 1..]
+        text[pos - 1..]
             .iter()
             .position(|&c| c == b'\n')
             .map_or(text.len(), |i| pos + i)
@@ -359,8 +388,11 @@ fn lower_bound(text: &str, prefix: &str) -> Result<usize, Miss> {
         let mid = lo + (hi - lo) / 2;
         let line = line_at(mid);
         let below = line < text.len() && {
-            let end = text[line..].find('\n').map_or(text.len(), |i| line + i);
-            func_name(&text[line..end])? < prefix
+            let end = text[line..]
+                .iter()
+                .position(|&c| c == b'\n')
+                .map_or(text.len(), |i| line + i);
+            func_name(&text[line..end])? < prefix.as_bytes()
         };
         if below {
             lo = mid + 1;
@@ -592,6 +624,17 @@ mod tests {
         }
         fs::write(d.0.join(FILE), [0xff, 0xfe, 0]).unwrap();
         assert_eq!(load(&d.0, &key(), &ALL), Err(Miss::Corrupt));
+        // Not UTF-8 in a line that a prefix search reads.
+        let mut bytes = whole.clone().into_bytes();
+        let at = whole.find("f t_start").unwrap() + 4;
+        bytes[at] = 0xff;
+        fs::write(d.0.join(FILE), &bytes).unwrap();
+        let keep = |_: &str| true;
+        let t_only = Want {
+            keep: &keep,
+            prefixes: Some(vec!["t_"]),
+        };
+        assert_eq!(load(&d.0, &key(), &t_only), Err(Miss::Corrupt));
         // A directory where the file should be.
         fs::remove_file(d.0.join(FILE)).unwrap();
         fs::create_dir(d.0.join(FILE)).unwrap();

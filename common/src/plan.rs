@@ -96,7 +96,9 @@ impl Plan {
             keep: &keep,
             prefixes: kernel_specs.iter().map(|s| s.matcher.prefix()).collect(),
         };
-        let by_name = crate::timing::span("tables", || kernel_by_name(&kernel_specs))?;
+        let by_name = crate::timing::span("tables", || {
+            kernel_by_name(&kernel_specs, &wanted, &mut kfuncs)
+        })?;
         let mut binaries = Binaries::default();
         let mut skipped = Vec::new();
         let mut probes = Vec::new();
@@ -410,11 +412,24 @@ pub(crate) fn not_traceable(name: &str) -> String {
 /// checked, and a name the kernel cannot attach is an error in the same words.
 /// The kernel traces the first traceable instance of a static function whose
 /// name several share (a wildcard traces every instance).
-fn kernel_by_name(kernel: &[&ProbeSpec]) -> Result<bool> {
+/// Whether the kernel patterns are all exact names, to be resolved by the kernel
+/// when it attaches, with no table read. A fresh cached table is used even
+/// then (into `kfuncs`): it costs a few pages, finds every instance of a name,
+/// and attaching by address spares the kernel a walk of all of kallsyms per
+/// name (most of a one-function kprobe_multi attach).
+fn kernel_by_name(
+    kernel: &[&ProbeSpec],
+    wanted: &crate::kcache::Want,
+    kfuncs: &mut Option<KernelFuncs>,
+) -> Result<bool> {
     if kernel.is_empty() || !kernel.iter().all(|s| s.matcher.literal().is_some()) {
         return Ok(false);
     }
     system::require_kernel_functions(crate::tracefs::tracefs()?)?;
+    if let Ok(k) = KernelFuncs::cached(wanted) {
+        *kfuncs = Some(k);
+        return Ok(false);
+    }
     Ok(true)
 }
 
