@@ -1205,6 +1205,26 @@ fn raw_tracepoint_counted_exactly() {
             1 - raw
         )
     );
+    // A raw tracepoint is found by name alone: with a uprobe event named
+    // task_rename in another group, task:task_rename is attached by its id (a
+    // perf event), and still counted exactly. (Here, not in a test of its own:
+    // the event would change how the run above attaches.)
+    let uprobe_events = "/sys/kernel/tracing/uprobe_events";
+    let add = |line: &str| {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(uprobe_events)
+            .unwrap();
+        std::io::Write::write_all(&mut f, format!("{line}\n").as_bytes()).unwrap();
+    };
+    add("p:tracekit_dup_test/task_rename /usr/bin/true:0x0");
+    let out = count_with_pid(&["rename", "345"], &["-D", "t:task:task_rename"]);
+    add("-:tracekit_dup_test/task_rename");
+    assert_eq!(last_table(&out.stdout), rows(&[("task:task_rename", 345)]));
+    assert_eq!(
+        tracepoint_mechanisms(&out.stderr),
+        "tracepoints: 0 as raw tracepoint links, 0 syscall events through 0 raw sys_enter/sys_exit links, 1 as perf events"
+    );
 }
 
 #[test]

@@ -77,9 +77,14 @@ pub fn raw_attachable(events: &[&Tracepoint]) -> Vec<bool> {
         "ftrace",
     ];
     let mut categories: std::collections::HashMap<String, usize> = Default::default();
-    if let Ok(cats) = tracefs::tracefs().and_then(|d| Ok(fs::read_dir(d.join("events"))?)) {
-        // A few events: look each up in every category (a stat each) rather than
-        // list all ~2000 events (15 ms of a tracepoint run's start-up under
+    let events_dir = tracefs::tracefs().ok().map(|d| d.join("events"));
+    let listing = events_dir
+        .as_ref()
+        .and_then(|d| Some((fs::read_dir(d).ok()?, fs::File::open(d).ok()?)));
+    if let Some((cats, dir)) = listing {
+        // A few events: look each up in every category (a stat each, relative
+        // to the events directory: two path steps, not six) rather than list
+        // all ~2000 events (15 ms of a tracepoint run's start-up under
         // emulation).
         let names: std::collections::HashSet<&str> =
             events.iter().map(|t| t.event.as_str()).collect();
@@ -87,7 +92,7 @@ pub fn raw_attachable(events: &[&Tracepoint]) -> Vec<bool> {
         for cat in cats.flatten() {
             if few {
                 for name in &names {
-                    if cat.path().join(name).is_dir() {
+                    if is_dir_at(&dir, &cat.file_name(), name) {
                         *categories.entry(name.to_string()).or_default() += 1;
                     }
                 }
@@ -109,6 +114,22 @@ pub fn raw_attachable(events: &[&Tracepoint]) -> Vec<bool> {
                 && categories.get(&t.event).copied().unwrap_or(1) == 1
         })
         .collect()
+}
+
+/// Whether `category/name` under the directory `dir` is a directory.
+fn is_dir_at(dir: &fs::File, category: &std::ffi::OsStr, name: &str) -> bool {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let mut path = category.as_bytes().to_vec();
+    path.push(b'/');
+    path.extend_from_slice(name.as_bytes());
+    let Ok(path) = std::ffi::CString::new(path) else {
+        return false;
+    };
+    // SAFETY: an all-zero stat is valid; the path is NUL-terminated and dir open.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::fstatat(dir.as_raw_fd(), path.as_ptr(), &mut st, 0) };
+    rc == 0 && st.st_mode & libc::S_IFMT == libc::S_IFDIR
 }
 
 /// The x86_64 number of the syscall an ftrace syscall event is named after
