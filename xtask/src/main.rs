@@ -7,6 +7,8 @@
 //!   bench                funccount vs bpftrace on the host (ready time, RSS, per-event cost,
 //!                        detach time)
 //!   bench-detach         only bench's detach rows (360 tracepoints, 1,000 single uprobes)
+//!   bench-startup        exec to exit of a tracepoint run and of --version on the host,
+//!                        against bpftrace (bench-attach --startup: the guest's rows)
 //!   bench-stacks         stackcount vs bpftrace printing 10,000 distinct stacks
 //!   bench-attach         attach/detach time for 10..all kernel functions in a guest,
 //!                        against bpftrace and BCC's funccount
@@ -86,6 +88,11 @@ fn real_main() -> Result<()> {
         Some("bench-detach") => {
             deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
             bench::detach(&root)
+        }
+        Some("bench-startup") => {
+            deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
+            build_release(&["--bin", "funccount"])?;
+            bench_startup::host(&root)
         }
         Some("bench-stacks") => {
             deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
