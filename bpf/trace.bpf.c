@@ -44,6 +44,8 @@
 #define LITS 256
 #define STR_AREA 4096
 #define STACK_BYTES (127 * 8)
+/* The user stack's room: 127 frames of struct bpf_stack_build_id. */
+#define USTACK_BYTES (127 * 32)
 
 enum op {
 	OP_CONST = 1,	/* push imm */
@@ -162,6 +164,9 @@ struct tk_event {
 	__u8 tail[2 * STR_AREA + 2 * STACK_BYTES];
 };
 
+_Static_assert(STR_AREA + STACK_BYTES + USTACK_BYTES <= sizeof(((struct tk_event *)0)->tail),
+	       "the tail holds the strings and both stacks");
+
 struct scratch {
 	__u64 in[NIN];
 	__u64 st[EVAL_STACK];
@@ -186,6 +191,8 @@ const volatile __s64 filter_uid = -1;	/* --uid */
 const volatile __u32 str_size = 80;	/* -Z */
 const volatile bool want_kstack = false; /* -K */
 const volatile bool want_ustack = false; /* -U */
+/* -U frames as build ID + file offset (struct bpf_stack_build_id, 32 bytes). */
+const volatile bool ustack_build_id = false;
 const volatile bool want_extras = true;	/* the header's ts, uid and cpu (-t, -C, --json) */
 const volatile bool want_stats = true;	/* -v: hits and drops counted per spec */
 
@@ -720,7 +727,8 @@ static __always_inline void emit(void *ctx, __u32 probe, __u32 id, struct spec *
 			off += k;
 	}
 	if (want_ustack && off <= STR_AREA + STACK_BYTES) {
-		k = bpf_get_stack(ctx, &e->tail[off], STACK_BYTES, BPF_F_USER_STACK);
+		k = bpf_get_stack(ctx, &e->tail[off], USTACK_BYTES,
+				  BPF_F_USER_STACK | (ustack_build_id ? BPF_F_USER_BUILD_ID : 0));
 		e->ustack = k;
 		if (k > 0)
 			off += k;

@@ -207,6 +207,48 @@ fn user_stack_named_after_the_process_exits() {
 }
 
 #[test]
+fn user_stack_named_when_the_process_exited_before_its_record_was_read() {
+    // No -p: nothing is known of the process before its record. trace is
+    // stopped while the program calls tt_args once and exits, so the record is
+    // read only once the process is gone (BCC #2014): the frames, taken as
+    // build ID and file offset, still get their names.
+    let w = Workload::start(&traced(), &["calls", "1"]);
+    let spec = format!("{}:tt_args", bin());
+    let mut t = spawn(&trace(), &["-U", "-M", "1", &spec]);
+    t.wait_line(|l| l.starts_with("PID "), T);
+    t.signal(libc::SIGSTOP);
+    let stopped = || {
+        std::fs::read_to_string(format!("/proc/{}/stat", t.pid()))
+            .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.starts_with(" T")))
+    };
+    let end = std::time::Instant::now() + T;
+    while !stopped() {
+        assert!(std::time::Instant::now() < end, "trace did not stop");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let pid = w.pid;
+    w.go();
+    assert!(w.wait().success(), "the traced program failed");
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
+    t.signal(libc::SIGCONT);
+    let out = t.finish(T);
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(events(&out.stdout).len(), 1, "{}", out.stdout);
+    assert!(
+        lines[1].starts_with(&format!("{pid:<7} ")),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(lines[2], "        tt_args+0x0 [traced]", "{}", out.stdout);
+    assert!(
+        lines[3].starts_with("        tt_caller+0x") && lines[3].ends_with(" [traced]"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
 fn tracepoint_fields_of_a_syscall() {
     let out = run_on(
         "lseek",

@@ -117,6 +117,15 @@ pub fn read_binary(path: &Path) -> Result<ElfData> {
     Ok(ElfData { data, dev, ino })
 }
 
+/// The GNU build ID of the ELF file at `path` (its notes only are read), for
+/// naming user stack frames that the kernel gave as build ID and file offset.
+pub fn build_id(path: &Path) -> Option<Vec<u8>> {
+    let Opened { file, .. } = open_binary(path).ok()?;
+    let cache = ReadCache::new(&file);
+    let elf = ElfFile64::<Endianness, _>::parse(&cache).ok()?;
+    elf.build_id().ok()?.map(<[u8]>::to_vec)
+}
+
 /// Reads into `buf` from `offset` until it is full or the file ends.
 fn read_up_to(file: &File, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
     let mut n = 0;

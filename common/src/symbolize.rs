@@ -5,7 +5,10 @@
 //! demangled, C functions named by their exported alias as BCC prints them, and
 //! (optionally) inlined calls expanded. A process's memory map is snapshotted as
 //! soon as it is seen ([`Symbols::remember`]) so its stacks still get names after it
-//! exits. Callers pass each distinct address once per summary.
+//! exits. User stacks taken with build IDs ([`UserFrame`]) need no map at all: a
+//! frame names its file by build ID, found among the files of the processes seen,
+//! the files callers name, this process's own libraries and the program named
+//! like the process. Callers pass each distinct address once per summary.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -14,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use blazesym::symbolize::cache::{self, Cache};
-use blazesym::symbolize::source::{Kernel, Process, Source};
+use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
 use blazesym::symbolize::{Input, Sym, Symbolized, Symbolizer};
 use blazesym::Pid;
 
@@ -73,6 +76,45 @@ impl Frame {
     }
 }
 
+/// A user stack frame as `bpf_get_stack(BPF_F_USER_STACK | BPF_F_USER_BUILD_ID)`
+/// gives it: a file, by its build ID, and an offset in that file; or the
+/// address, where the kernel could not read the file's build ID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UserFrame {
+    Addr(u64),
+    File { build_id: BuildId, offset: u64 },
+}
+
+/// A build ID as the kernel reports it: 20 bytes, zero-padded.
+pub type BuildId = [u8; 20];
+
+impl UserFrame {
+    /// Size of the kernel's `struct bpf_stack_build_id`.
+    pub const SIZE: usize = 32;
+
+    /// Decodes an array of `struct bpf_stack_build_id` (status, build ID, then
+    /// the file offset or the address at byte 24), up to the first empty entry.
+    pub fn decode(bytes: &[u8]) -> Vec<UserFrame> {
+        const VALID: i32 = 1;
+        const IP: i32 = 2;
+        bytes
+            .chunks_exact(Self::SIZE)
+            .map_while(|e| {
+                let status = i32::from_ne_bytes(e[..4].try_into().expect("4 bytes"));
+                let value = u64::from_ne_bytes(e[24..32].try_into().expect("8 bytes"));
+                match status {
+                    VALID => Some(UserFrame::File {
+                        build_id: e[4..24].try_into().expect("20 bytes"),
+                        offset: value,
+                    }),
+                    IP if value != 0 => Some(UserFrame::Addr(value)),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+}
+
 pub struct Symbols {
     sym: Symbolizer,
     remembered: HashSet<u32>,
@@ -80,17 +122,56 @@ pub struct Symbols {
     exec_maps: HashMap<u32, Vec<ExecMapping>>,
     /// Symbol tables of the files user frames fall in (None: unreadable).
     binaries: RefCell<HashMap<PathBuf, Option<Rc<Binary>>>>,
+    /// Files by build ID, for build-ID frames.
+    files: RefCell<FileIndex>,
+}
+
+/// Files by build ID: those read so far, and those known but not yet read
+/// (read when a build ID is not found).
+#[derive(Default)]
+struct FileIndex {
+    by_id: HashMap<BuildId, PathBuf>,
+    read: HashSet<PathBuf>,
+    pending: Vec<PathBuf>,
+    own_added: bool,
+}
+
+impl FileIndex {
+    fn add(&mut self, path: &Path) {
+        if !self.read.contains(path) {
+            self.pending.push(path.to_path_buf());
+        }
+    }
+
+    /// Reads the build IDs of the pending files.
+    fn read_pending(&mut self) {
+        for path in std::mem::take(&mut self.pending) {
+            if !self.read.insert(path.clone()) {
+                continue;
+            }
+            if let Some(id) = elf::build_id(&path) {
+                let mut key = [0u8; 20];
+                let n = id.len().min(20);
+                key[..n].copy_from_slice(&id[..n]);
+                self.by_id.entry(key).or_insert(path);
+            }
+        }
+    }
 }
 
 /// An executable mapping of a process: addresses symbolization can name.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct ExecMapping {
     start: u64,
     end: u64,
+    /// Where in the file it starts.
+    pgoff: u64,
+    /// The file (None: the vDSO).
+    path: Option<PathBuf>,
 }
 
 /// The executable mappings of `pid` (files and the vDSO), from /proc/PID/maps.
-fn exec_mappings(pid: u32) -> Option<Vec<ExecMapping>> {
+fn exec_mappings(pid: &str) -> Option<Vec<ExecMapping>> {
     let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
     Some(
         maps.lines()
@@ -98,16 +179,27 @@ fn exec_mappings(pid: u32) -> Option<Vec<ExecMapping>> {
                 let mut f = l.split_whitespace();
                 let (start, end) = f.next()?.split_once('-')?;
                 let perms = f.next()?;
-                let path = f.nth(3).unwrap_or("");
+                let pgoff = f.next()?;
+                let path = f.nth(2).unwrap_or("");
                 (perms.contains('x') && (path.starts_with('/') || path == "[vdso]")).then(|| {
                     Some(ExecMapping {
                         start: u64::from_str_radix(start, 16).ok()?,
                         end: u64::from_str_radix(end, 16).ok()?,
+                        pgoff: u64::from_str_radix(pgoff, 16).ok()?,
+                        path: path.starts_with('/').then(|| PathBuf::from(path)),
                     })
                 })?
             })
             .collect(),
     )
+}
+
+/// The last component of `path`, as stacks show a frame's file (`[libc.so.6]`).
+fn base_name(path: &Path) -> String {
+    path.file_name()
+        .unwrap_or(path.as_os_str())
+        .to_string_lossy()
+        .into_owned()
 }
 
 impl Default for Symbols {
@@ -134,7 +226,13 @@ impl Symbols {
             remembered: HashSet::new(),
             exec_maps: HashMap::new(),
             binaries: RefCell::new(HashMap::new()),
+            files: RefCell::new(FileIndex::default()),
         }
+    }
+
+    /// A file whose build ID user frames may name (the binary a probe is in).
+    pub fn add_file(&self, path: &Path) {
+        self.files.borrow_mut().add(path);
     }
 
     /// Snapshots `pid`'s memory map (once) so that its addresses can be symbolized
@@ -149,11 +247,125 @@ impl Symbols {
             .is_ok();
         if ok {
             self.remembered.insert(pid);
-            if let Some(m) = exec_mappings(pid) {
+            if let Some(m) = exec_mappings(&pid.to_string()) {
+                let mut files = self.files.borrow_mut();
+                for path in m.iter().filter_map(|m| m.path.as_deref()) {
+                    files.add(path);
+                }
                 self.exec_maps.insert(pid, m);
             }
         }
         ok
+    }
+
+    /// The file with `build_id`: among the files known so far, then this
+    /// process's own (its libc is everyone's), then the program in PATH named
+    /// like the process (`comm`): each found file is checked by its build ID.
+    fn file_with(&self, build_id: &BuildId, comm: &str) -> Option<PathBuf> {
+        let mut files = self.files.borrow_mut();
+        if let Some(p) = files.by_id.get(build_id) {
+            return Some(p.clone());
+        }
+        files.read_pending();
+        if !files.own_added {
+            files.own_added = true;
+            for m in exec_mappings("self").unwrap_or_default() {
+                if let Some(p) = &m.path {
+                    files.add(p);
+                }
+            }
+            files.read_pending();
+        }
+        if !files.by_id.contains_key(build_id) && !comm.is_empty() && !comm.contains('/') {
+            for dir in std::env::var_os("PATH")
+                .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+                .unwrap_or_default()
+            {
+                files.add(&dir.join(comm));
+            }
+            files.read_pending();
+        }
+        files.by_id.get(build_id).cloned()
+    }
+
+    /// Symbolizes the user stack frames of process `pid` (named `comm`), with
+    /// the file each is in (its last path component) when known. Build-ID frames
+    /// are named from their file whether or not the process still exists.
+    pub fn user_frames(
+        &self,
+        pid: u32,
+        comm: &str,
+        frames: &[UserFrame],
+    ) -> Vec<(Frame, Option<String>)> {
+        let addrs: Vec<u64> = frames
+            .iter()
+            .filter_map(|f| match f {
+                UserFrame::Addr(a) => Some(*a),
+                UserFrame::File { .. } => None,
+            })
+            .collect();
+        let by_addr = self.user(pid, &addrs);
+        let live;
+        let maps = match self.exec_maps.get(&pid) {
+            Some(m) => Some(m),
+            None => {
+                live = exec_mappings(&pid.to_string());
+                live.as_ref()
+            }
+        };
+        // Build-ID frames, symbolized a file at a time.
+        let mut by_file: HashMap<PathBuf, Vec<u64>> = HashMap::new();
+        for f in frames {
+            if let UserFrame::File { build_id, offset } = f {
+                if let Some(path) = self.file_with(build_id, comm) {
+                    by_file.entry(path).or_default().push(*offset);
+                }
+            }
+        }
+        let mut by_offset: HashMap<(PathBuf, u64), Frame> = HashMap::new();
+        for (path, offsets) in by_file {
+            let src = Source::Elf(Elf::new(&path));
+            for (off, f) in self.resolve_with(&src, Input::FileOffset(&offsets), &offsets, true) {
+                by_offset.insert((path.clone(), off), f);
+            }
+        }
+        frames
+            .iter()
+            .map(|f| match f {
+                UserFrame::Addr(a) => {
+                    let module = maps.and_then(|m| {
+                        m.iter()
+                            .find(|m| *a >= m.start && *a < m.end)
+                            .and_then(|m| m.path.as_deref().map(base_name))
+                    });
+                    (
+                        by_addr.get(a).cloned().unwrap_or(Frame::unknown(*a)),
+                        module,
+                    )
+                }
+                UserFrame::File { build_id, offset } => {
+                    let Some(path) = self.file_with(build_id, comm) else {
+                        return (Frame::unknown(0), None);
+                    };
+                    // The address, where the process's map is known (0 if not).
+                    let addr = maps
+                        .and_then(|m| {
+                            m.iter().find(|m| {
+                                m.path.as_deref() == Some(path.as_path())
+                                    && *offset >= m.pgoff
+                                    && *offset - m.pgoff < m.end - m.start
+                            })
+                        })
+                        .map_or(0, |m| m.start + (*offset - m.pgoff));
+                    let mut f = by_offset
+                        .get(&(path.clone(), *offset))
+                        .cloned()
+                        .unwrap_or(Frame::unknown(0));
+                    f.addr = addr;
+                    (f, Some(base_name(&path)))
+                }
+            })
+            .collect()
     }
 
     /// Symbolizes kernel addresses.
@@ -174,7 +386,7 @@ impl Symbols {
         let maps = match self.exec_maps.get(&pid) {
             Some(m) => Some(m),
             None => {
-                live = exec_mappings(pid);
+                live = exec_mappings(&pid.to_string());
                 live.as_ref()
             }
         };
@@ -187,16 +399,31 @@ impl Symbols {
     }
 
     fn resolve(&self, src: &Source, addrs: &[u64], user: bool) -> HashMap<u64, Frame> {
+        self.resolve_with(src, Input::AbsAddr(addrs), addrs, user)
+    }
+
+    /// Names `input` (absolute addresses or file offsets: `addrs`); user
+    /// functions as BCC names them.
+    fn resolve_with(
+        &self,
+        src: &Source,
+        input: Input<&[u64]>,
+        addrs: &[u64],
+        user: bool,
+    ) -> HashMap<u64, Frame> {
         if addrs.is_empty() {
             return HashMap::new();
         }
-        let syms = match self.sym.symbolize(src, Input::AbsAddr(addrs)) {
+        let syms = match self.sym.symbolize(src, input) {
             Ok(syms) => syms,
             // One address blazesym cannot handle fails the whole batch: retry each.
             Err(_) if addrs.len() > 1 => {
                 return addrs
                     .iter()
-                    .flat_map(|&a| self.resolve(src, &[a], user))
+                    .flat_map(|&a| {
+                        let one = std::slice::from_ref(&a);
+                        self.resolve_with(src, input.map(|_| one), one, user)
+                    })
                     .collect();
             }
             Err(_) => return addrs.iter().map(|&a| (a, Frame::unknown(a))).collect(),
@@ -282,6 +509,64 @@ mod tests {
             on[&pc].inlined,
             ["tracekit_common::symbolize::tests::tk_inlined_helper"]
         );
+    }
+
+    #[test]
+    fn build_id_frames_decode_to_the_first_empty_entry() {
+        let entry = |status: i32, id: u8, value: u64| {
+            let mut e = vec![0u8; UserFrame::SIZE];
+            e[..4].copy_from_slice(&status.to_ne_bytes());
+            e[4..24].fill(id);
+            e[24..].copy_from_slice(&value.to_ne_bytes());
+            e
+        };
+        let bytes = [
+            entry(1, 0xab, 0x1234),
+            entry(2, 0, 0x7f00_0000_1000),
+            entry(1, 0xcd, 0x40),
+            entry(0, 0, 0),
+            entry(1, 0xef, 0x99),
+        ]
+        .concat();
+        assert_eq!(
+            UserFrame::decode(&bytes),
+            [
+                UserFrame::File {
+                    build_id: [0xab; 20],
+                    offset: 0x1234
+                },
+                UserFrame::Addr(0x7f00_0000_1000),
+                UserFrame::File {
+                    build_id: [0xcd; 20],
+                    offset: 0x40
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn build_id_frames_name_a_file_by_its_build_id() {
+        // This test binary's own function, as the kernel would give it: build
+        // ID and file offset (found in this process's own files).
+        let func = tk_symbolize_me as *const () as u64;
+        let maps = exec_mappings("self").unwrap();
+        let m = maps
+            .iter()
+            .find(|m| func >= m.start && func < m.end)
+            .unwrap();
+        let path = m.path.clone().unwrap();
+        let id = elf::build_id(&path).expect("a build ID");
+        let mut build_id = [0u8; 20];
+        build_id[..id.len().min(20)].copy_from_slice(&id[..id.len().min(20)]);
+        let frame = UserFrame::File {
+            build_id,
+            offset: func - m.start + m.pgoff,
+        };
+        // A pid that does not exist: only the build ID can name the frame.
+        let got = Symbols::new().user_frames(u32::MAX, "", &[frame]);
+        assert_eq!(got[0].0.name.as_deref(), Some("tk_symbolize_me"));
+        assert_eq!(got[0].0.offset, 0);
+        assert_eq!(got[0].1.as_deref(), path.file_name().unwrap().to_str());
     }
 
     #[test]

@@ -307,6 +307,9 @@ fn run(mut args: Args) -> Result<()> {
             rodata.str_size = args.string_size;
             rodata.want_kstack = args.kernel_stack;
             rodata.want_ustack = args.user_stack;
+            // Frames as build ID and file offset: named even after the process
+            // exits, before its map could be read (BCC #2014).
+            rodata.ustack_build_id = args.user_stack;
             // The header's ts, uid and cpu are only printed by these.
             rodata.want_extras = args.timestamp || args.print_cpu || json_out;
             // Only -v prints the per-spec counts: no counter to bump otherwise.
@@ -436,6 +439,12 @@ fn run(mut args: Args) -> Result<()> {
     // exited (BCC #2014), and then /proc no longer has it.
     if let (Some(pid), true) = (args.common.pid, args.user_stack || uses_u(&compiled)) {
         r.remember(pid);
+    }
+    // Build-ID stack frames are looked for first in the binaries probed.
+    for p in &session.plan.probes {
+        if let Site::User { binary, .. } | Site::Usdt { binary, .. } = &p.site {
+            r.add_file(binary);
+        }
     }
     if json {
         session.status(&format!(

@@ -3,11 +3,11 @@
 //! are symbolized when the record arrives, with the process's memory map kept
 //! from its first record on, so a process that exits right away keeps its names.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::fmt::Write as _;
 
 use common::events::Clock;
-use common::symbolize::{Frame, Symbols};
+use common::symbolize::{Frame, Symbols, UserFrame};
 use serde_json::{json, Value as Json};
 
 use crate::btf::{Kbtf, Ty};
@@ -78,7 +78,8 @@ pub struct Renderer {
     start_ns: u64,
     symbols: Symbols,
     /// Executable mappings per process (start, end, file), from its first record.
-    maps: HashMap<u32, Vec<(u64, u64, String)>>,
+    /// Processes whose maps were snapshotted (or found gone).
+    remembered: HashSet<u32>,
 }
 
 impl Renderer {
@@ -88,7 +89,7 @@ impl Renderer {
             clock: Clock::new(),
             start_ns: monotonic_ns(),
             symbols: Symbols::new(),
-            maps: HashMap::new(),
+            remembered: Default::default(),
         }
     }
 
@@ -117,38 +118,16 @@ impl Renderer {
         s
     }
 
-    /// Snapshots a process's mappings (once) so its addresses keep their names.
-    pub fn remember(&mut self, pid: u32) {
-        if self.maps.contains_key(&pid) {
-            return;
-        }
-        self.symbols.remember(pid);
-        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-        let list = maps
-            .lines()
-            .filter_map(|l| {
-                let mut f = l.split_whitespace();
-                let (s, e) = f.next()?.split_once('-')?;
-                let perms = f.next()?;
-                let path = f.nth(3)?;
-                (perms.contains('x') && path.starts_with('/')).then(|| {
-                    Some((
-                        u64::from_str_radix(s, 16).ok()?,
-                        u64::from_str_radix(e, 16).ok()?,
-                        path.rsplit('/').next().unwrap_or(path).to_string(),
-                    ))
-                })?
-            })
-            .collect();
-        self.maps.insert(pid, list);
+    /// A binary whose frames user stacks may show (a probe's binary).
+    pub fn add_file(&self, path: &std::path::Path) {
+        self.symbols.add_file(path);
     }
 
-    fn module(&self, pid: u32, addr: u64) -> Option<&str> {
-        self.maps
-            .get(&pid)?
-            .iter()
-            .find(|(s, e, _)| addr >= *s && addr < *e)
-            .map(|(_, _, m)| m.as_str())
+    /// Snapshots a process's mappings (once) so its addresses keep their names.
+    pub fn remember(&mut self, pid: u32) {
+        if self.remembered.insert(pid) {
+            self.symbols.remember(pid);
+        }
     }
 
     fn ksym(&self, addr: u64) -> String {
@@ -163,19 +142,19 @@ impl Renderer {
         }
     }
 
-    fn usyms(&mut self, pid: u32, addrs: &[u64]) -> Vec<String> {
+    fn usyms(&mut self, pid: u32, comm: &str, frames: &[UserFrame]) -> Vec<(u64, String)> {
         self.remember(pid);
-        let got = self.symbols.user(pid, addrs);
-        addrs
-            .iter()
-            .map(|a| {
-                let f = got.get(a).cloned().unwrap_or(Frame::unknown(*a));
-                match (&f.name, self.module(pid, *a)) {
+        self.symbols
+            .user_frames(pid, comm, frames)
+            .into_iter()
+            .map(|(f, module)| {
+                let name = match (&f.name, module) {
                     (Some(n), Some(m)) => format!("{n}+0x{:x} [{m}]", f.offset),
                     (Some(n), None) => format!("{n}+0x{:x}", f.offset),
                     (None, Some(m)) => format!("{} [{m}]", Frame::UNKNOWN),
                     (None, None) => Frame::UNKNOWN.to_string(),
-                }
+                };
+                (f.addr, name)
             })
             .collect()
     }
@@ -207,7 +186,11 @@ impl Renderer {
                     let n = vals.get(k).copied().unwrap_or(0);
                     match conv.ty {
                         'K' => Value::Text(self.ksym(n)),
-                        'U' => Value::Text(self.usyms(h.tgid, &[n]).remove(0)),
+                        'U' => Value::Text(
+                            self.usyms(h.tgid, &h.comm, &[UserFrame::Addr(n)])
+                                .remove(0)
+                                .1,
+                        ),
                         _ => Value::Num(n),
                     }
                 }
@@ -251,19 +234,20 @@ impl Renderer {
                 .collect()
         };
         let kstack = self.o.kernel_stack.then(|| frames(stack_at, kbytes));
-        let ustack = self
-            .o
-            .user_stack
-            .then(|| frames(stack_at + kbytes, h.ustack.max(0) as usize));
+        // User stacks come as build ID and file offset per frame.
+        let ustack = self.o.user_stack.then(|| {
+            let from = stack_at + kbytes;
+            UserFrame::decode(
+                tail.get(from..from + h.ustack.max(0) as usize)
+                    .unwrap_or(&[]),
+            )
+        });
         let kframes: Option<Vec<(u64, String)>> = kstack.map(|a| {
             a.iter()
                 .map(|&x| (x, format!("{} [kernel]", self.ksym(x))))
                 .collect()
         });
-        let uframes: Option<Vec<(u64, String)>> = ustack.map(|a| {
-            let names = self.usyms(h.tgid, &a);
-            a.into_iter().zip(names).collect()
-        });
+        let uframes: Option<Vec<(u64, String)>> = ustack.map(|f| self.usyms(h.tgid, &h.comm, &f));
         let secs = h.ts.saturating_sub(self.start_ns) as f64 / 1e9;
         if self.o.json {
             let mut v = json!({
@@ -343,7 +327,10 @@ impl Renderer {
                 continue;
             }
             for (addr, name) in frames {
-                if self.o.address {
+                if self.o.address && *addr == 0 {
+                    // A frame of a process gone before its map was read.
+                    let _ = writeln!(s, "        {:>16} {name}", "?");
+                } else if self.o.address {
                     let _ = writeln!(s, "        {addr:16x} {name}");
                 } else {
                     let _ = writeln!(s, "        {name}");
