@@ -212,6 +212,13 @@ const volatile bool ustack_build_id = false;
 const volatile bool want_extras = true;	/* the header's ts, uid and cpu (-t, -C, --json) */
 const volatile bool want_stats = true;	/* -v: hits and drops counted per spec */
 const volatile bool one_probe = false;	/* the run has one probe: its index is 0 */
+/* A one-probe run whose one spec has a gate gets it here, set before load
+ * (GATE_ENTRY or GATE_RETURN in gate_at): the verifier knows these values, so
+ * it keeps only the branches they take, and a dropped hit reads no map. */
+#define GATE_ENTRY 1
+#define GATE_RETURN 2
+const volatile __u8 gate_at = 0;
+const volatile struct gate the_gate = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -657,8 +664,9 @@ static __always_inline bool fast_pred(struct scratch *sc, struct spec *sp)
 	return keeps(operand(sc, &sp->pred), sp->pop[0], sp->pimm[0], sp->pop[1], sp->pimm[1]);
 }
 
-/* F_GATE: whether the hit whose gate register holds v is kept. */
-static __always_inline bool gate_keeps(struct gate *g, __u64 v)
+/* F_GATE: whether the hit whose gate register holds v is kept (volatile: the
+ * gate may be the_gate, whose loads must stay loads). */
+static __always_inline bool gate_keeps(const volatile struct gate *g, __u64 v)
 {
 	__u32 shift = g->shift & 63;
 
@@ -858,6 +866,15 @@ static __always_inline __u64 ret_reg(struct pt_regs *ctx, struct frame *f, __u32
 	return PT_REGS_RC(ctx);
 }
 
+/* A hit of spec `id` its gate dropped: counted for -v if the hit is the
+ * traced process's. */
+static __always_inline bool gate_drop(__u32 id)
+{
+	if (want_stats && !skip_task())
+		stat(id, 1);
+	return false;
+}
+
 /* A function's entry: emits its `p:` specs; saves the arguments for its `r:`
  * specs. Returns whether a return hook is wanted (a session's entry returns 1
  * to skip the return). */
@@ -867,16 +884,22 @@ static __always_inline bool fn_entry(struct pt_regs *ctx, __u32 probe)
 	struct scratch *sc;
 	bool want_ret;
 
-	so = specs_of(probe);
-	if (!so)
-		return false;
-	/* Decided on its register alone, before the pid is read: the hits -v
-	 * counts as dropped are the traced process's only. */
-	if ((so->flags & (F_GATE | F_RETURN)) == F_GATE &&
-	    !gate_keeps(&so->gate, arg_reg(ctx, so->gate.reg))) {
-		if (want_stats && !skip_task())
-			stat(so->spec[0], 1);
-		return false;
+	/* Decided on its register alone, before the pid is read (the hits -v
+	 * counts as dropped are the traced process's only). The one spec of a
+	 * one-probe run is spec 0. */
+	if (gate_at == GATE_ENTRY) {
+		if (!gate_keeps(&the_gate, arg_reg(ctx, the_gate.reg)))
+			return gate_drop(0);
+		so = specs_of(probe);
+		if (!so)
+			return false;
+	} else {
+		so = specs_of(probe);
+		if (!so)
+			return false;
+		if ((so->flags & (F_GATE | F_RETURN)) == F_GATE &&
+		    !gate_keeps(&so->gate, arg_reg(ctx, so->gate.reg)))
+			return gate_drop(so->spec[0]);
 	}
 	if (skip_task())
 		return false;
@@ -919,7 +942,12 @@ static __always_inline void fn_return(struct pt_regs *ctx, __u32 probe)
 		return;
 	if (!pair_pop(probe, &f))
 		return; /* no entry: filtered out there, or a p: only site */
-	if ((so->flags & F_GATE) && !gate_keeps(&so->gate, ret_reg(ctx, &f, so->gate.reg))) {
+	if (gate_at == GATE_RETURN) {
+		if (!gate_keeps(&the_gate, ret_reg(ctx, &f, the_gate.reg))) {
+			stat(0, 1);
+			return;
+		}
+	} else if ((so->flags & F_GATE) && !gate_keeps(&so->gate, ret_reg(ctx, &f, so->gate.reg))) {
 		stat(so->spec[0], 1);
 		return;
 	}

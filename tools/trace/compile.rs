@@ -191,6 +191,20 @@ pub struct Program {
 /// Bytes of `struct spec` in bpf/trace.bpf.c.
 pub const SPEC_BYTES: usize = 32 + 8 + 8 + 16 + MAX_VALS * 8 + MAX_INSNS * 16 + LITS + LIT_MAX;
 
+/// `struct gate` (bpf/trace.bpf.c): a fast predicate on one register, the
+/// operand's narrowing as a shift.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Gate {
+    /// Argument 0..5, or IN_RETVAL.
+    pub reg: u8,
+    /// 64 - 8 * size for a narrowing cast, else 0.
+    pub shift: u8,
+    pub sign: u8,
+    pub op: u8,
+    pub keep: u8,
+    pub imm: [i64; 2],
+}
+
 /// Bytes of `struct specs_of` in bpf/trace.bpf.c (its `struct gate` last).
 pub const SPECS_OF_BYTES: usize = 32 + 24;
 
@@ -345,11 +359,23 @@ impl Program {
     /// the context before anything else (bpf/trace.bpf.c's F_GATE): an
     /// argument (not through a syscall wrapper's inner registers), or retval
     /// at a return.
-    pub fn gate(&self) -> Option<FastPred> {
+    pub fn gate(&self) -> Option<Gate> {
         let p = self.fast_pred?;
         let reg =
             p.x.src == OPD_IN && (p.x.a < 6 || (p.x.a == IN_RETVAL && self.flags & F_RETURN != 0));
-        (reg && self.flags & F_SYSCALL == 0).then_some(p)
+        let size = u32::from(p.x.size);
+        (reg && self.flags & F_SYSCALL == 0).then_some(Gate {
+            reg: p.x.a as u8,
+            shift: if size > 0 && size < 8 {
+                (64 - 8 * size) as u8
+            } else {
+                0
+            },
+            sign: u8::from(p.x.sign != 0),
+            op: p.ops[0].0,
+            keep: p.ops[1].0,
+            imm: [p.ops[0].1, p.ops[1].1],
+        })
     }
 
     /// The instructions, one per line (for -v).
@@ -417,6 +443,7 @@ pub fn specs_of(ids: &[u32], progs: &[&Program]) -> Vec<u8> {
     if gate.is_some() {
         flags |= F_GATE;
     }
+    let g = gate.unwrap_or_default();
     let mut v = Vec::with_capacity(SPECS_OF_BYTES);
     v.extend_from_slice(&(ids.len() as u32).to_ne_bytes());
     for k in 0..4 {
@@ -426,28 +453,9 @@ pub fn specs_of(ids: &[u32], progs: &[&Program]) -> Vec<u8> {
         v.extend_from_slice(&x.to_ne_bytes());
     }
     // struct gate: reg, shift, sign, op, keep, pad[3], imm[2].
-    let g = gate.unwrap_or(FastPred {
-        x: Operand::default(),
-        ops: [(NO_OP, 0); 2],
-    });
-    let size = u32::from(g.x.size);
-    let shift = if size > 0 && size < 8 {
-        64 - 8 * size
-    } else {
-        0
-    };
-    v.extend_from_slice(&[
-        g.x.a as u8,
-        shift as u8,
-        u8::from(g.x.sign != 0),
-        g.ops[0].0,
-        g.ops[1].0,
-        0,
-        0,
-        0,
-    ]);
-    v.extend_from_slice(&g.ops[0].1.to_ne_bytes());
-    v.extend_from_slice(&g.ops[1].1.to_ne_bytes());
+    v.extend_from_slice(&[g.reg, g.shift, g.sign, g.op, g.keep, 0, 0, 0]);
+    v.extend_from_slice(&g.imm[0].to_ne_bytes());
+    v.extend_from_slice(&g.imm[1].to_ne_bytes());
     v
 }
 
@@ -1513,9 +1521,9 @@ mod tests {
         );
         // retval at a return; an entry argument at a return (saved at entry).
         let r = user("r:c:read (retval == 7)").unwrap();
-        assert_eq!(r.gate().map(|g| g.x.a), Some(IN_RETVAL));
+        assert_eq!(r.gate().map(|g| g.reg), Some(IN_RETVAL as u8));
         let r = user("r:c:read (arg1 == 7)").unwrap();
-        assert_eq!(r.gate().map(|g| g.x.a), Some(0));
+        assert_eq!(r.gate().map(|g| g.reg), Some(0));
         // Not for two specs, a predicate off the fast shape, or ids.
         assert_eq!(flags(&specs_of(&[0, 1], &[&p, &p])) & F_GATE, 0);
         for spec in [

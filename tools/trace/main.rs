@@ -301,6 +301,15 @@ fn run(mut args: Args) -> Result<()> {
         std::process::id()
     };
     let json_out = session.json;
+    // A one-probe run's lone gated spec: its gate goes in .rodata
+    // (bpf/trace.bpf.c's the_gate), entry or return.
+    let lone_gate = match (&all[..], &compiled[..]) {
+        ([_], [c]) => c
+            .prog
+            .gate()
+            .map(|g| (g, c.prog.flags & compile::F_RETURN != 0)),
+        _ => None,
+    };
     let mut open = common::open_skeleton!(
         skel::TraceSkelBuilder,
         &mut obj,
@@ -323,6 +332,18 @@ fn run(mut args: Args) -> Result<()> {
             rodata.want_stats = args.verbose;
             // One probe: every hit is of probe 0, no attach cookie to read.
             rodata.one_probe = all.len() == 1;
+            if let Some((g, ret)) = lone_gate {
+                rodata.gate_at = if ret { 2 } else { 1 };
+                rodata.the_gate = skel::types::gate {
+                    reg: g.reg,
+                    shift: g.shift,
+                    sign: g.sign,
+                    op: g.op,
+                    keep: g.keep,
+                    pad: [0; 3],
+                    imm: g.imm,
+                };
+            }
             // Stacks are symbolized as records arrive, while the process lives.
             rodata.events_wakeup_bytes = if args.user_stack {
                 0
