@@ -164,7 +164,8 @@ fn gate_on_retval_at_a_return_passes_exactly_k() {
     assert_eq!(messages(&out.stdout), ["2", "2", "2", "2"]);
     assert_eq!(records_received(&out.stderr), 4, "{}", out.stderr);
     assert!(
-        out.stderr.contains(": 12 hits, 8 dropped by the predicate in the kernel"),
+        out.stderr
+            .contains(": 12 hits, 8 dropped by the predicate in the kernel"),
         "{}",
         out.stderr
     );
@@ -177,7 +178,12 @@ fn gates_of_several_probes_entry_and_return() {
     let r = format!("r:{}:tt_args (arg1 % 5 == 0) \"ret %d\", arg2", bin());
     let c = format!("{}:tt_caller (arg1 < 2) \"caller %d\", arg1", bin());
     let out = run_on("calls", 20, &["-v", &r, &c]);
-    assert_eq!(out.stderr.lines().filter(|l| *l == GATE).count(), 2, "{}", out.stderr);
+    assert_eq!(
+        out.stderr.lines().filter(|l| *l == GATE).count(),
+        2,
+        "{}",
+        out.stderr
+    );
     assert_eq!(
         messages(&out.stdout),
         ["caller 0", "ret 0", "caller 1", "ret 50", "ret 100", "ret 150"]
