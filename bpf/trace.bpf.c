@@ -18,6 +18,12 @@
  * return, with the entry's argument registers saved per call (pairing.h), so a
  * return sees its own call's arguments under nesting and recursion.
  *
+ * A probe whose one spec's predicate is one register compared with a constant
+ * (after at most one arithmetic step) has a gate (struct gate): a hit reads that
+ * register from ctx and is decided before anything else, so a dropped hit reads
+ * no pid, no scratch and copies no argument. A one-probe run's gate is set before
+ * load (the_gate): the verifier keeps only the branches its values take.
+ *
  * Kernel memory is read only when `kernel_reads` is set (not under lockdown=
  * confidentiality): the verifier prunes those paths otherwise, so tracepoint,
  * uprobe and USDT programs load on locked-down kernels. */

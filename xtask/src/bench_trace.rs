@@ -14,6 +14,13 @@
 //! lines each tool printed: a tool that printed other than the events made (lost
 //! records) is marked, so a fast wrong answer cannot win. Runs are interleaved
 //! (each round runs every tool once); the median of the rounds is shown.
+//!
+//! `--only TEXT` runs the host cases whose name holds TEXT. `--bpf-stats` also
+//! shows each tool's BPF program alone: run time per run from the kernel's
+//! statistics (kernel.bpf_stats_enabled, on for the host half, read from the
+//! tool's program descriptors in /proc/PID/fdinfo). The statistics cost every
+//! run some tens of ns themselves (measured in that column: an empty program),
+//! so the added cost per hit is only comparable within such a run.
 
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -88,6 +95,19 @@ impl Case {
 
     fn command(self, tool: &str, trace: &Path, workload: &Path, pid: u32) -> Command {
         let w = workload.display();
+        if tool == "empty" {
+            // The floor of --bpf-stats: a program that does nothing, at the
+            // same probe (only the workload calls tk_alpha).
+            let probe = match self {
+                Case::Tracepoint => "tracepoint:syscalls:sys_enter_pread64".to_string(),
+                Case::Kernel => "kprobe:vfs_read".to_string(),
+                _ => format!("uprobe:{w}:tk_alpha"),
+            };
+            let mut c = Command::new("bpftrace");
+            c.arg("-e")
+                .arg(format!("BEGIN {{ printf(\"READY\\n\"); }} {probe} {{ }}"));
+            return c;
+        }
         if tool == "trace" || tool == "bcc" {
             let spec = match self {
                 Case::Uprobe => format!("{w}:tk_alpha \"%d %d\", arg1, arg2"),
@@ -189,7 +209,9 @@ fn run_once(
         );
     }
     let ready_ms = start.elapsed().as_secs_f64() * 1e3;
+    let stats = BpfStats::watch(child.id());
     let ns = w.run()?;
+    let bpf_ns = stats.finish();
     // trace ends by itself when -p's process exits; the others are stopped.
     if tool != "trace" {
         // SAFETY: plain kill(2) on our child.
@@ -227,7 +249,84 @@ fn run_once(
         .join("; ");
     Ok(json!({
         "ns_per_call": ns, "ready_ms": ready_ms, "events": events, "lost": lost,
+        "bpf_ns_per_run": bpf_ns,
     }))
+}
+
+/// kernel.bpf_stats_enabled on while this lives (the value before is restored).
+struct BpfStats(String);
+
+const STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+impl BpfStats {
+    fn enable() -> Result<BpfStats> {
+        let old = fs::read_to_string(STATS_SYSCTL).context(STATS_SYSCTL)?;
+        fs::write(STATS_SYSCTL, "1").context(STATS_SYSCTL)?;
+        Ok(BpfStats(old.trim().to_string()))
+    }
+
+    /// Samples the run time per run of `pid`'s busiest BPF program while the
+    /// work runs (the tool may detach as soon as the work ends); `finish` gives
+    /// the last sample, if the statistics are on.
+    fn watch(pid: u32) -> StatsWatch {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = thread::spawn(move || {
+            let mut last = None;
+            loop {
+                if let Some(s) = busiest_prog(pid) {
+                    last = Some(s);
+                }
+                if stopped.recv_timeout(Duration::from_millis(10)).is_ok() {
+                    return last;
+                }
+            }
+        });
+        StatsWatch { stop, thread }
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        let _ = fs::write(STATS_SYSCTL, &self.0);
+    }
+}
+
+struct StatsWatch {
+    stop: mpsc::Sender<()>,
+    thread: thread::JoinHandle<Option<f64>>,
+}
+
+impl StatsWatch {
+    fn finish(self) -> Option<f64> {
+        let _ = self.stop.send(());
+        self.thread.join().ok().flatten()
+    }
+}
+
+/// run_time_ns / run_cnt of the BPF program `pid` holds that ran most (its
+/// probe's, not a BEGIN's), from /proc/PID/fdinfo; None when none ran or the
+/// statistics are off (run_time_ns stays 0).
+fn busiest_prog(pid: u32) -> Option<f64> {
+    let mut best: Option<(u64, u64)> = None;
+    for e in fs::read_dir(format!("/proc/{pid}/fdinfo")).ok()?.flatten() {
+        let Ok(text) = fs::read_to_string(e.path()) else {
+            continue;
+        };
+        let field = |k: &str| -> Option<u64> {
+            text.lines()
+                .find_map(|l| l.strip_prefix(k)?.trim().parse().ok())
+        };
+        if field("prog_id:").is_none() {
+            continue;
+        }
+        let (Some(ns), Some(cnt)) = (field("run_time_ns:"), field("run_cnt:")) else {
+            continue;
+        };
+        if ns > 0 && best.is_none_or(|(_, c)| cnt > c) {
+            best = Some((ns, cnt));
+        }
+    }
+    best.map(|(ns, cnt)| ns as f64 / cnt as f64)
 }
 
 /// Host half: the host's cases, then (unless `--no-guest`) the guest's, then
@@ -247,9 +346,30 @@ pub fn host(root: &Path, args: &[String]) -> Result<()> {
         .context("running bpftrace (package bpftrace)")?;
     let bpftrace = String::from_utf8_lossy(&bpftrace.stdout).trim().to_string();
 
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .map(|i| args.get(i + 1).context("--only needs a case name's part"))
+        .transpose()?;
+    let mut host = Setup {
+        cases: Box::leak(
+            HOST.cases
+                .iter()
+                .copied()
+                .filter(|c| only.is_none_or(|o| c.name().contains(o.as_str())))
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
+        ),
+        ..HOST
+    };
+    let bpf_stats = args.iter().any(|a| a == "--bpf-stats");
+    if bpf_stats {
+        host.tools = &["untraced", "trace", "bpftrace", "empty"];
+    }
     let mut results = Vec::new();
     if !args.iter().any(|a| a == "--no-host") {
-        rounds(&HOST, &trace, &workload, &file, &[], |v| results.push(v));
+        let _stats = bpf_stats.then(BpfStats::enable).transpose()?;
+        rounds(&host, &trace, &workload, &file, &[], |v| results.push(v));
     }
     // The host's numbers are kept even if the guest half is interrupted.
     fs::write(
@@ -277,7 +397,7 @@ pub fn host(root: &Path, args: &[String]) -> Result<()> {
     fs::write(&path, serde_json::to_string_pretty(&raw)?)?;
     report(
         &raw["results"],
-        &HOST,
+        &host,
         &format!("on the host ({} CPUs)", raw["cpus"]),
         &bpftrace,
     );
@@ -422,7 +542,8 @@ fn report(results: &Value, setup: &Setup, place: &str, bpftrace: &str) {
         setup.rounds
     );
     let mut b = Builder::default();
-    b.push_record([
+    let stats = results.iter().any(|r| r["bpf_ns_per_run"].is_f64());
+    let mut head = vec![
         "case",
         "tool",
         "ns per hit (added)",
@@ -430,7 +551,12 @@ fn report(results: &Value, setup: &Setup, place: &str, bpftrace: &str) {
         "lines (expected)",
         "exec to tracing",
         "ratio (cost, start)",
-    ]);
+    ];
+    if stats {
+        head.push("BPF ns per run (bpf_stats)");
+        head.push("ratio (BPF, above empty)");
+    }
+    b.push_record(head);
     let mut errors = Vec::new();
     for &case in setup.cases {
         let n = (setup.n)(case);
@@ -473,10 +599,8 @@ fn report(results: &Value, setup: &Setup, place: &str, bpftrace: &str) {
                 }
             }
             let events = of(tool, "events");
-            let short = events
-                .iter()
-                .filter(|&&e| e as u64 != case.events(n))
-                .count();
+            let expected = if tool == "empty" { 0 } else { case.events(n) };
+            let short = events.iter().filter(|&&e| e as u64 != expected).count();
             let c = cost(tool);
             // Lines printed per second of the traced run's work, per run.
             let rate: Vec<f64> = results
@@ -494,7 +618,18 @@ fn report(results: &Value, setup: &Setup, place: &str, bpftrace: &str) {
                 }
                 _ => "-".into(),
             };
-            b.push_record([
+            let bpf = |tool: &str| {
+                let v = of(tool, "bpf_ns_per_run");
+                (!v.is_empty()).then(|| median(v))
+            };
+            // Each program's own time: what it reads above the empty program's.
+            let bpf_ratio = match (tool, bpf(tool), bpf("trace"), bpf("empty")) {
+                ("bpftrace" | "bcc", Some(p), Some(t), Some(e)) if t > e => {
+                    format!("{:.1}x", (p - e) / (t - e))
+                }
+                _ => "-".into(),
+            };
+            let mut row = vec![
                 case.name().to_string(),
                 tool.to_string(),
                 c.map_or("-".into(), |c| format!("{c:.0}")),
@@ -506,7 +641,7 @@ fn report(results: &Value, setup: &Setup, place: &str, bpftrace: &str) {
                     } else {
                         median(events.clone()) as u64
                     },
-                    case.events(n),
+                    expected,
                     if short > 0 {
                         format!(", {short} of {} runs short", events.len())
                     } else {
@@ -515,7 +650,12 @@ fn report(results: &Value, setup: &Setup, place: &str, bpftrace: &str) {
                 ),
                 ready(tool).map_or("-".into(), |r| format!("{r:.0} ms")),
                 ratio,
-            ]);
+            ];
+            if stats {
+                row.push(bpf(tool).map_or("-".into(), |p| format!("{p:.1}")));
+                row.push(bpf_ratio);
+            }
+            b.push_record(row);
         }
     }
     println!("{}", b.build().with(Style::markdown()));
