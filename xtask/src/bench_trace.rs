@@ -15,7 +15,8 @@
 //! records) is marked, so a fast wrong answer cannot win. Runs are interleaved
 //! (each round runs every tool once); the median of the rounds is shown.
 //!
-//! `--only TEXT` runs the host cases whose name holds TEXT. `--bpf-stats` also
+//! `--only TEXT` runs the host cases whose name holds TEXT, `--rounds N` N rounds
+//! of them (a small difference needs more than 5 to show). `--bpf-stats` also
 //! shows each tool's BPF program alone: run time per run from the kernel's
 //! statistics (kernel.bpf_stats_enabled, on for the host half, read from the
 //! tool's program descriptors in /proc/PID/fdinfo). The statistics cost every
@@ -362,6 +363,13 @@ pub fn host(root: &Path, args: &[String]) -> Result<()> {
         ),
         ..HOST
     };
+    if let Some(i) = args.iter().position(|a| a == "--rounds") {
+        host.rounds = args
+            .get(i + 1)
+            .and_then(|n| n.parse().ok())
+            .filter(|&n| n > 0)
+            .context("--rounds needs a number of rounds")?;
+    }
     let bpf_stats = args.iter().any(|a| a == "--bpf-stats");
     if bpf_stats {
         host.tools = &["untraced", "trace", "bpftrace", "empty"];
@@ -558,6 +566,7 @@ fn report(results: &Value, setup: &Setup, place: &str, bpftrace: &str) {
     }
     b.push_record(head);
     let mut errors = Vec::new();
+    let mut rounds_won = Vec::new();
     for &case in setup.cases {
         let n = (setup.n)(case);
         // Probe hits: calls of the traced function or syscall.
@@ -614,10 +623,32 @@ fn report(results: &Value, setup: &Setup, place: &str, bpftrace: &str) {
             let rate = (!rate.is_empty()).then(|| median(rate));
             let ratio = match (tool, c, tc, ready(tool), tr) {
                 ("bpftrace" | "bcc", Some(c), Some(tc), Some(r), Some(tr)) => {
-                    format!("{:.1}x, {:.1}x", c / tc, r / tr)
+                    format!("{}, {:.1}x", times(c / tc), r / tr)
                 }
                 _ => "-".into(),
             };
+            if matches!(tool, "bpftrace" | "bcc") {
+                // Rounds where trace's run cost less than this tool's: robust
+                // to a slow round, which moves both.
+                let round_ns = |t: &str| -> Vec<(u64, f64)> {
+                    results
+                        .iter()
+                        .filter(|r| r["case"] == case.name() && r["tool"] == t)
+                        .filter_map(|r| Some((r["round"].as_u64()?, r["ns_per_call"].as_f64()?)))
+                        .collect()
+                };
+                let peer = round_ns(tool);
+                let pairs: Vec<bool> = round_ns("trace")
+                    .iter()
+                    .filter_map(|(k, t)| peer.iter().find(|(j, _)| j == k).map(|(_, p)| t < p))
+                    .collect();
+                rounds_won.push(format!(
+                    "{}: trace cost less than {tool} in {} of {} rounds",
+                    case.name(),
+                    pairs.iter().filter(|&&w| w).count(),
+                    pairs.len()
+                ));
+            }
             let bpf = |tool: &str| {
                 let v = of(tool, "bpf_ns_per_run");
                 (!v.is_empty()).then(|| median(v))
@@ -625,7 +656,7 @@ fn report(results: &Value, setup: &Setup, place: &str, bpftrace: &str) {
             // Each program's own time: what it reads above the empty program's.
             let bpf_ratio = match (tool, bpf(tool), bpf("trace"), bpf("empty")) {
                 ("bpftrace" | "bcc", Some(p), Some(t), Some(e)) if t > e => {
-                    format!("{:.1}x", (p - e) / (t - e))
+                    times((p - e) / (t - e))
                 }
                 _ => "-".into(),
             };
@@ -664,7 +695,19 @@ fn report(results: &Value, setup: &Setup, place: &str, bpftrace: &str) {
          lines printed per second of the traced work (median); lines: median printed; \
          runs short lost records (reported by the tool, listed below)."
     );
+    for w in rounds_won {
+        println!("{w}");
+    }
     for e in errors {
         println!("note: {e}");
+    }
+}
+
+/// A ratio: two decimals near 1, where one would hide a small difference.
+fn times(r: f64) -> String {
+    if r < 2.0 {
+        format!("{r:.2}x")
+    } else {
+        format!("{r:.1}x")
     }
 }
