@@ -674,10 +674,14 @@ static __always_inline bool fast_pred(struct scratch *sc, struct spec *sp)
  * gate may be the_gate, whose loads must stay loads). */
 static __always_inline bool gate_keeps(const volatile struct gate *g, __u64 v)
 {
-	__u32 shift = g->shift & 63;
+	__u32 shift = g->shift;
 
-	v <<= shift;
-	v = g->sign ? (__u64)((__s64)v >> shift) : v >> shift;
+	/* Only a narrowing cast shifts (the_gate's: pruned before load otherwise). */
+	if (shift) {
+		shift &= 63;
+		v <<= shift;
+		v = g->sign ? (__u64)((__s64)v >> shift) : v >> shift;
+	}
 	return keeps(v, g->op, g->imm[0], g->keep, g->imm[1]);
 }
 

@@ -156,6 +156,24 @@ fn gate_on_one_argument_passes_exactly_k() {
 }
 
 #[test]
+fn gate_narrows_its_register_as_the_cast_says() {
+    // (s8)arg2 < 0: b = 10 i as a signed byte is negative for i in 13..=25
+    // (130..250) and 39..=49 (390..490, less 256): 24 of 50 pass.
+    let spec = format!("{}:tt_args ((s8)arg2 < 0) \"%d\", arg1", bin());
+    let out = run_on("calls", 50, &["-v", &spec]);
+    assert!(out.stderr.lines().any(|l| l == GATE), "{}", out.stderr);
+    let want: Vec<String> = (13..=25).chain(39..=49).map(|i| i.to_string()).collect();
+    assert_eq!(messages(&out.stdout), want);
+    assert_eq!(records_received(&out.stderr), 24, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains(": 50 hits, 26 dropped by the predicate in the kernel"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
 fn gate_on_retval_at_a_return_passes_exactly_k() {
     // 12 returns (4 calls of depth 3), 4 with retval 207: 8 never reach user space.
     let spec = format!("r:{}:tt_recurse (retval == 207) \"%d\", arg1", bin());
