@@ -18,6 +18,12 @@
  * return, with the entry's argument registers saved per call (pairing.h), so a
  * return sees its own call's arguments under nesting and recursion.
  *
+ * A probe whose one spec's predicate is one register compared with a constant
+ * (after at most one arithmetic step) has a gate (struct gate): a hit reads that
+ * register from ctx and is decided before anything else, so a dropped hit reads
+ * no pid, no scratch and copies no argument. A one-probe run's gate is set before
+ * load (the_gate): the verifier keeps only the branches its values take.
+ *
  * Kernel memory is read only when `kernel_reads` is set (not under lockdown=
  * confidentiality): the verifier prunes those paths otherwise, so tracepoint,
  * uprobe and USDT programs load on locked-down kernels. */
@@ -94,6 +100,7 @@ struct tk_insn {
 #define F_IDS 4		/* reads $uid, $gid or $cpu */
 #define F_FAST_PRED 8	/* the predicate is `pred`, run before anything else */
 #define F_FAST_VALS 16	/* the values are the `fast` copies: no interpreter */
+#define F_GATE 32	/* specs_of only: `gate` decides a function hit first */
 
 /* A plain value: an input or a record field, truncated/extended to `size`. */
 #define OPD_IN 1
@@ -137,14 +144,29 @@ struct spec {
 	char lits[LITS + LIT_MAX];
 };
 
+/* F_GATE: a function probe's only spec has a fast predicate on one register
+ * (an argument, or retval at a return), copied here by user space. A hit reads
+ * that register from ctx and is decided before anything else: a dropped hit
+ * costs no pid read, no spec or scratch lookup and no copy of the arguments. */
+struct gate {
+	__u8 reg;	/* argument 0..5, or IN_RETVAL */
+	__u8 shift;	/* the operand's narrowing: 64 - 8 * size, or 0 */
+	__u8 sign;
+	__u8 op;	/* as spec.pop */
+	__u8 keep;
+	__u8 pad[3];
+	__s64 imm[2];	/* as spec.pimm */
+};
+
 /* The specs of a probe, with what they need from a hit precomputed by user
  * space (no spec lookups to find out). */
 struct specs_of {
 	__u32 n;
 	__u32 spec[MAX_SPECS];
-	__u32 flags;		/* the specs' flags, or-ed */
+	__u32 flags;		/* the specs' flags, or-ed, and F_GATE */
 	__u32 usdt_mask;	/* or-ed */
 	__u32 rec_words;	/* the largest */
+	struct gate gate;
 };
 
 struct tk_event {
@@ -195,6 +217,14 @@ const volatile bool want_ustack = false; /* -U */
 const volatile bool ustack_build_id = false;
 const volatile bool want_extras = true;	/* the header's ts, uid and cpu (-t, -C, --json) */
 const volatile bool want_stats = true;	/* -v: hits and drops counted per spec */
+const volatile bool one_probe = false;	/* the run has one probe: its index is 0 */
+/* A one-probe run whose one spec has a gate gets it here, set before load
+ * (GATE_ENTRY or GATE_RETURN in gate_at): the verifier knows these values, so
+ * it keeps only the branches they take, and a dropped hit reads no map. */
+#define GATE_ENTRY 1
+#define GATE_RETURN 2
+const volatile __u8 gate_at = 0;
+const volatile struct gate the_gate = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -238,6 +268,13 @@ static __always_inline void stat(__u32 spec, __u32 what)
 
 	if (n)
 		*n += 1;
+}
+
+/* The probe a hit is of: its attach cookie, not read (a helper call per hit)
+ * when the run has one probe. */
+static __always_inline __u64 probe_of(void *ctx)
+{
+	return one_probe ? 0 : bpf_get_attach_cookie(ctx);
 }
 
 static __always_inline bool skip_task(void)
@@ -612,24 +649,40 @@ static __always_inline __u64 operand(struct scratch *sc, struct tk_operand *o)
 	return o->sign ? (__u64)((__s64)v >> (shift & 63)) : v >> (shift & 63);
 }
 
+/* Whether v, after `op` with imm (NO_OP: none), compares with c as `keep`
+ * keeps (a fast predicate's last two steps). */
+static __always_inline bool keeps(__u64 v, __u32 op, __u64 imm, __u32 keep, __u64 c)
+{
+	if (op != NO_OP)
+		v = arith(op, v, imm);
+	/* Signed order is the unsigned order with the sign bits flipped. */
+	if (keep & CMP_SIGNED) {
+		v ^= 1ULL << 63;
+		c ^= 1ULL << 63;
+	}
+	return keep & (v < c ? CMP_LT : v > c ? CMP_GT : CMP_EQ);
+}
+
 /* F_FAST_PRED: whether the hit is kept. Reads only what the hit's inputs
  * already hold (arguments, retval, USDT arguments, the record). */
 static __always_inline bool fast_pred(struct scratch *sc, struct spec *sp)
 {
-	__u64 v = operand(sc, &sp->pred), c = sp->pimm[1];
-	__u32 keep = sp->pop[1];
-	bool lt, gt;
+	return keeps(operand(sc, &sp->pred), sp->pop[0], sp->pimm[0], sp->pop[1], sp->pimm[1]);
+}
 
-	if (sp->pop[0] != NO_OP)
-		v = arith(sp->pop[0], v, sp->pimm[0]);
-	if (keep & CMP_SIGNED) {
-		lt = (__s64)v < (__s64)c;
-		gt = (__s64)v > (__s64)c;
-	} else {
-		lt = v < c;
-		gt = v > c;
+/* F_GATE: whether the hit whose gate register holds v is kept (volatile: the
+ * gate may be the_gate, whose loads must stay loads). */
+static __always_inline bool gate_keeps(const volatile struct gate *g, __u64 v)
+{
+	__u32 shift = g->shift;
+
+	/* Only a narrowing cast shifts (the_gate's: pruned before load otherwise). */
+	if (shift) {
+		shift &= 63;
+		v <<= shift;
+		v = g->sign ? (__u64)((__s64)v >> shift) : v >> shift;
 	}
-	return keep & (lt ? CMP_LT : gt ? CMP_GT : CMP_EQ);
+	return keeps(v, g->op, g->imm[0], g->keep, g->imm[1]);
 }
 
 /* F_FAST_VALS: value i, copied (a bpf_loop callback: the verifier walks it
@@ -781,6 +834,57 @@ static __always_inline struct specs_of *specs_of(__u32 probe)
 	return bpf_map_lookup_elem(&probes, &probe);
 }
 
+/* One load of ctx at offset `off` (a literal). Inline assembly: written in C,
+ * clang merges a switch's loads into one load from a selected address, and the
+ * verifier refuses any ctx access but at a constant offset. */
+#define CTX_U64(ctx, off) ({							\
+	__u64 __v;								\
+	asm volatile("%0 = *(u64 *)(%1 + " #off ")" : "=r"(__v) : "r"(ctx));	\
+	__v; })
+
+/* x86-64's argument registers di, si, dx, cx, r8, r9 in struct tk_pt_regs. */
+_Static_assert(__builtin_offsetof(struct tk_pt_regs, di) == 112 && __builtin_offsetof(struct tk_pt_regs, si) == 104 &&
+	       __builtin_offsetof(struct tk_pt_regs, dx) == 96 && __builtin_offsetof(struct tk_pt_regs, cx) == 88 &&
+	       __builtin_offsetof(struct tk_pt_regs, r8) == 72 && __builtin_offsetof(struct tk_pt_regs, r9) == 64,
+	       "x86-64 pt_regs layout");
+
+/* Argument register r (0-based) of a function hit, read from ctx. */
+static __always_inline __u64 arg_reg(struct pt_regs *ctx, __u32 r)
+{
+	switch (r) {
+	case 0: return CTX_U64(ctx, 112);
+	case 1: return CTX_U64(ctx, 104);
+	case 2: return CTX_U64(ctx, 96);
+	case 3: return CTX_U64(ctx, 88);
+	case 4: return CTX_U64(ctx, 72);
+	case 5: return CTX_U64(ctx, 64);
+	}
+	return 0;
+}
+
+/* The register a return's gate reads: retval, or an argument saved at entry. */
+static __always_inline __u64 ret_reg(struct pt_regs *ctx, struct frame *f, __u32 r)
+{
+	switch (r) {
+	case 0: return f->args[0];
+	case 1: return f->args[1];
+	case 2: return f->args[2];
+	case 3: return f->args[3];
+	case 4: return f->args[4];
+	case 5: return f->args[5];
+	}
+	return PT_REGS_RC(ctx);
+}
+
+/* A hit of spec `id` its gate dropped: counted for -v if the hit is the
+ * traced process's. */
+static __always_inline bool gate_drop(__u32 id)
+{
+	if (want_stats && !skip_task())
+		stat(id, 1);
+	return false;
+}
+
 /* A function's entry: emits its `p:` specs; saves the arguments for its `r:`
  * specs. Returns whether a return hook is wanted (a session's entry returns 1
  * to skip the return). */
@@ -790,10 +894,24 @@ static __always_inline bool fn_entry(struct pt_regs *ctx, __u32 probe)
 	struct scratch *sc;
 	bool want_ret;
 
+	/* Decided on its register alone, before the pid is read (the hits -v
+	 * counts as dropped are the traced process's only). The one spec of a
+	 * one-probe run is spec 0. */
+	if (gate_at == GATE_ENTRY) {
+		if (!gate_keeps(&the_gate, arg_reg(ctx, the_gate.reg)))
+			return gate_drop(0);
+		so = specs_of(probe);
+		if (!so)
+			return false;
+	} else {
+		so = specs_of(probe);
+		if (!so)
+			return false;
+		if ((so->flags & (F_GATE | F_RETURN)) == F_GATE &&
+		    !gate_keeps(&so->gate, arg_reg(ctx, so->gate.reg)))
+			return gate_drop(so->spec[0]);
+	}
 	if (skip_task())
-		return false;
-	so = specs_of(probe);
-	if (!so)
 		return false;
 	sc = scratch_of_cpu();
 	if (!sc)
@@ -834,6 +952,15 @@ static __always_inline void fn_return(struct pt_regs *ctx, __u32 probe)
 		return;
 	if (!pair_pop(probe, &f))
 		return; /* no entry: filtered out there, or a p: only site */
+	if (gate_at == GATE_RETURN) {
+		if (!gate_keeps(&the_gate, ret_reg(ctx, &f, the_gate.reg))) {
+			stat(0, 1);
+			return;
+		}
+	} else if ((so->flags & F_GATE) && !gate_keeps(&so->gate, ret_reg(ctx, &f, so->gate.reg))) {
+		stat(so->spec[0], 1);
+		return;
+	}
 	sc = scratch_of_cpu();
 	if (!sc)
 		return;
@@ -855,7 +982,7 @@ static __always_inline void fn_return(struct pt_regs *ctx, __u32 probe)
 
 static __always_inline int session(struct pt_regs *ctx)
 {
-	__u32 probe = bpf_get_attach_cookie(ctx);
+	__u32 probe = probe_of(ctx);
 
 	if (!session_is_return(ctx))
 		return fn_entry(ctx, probe) ? 0 : 1;
@@ -878,42 +1005,42 @@ int trace_uprobe_session(struct pt_regs *ctx)
 SEC("kprobe.multi")
 int trace_kprobe_multi(struct pt_regs *ctx)
 {
-	fn_entry(ctx, bpf_get_attach_cookie(ctx));
+	fn_entry(ctx, probe_of(ctx));
 	return 0;
 }
 
 SEC("kretprobe.multi")
 int trace_kretprobe_multi(struct pt_regs *ctx)
 {
-	fn_return(ctx, bpf_get_attach_cookie(ctx));
+	fn_return(ctx, probe_of(ctx));
 	return 0;
 }
 
 SEC("kprobe")
 int trace_kprobe(struct pt_regs *ctx)
 {
-	fn_entry(ctx, bpf_get_attach_cookie(ctx));
+	fn_entry(ctx, probe_of(ctx));
 	return 0;
 }
 
 SEC("kretprobe")
 int trace_kretprobe(struct pt_regs *ctx)
 {
-	fn_return(ctx, bpf_get_attach_cookie(ctx));
+	fn_return(ctx, probe_of(ctx));
 	return 0;
 }
 
 SEC("uprobe.multi")
 int trace_uprobe_multi(struct pt_regs *ctx)
 {
-	fn_entry(ctx, bpf_get_attach_cookie(ctx));
+	fn_entry(ctx, probe_of(ctx));
 	return 0;
 }
 
 SEC("uretprobe.multi")
 int trace_uretprobe_multi(struct pt_regs *ctx)
 {
-	fn_return(ctx, bpf_get_attach_cookie(ctx));
+	fn_return(ctx, probe_of(ctx));
 	return 0;
 }
 
@@ -931,7 +1058,7 @@ struct {
 
 static __always_inline __u32 uprobe_probe(struct pt_regs *ctx, bool *ok)
 {
-	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u64 cookie = probe_of(ctx);
 	__u64 key;
 	__u32 *probe;
 
@@ -961,7 +1088,7 @@ int trace_uprobe(struct pt_regs *ctx)
 SEC("uretprobe")
 int trace_uretprobe(struct pt_regs *ctx)
 {
-	fn_return(ctx, bpf_get_attach_cookie(ctx));
+	fn_return(ctx, probe_of(ctx));
 	return 0;
 }
 
@@ -1036,7 +1163,7 @@ SEC("tracepoint")
 int trace_tp_read(void *ctx)
 {
 	struct scratch *sc = tp_start();
-	__u32 probe = bpf_get_attach_cookie(ctx);
+	__u32 probe = probe_of(ctx);
 	struct specs_of *so;
 	__u32 words = 0;
 
@@ -1071,7 +1198,7 @@ int trace_tp_##N_(void *ctx)						\
 	for (int o = 8; o < N; o += 8) {				\
 		TP_COPY8(o)						\
 	}								\
-	hit(ctx, sc, bpf_get_attach_cookie(ctx), false);		\
+	hit(ctx, sc, probe_of(ctx), false);		\
 	return 0;							\
 }
 

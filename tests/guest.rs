@@ -949,6 +949,44 @@ fn trace_kernel_predicate_filters_in_the_kernel_with_stacks() {
 
 #[test]
 #[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
+fn trace_kernel_gate_on_a_btf_argument_and_on_retval() {
+    // A lone predicate on one register is decided before anything else is read
+    // (set before load: each kernel's verifier must take the program so), at the
+    // entry on count, at the return on retval; other processes' writes are not
+    // counted as dropped.
+    let gate = "    gate: decided on its register before anything else is read";
+    for (spec, want, dropped) in [
+        (
+            "p::vfs_write (count % 2 == 1) \"%d\", count",
+            &[101, 103, 105, 107, 109][..],
+            5,
+        ),
+        (
+            "r::vfs_write (retval > 107) \"%d\", count",
+            &[108, 109][..],
+            8,
+        ),
+    ] {
+        let (out, ev) = trace_writes(10, &["-v", spec]);
+        assert!(out.stderr.lines().any(|l| l == gate), "{}", out.stderr);
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|n| ("vfs_write".to_string(), n.to_string()))
+            .collect();
+        assert_eq!(ev, want, "{spec}: {}", out.stdout);
+        assert_eq!(
+            trace_records(&out.stderr),
+            want.len() as u64,
+            "{}",
+            out.stderr
+        );
+        let counts = format!(": 10 hits, {dropped} dropped by the predicate in the kernel");
+        assert!(out.stderr.contains(&counts), "{spec}: {}", out.stderr);
+    }
+}
+
+#[test]
+#[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
 fn trace_kernel_glob_in_one_link() {
     // 'p::vfs_*' matches dozens of functions: one kprobe_multi link where the
     // kernel has it, else one kprobe each; every write is seen once, in vfs_write.

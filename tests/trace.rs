@@ -128,6 +128,90 @@ fn predicate_in_the_kernel_passes_exactly_k() {
     );
 }
 
+/// -v's note that a program's predicate is its probe's gate (bpf/trace.bpf.c
+/// F_GATE): decided on one register before anything else is read.
+const GATE: &str = "    gate: decided on its register before anything else is read";
+
+#[test]
+fn gate_on_one_argument_passes_exactly_k() {
+    // One probe, one spec whose predicate is one register (the second
+    // argument, a signed long) with one step and a signed comparison: the
+    // gate set before load. b = 10 i: 10 of 50 calls pass.
+    let spec = format!(
+        "{}:tt_args(u64 a, long b, char *name) (b - 100 < 0) \"%d %s\", a, name",
+        bin()
+    );
+    let out = run_on("calls", 50, &["-v", &spec]);
+    assert!(out.stderr.lines().any(|l| l == GATE), "{}", out.stderr);
+    let want: Vec<String> = (0..10).map(|i| format!("{i} name-{i}")).collect();
+    assert_eq!(messages(&out.stdout), want);
+    assert_eq!(records_received(&out.stderr), 10, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            ": 50 hits, 40 dropped by the predicate in the kernel, 0 returns without their entry"
+        ),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn gate_narrows_its_register_as_the_cast_says() {
+    // (s8)arg2 < 0: b = 10 i as a signed byte is negative for i in 13..=25
+    // (130..250) and 39..=49 (390..490, less 256): 24 of 50 pass.
+    let spec = format!("{}:tt_args ((s8)arg2 < 0) \"%d\", arg1", bin());
+    let out = run_on("calls", 50, &["-v", &spec]);
+    assert!(out.stderr.lines().any(|l| l == GATE), "{}", out.stderr);
+    let want: Vec<String> = (13..=25).chain(39..=49).map(|i| i.to_string()).collect();
+    assert_eq!(messages(&out.stdout), want);
+    assert_eq!(records_received(&out.stderr), 24, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains(": 50 hits, 26 dropped by the predicate in the kernel"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn gate_on_retval_at_a_return_passes_exactly_k() {
+    // 12 returns (4 calls of depth 3), 4 with retval 207: 8 never reach user space.
+    let spec = format!("r:{}:tt_recurse (retval == 207) \"%d\", arg1", bin());
+    let out = run_on("recurse", 4, &["-v", &spec]);
+    assert!(out.stderr.lines().any(|l| l == GATE), "{}", out.stderr);
+    assert_eq!(messages(&out.stdout), ["2", "2", "2", "2"]);
+    assert_eq!(records_received(&out.stderr), 4, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains(": 12 hits, 8 dropped by the predicate in the kernel"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn gates_of_several_probes_entry_and_return() {
+    // Two probes: each gate is in the probe table, not set before load. The
+    // return's gate reads the entry's argument saved for it.
+    let r = format!("r:{}:tt_args (arg1 % 5 == 0) \"ret %d\", arg2", bin());
+    let c = format!("{}:tt_caller (arg1 < 2) \"caller %d\", arg1", bin());
+    let out = run_on("calls", 20, &["-v", &r, &c]);
+    assert_eq!(
+        out.stderr.lines().filter(|l| *l == GATE).count(),
+        2,
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        messages(&out.stdout),
+        ["caller 0", "ret 0", "caller 1", "ret 50", "ret 100", "ret 150"]
+    );
+    assert_eq!(records_received(&out.stderr), 6, "{}", out.stderr);
+    for counts in [": 20 hits, 16 dropped", ": 20 hits, 18 dropped"] {
+        assert!(out.stderr.contains(counts), "{counts}: {}", out.stderr);
+    }
+}
+
 #[test]
 fn strcmp_and_signature_names() {
     let spec = format!(

@@ -81,6 +81,8 @@ pub const F_SYSCALL: u32 = 2;
 pub const F_IDS: u32 = 4;
 pub const F_FAST_PRED: u32 = 8;
 pub const F_FAST_VALS: u32 = 16;
+/// `struct specs_of` only: its `gate` decides a function hit before anything else.
+pub const F_GATE: u32 = 32;
 
 const OPD_IN: u8 = 1;
 const OPD_REC: u8 = 2;
@@ -188,6 +190,23 @@ pub struct Program {
 
 /// Bytes of `struct spec` in bpf/trace.bpf.c.
 pub const SPEC_BYTES: usize = 32 + 8 + 8 + 16 + MAX_VALS * 8 + MAX_INSNS * 16 + LITS + LIT_MAX;
+
+/// `struct gate` (bpf/trace.bpf.c): a fast predicate on one register, the
+/// operand's narrowing as a shift.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Gate {
+    /// Argument 0..5, or IN_RETVAL.
+    pub reg: u8,
+    /// 64 - 8 * size for a narrowing cast, else 0.
+    pub shift: u8,
+    pub sign: u8,
+    pub op: u8,
+    pub keep: u8,
+    pub imm: [i64; 2],
+}
+
+/// Bytes of `struct specs_of` in bpf/trace.bpf.c (its `struct gate` last).
+pub const SPECS_OF_BYTES: usize = 32 + 24;
 
 /// Inputs only gathered for a hit the predicate keeps (bpf/trace.bpf.c emit()).
 fn late_input(a: u32) -> bool {
@@ -336,6 +355,29 @@ impl Program {
         b
     }
 
+    /// The fast predicate, when a hit can be decided on one register read from
+    /// the context before anything else (bpf/trace.bpf.c's F_GATE): an
+    /// argument (not through a syscall wrapper's inner registers), or retval
+    /// at a return.
+    pub fn gate(&self) -> Option<Gate> {
+        let p = self.fast_pred?;
+        let reg =
+            p.x.src == OPD_IN && (p.x.a < 6 || (p.x.a == IN_RETVAL && self.flags & F_RETURN != 0));
+        let size = u32::from(p.x.size);
+        (reg && self.flags & F_SYSCALL == 0).then_some(Gate {
+            reg: p.x.a as u8,
+            shift: if size > 0 && size < 8 {
+                (64 - 8 * size) as u8
+            } else {
+                0
+            },
+            sign: u8::from(p.x.sign != 0),
+            op: p.ops[0].0,
+            keep: p.ops[1].0,
+            imm: [p.ops[0].1, p.ops[1].1],
+        })
+    }
+
     /// The instructions, one per line (for -v).
     pub fn describe(&self) -> String {
         let mut s = String::new();
@@ -385,6 +427,36 @@ pub struct TpField {
     pub offset: u32,
     pub size: u32,
     pub ty: Ty,
+}
+
+/// The BPF side's `struct specs_of` for a probe served by the specs `ids`
+/// (their programs `progs`): what a hit must gather for them, and the gate of
+/// a lone spec whose predicate is decided on one register.
+pub fn specs_of(ids: &[u32], progs: &[&Program]) -> Vec<u8> {
+    let mut flags = progs.iter().fold(0, |f, p| f | p.flags);
+    let usdt = progs.iter().fold(0, |m, p| m | p.usdt_mask);
+    let words = progs.iter().map(|p| p.rec_words).max().unwrap_or(0);
+    let gate = match progs {
+        [p] => p.gate(),
+        _ => None,
+    };
+    if gate.is_some() {
+        flags |= F_GATE;
+    }
+    let g = gate.unwrap_or_default();
+    let mut v = Vec::with_capacity(SPECS_OF_BYTES);
+    v.extend_from_slice(&(ids.len() as u32).to_ne_bytes());
+    for k in 0..4 {
+        v.extend_from_slice(&ids.get(k).copied().unwrap_or(0).to_ne_bytes());
+    }
+    for x in [flags, usdt, words] {
+        v.extend_from_slice(&x.to_ne_bytes());
+    }
+    // struct gate: reg, shift, sign, op, keep, pad[3], imm[2].
+    v.extend_from_slice(&[g.reg, g.shift, g.sign, g.op, g.keep, 0, 0, 0]);
+    v.extend_from_slice(&g.imm[0].to_ne_bytes());
+    v.extend_from_slice(&g.imm[1].to_ne_bytes());
+    v
 }
 
 /// Parses a tracefs `format` file into its fields (the common_ ones included).
@@ -1430,6 +1502,38 @@ mod tests {
         assert!(p.fast_pred.is_none());
         assert_eq!(p.fast_vals, Some(vec![]));
         assert_eq!(p.to_bytes().len(), SPEC_BYTES);
+    }
+
+    #[test]
+    fn gate_for_a_lone_spec_on_one_register() {
+        let flags = |b: &[u8]| u32::from_ne_bytes(b[20..24].try_into().unwrap());
+        let p = user("c:read (arg2 % 1000 == 0) \"%d\", arg1").unwrap();
+        let b = specs_of(&[3], &[&p]);
+        assert_eq!(b.len(), SPECS_OF_BYTES);
+        assert_eq!(flags(&b) & F_GATE, F_GATE);
+        assert_eq!(&b[32..37], &[1, 0, 0, B_MOD as u8, CMP_EQ]);
+        assert_eq!(i64::from_ne_bytes(b[40..48].try_into().unwrap()), 1000);
+        // A signed narrowing cast is the gate's too.
+        let p = user("c:read ((short)arg1 < 0)").unwrap();
+        assert_eq!(
+            &specs_of(&[0], &[&p])[32..37],
+            &[0, 48, 1, NO_OP, CMP_SIGNED | CMP_LT]
+        );
+        // retval at a return; an entry argument at a return (saved at entry).
+        let r = user("r:c:read (retval == 7)").unwrap();
+        assert_eq!(r.gate().map(|g| g.reg), Some(IN_RETVAL as u8));
+        let r = user("r:c:read (arg1 == 7)").unwrap();
+        assert_eq!(r.gate().map(|g| g.reg), Some(0));
+        // Not for two specs, a predicate off the fast shape, or ids.
+        assert_eq!(flags(&specs_of(&[0, 1], &[&p, &p])) & F_GATE, 0);
+        for spec in [
+            "c:read (arg1 == 1 && arg2 == 2)",
+            "c:read ($pid == 1)",
+            "c:read",
+        ] {
+            let q = user(spec).unwrap();
+            assert_eq!(flags(&specs_of(&[0], &[&q])) & F_GATE, 0, "{spec}");
+        }
     }
 
     #[test]

@@ -262,12 +262,19 @@ fn run(mut args: Args) -> Result<()> {
     let tp_progs = tracepoint_programs(&all, &compiled, &formats, kernel_reads)?;
     if args.verbose {
         for (id, c) in compiled.iter().enumerate() {
+            // compile::specs_of's choice: a lone spec's fast predicate on a register.
+            let lone = compiled.iter().filter(|d| d.probe == c.probe).count() == 1;
             common::cli::stderr(&format!(
-                "program {id}: probe {} ({}) for \"{}\"\n{}",
+                "program {id}: probe {} ({}) for \"{}\"\n{}{}",
                 c.probe,
                 all[c.probe].label,
                 escape(&c.parsed.text),
-                c.prog.describe()
+                c.prog.describe(),
+                if lone && c.prog.gate().is_some() {
+                    "    gate: decided on its register before anything else is read\n"
+                } else {
+                    ""
+                }
             ));
         }
     }
@@ -294,6 +301,15 @@ fn run(mut args: Args) -> Result<()> {
         std::process::id()
     };
     let json_out = session.json;
+    // A one-probe run's lone gated spec: its gate goes in .rodata
+    // (bpf/trace.bpf.c's the_gate), entry or return.
+    let lone_gate = match (&all[..], &compiled[..]) {
+        ([_], [c]) => c
+            .prog
+            .gate()
+            .map(|g| (g, c.prog.flags & compile::F_RETURN != 0)),
+        _ => None,
+    };
     let mut open = common::open_skeleton!(
         skel::TraceSkelBuilder,
         &mut obj,
@@ -314,6 +330,20 @@ fn run(mut args: Args) -> Result<()> {
             rodata.want_extras = args.timestamp || args.print_cpu || json_out;
             // Only -v prints the per-spec counts: no counter to bump otherwise.
             rodata.want_stats = args.verbose;
+            // One probe: every hit is of probe 0, no attach cookie to read.
+            rodata.one_probe = all.len() == 1;
+            if let Some((g, ret)) = lone_gate {
+                rodata.gate_at = if ret { 2 } else { 1 };
+                rodata.the_gate = skel::types::gate {
+                    reg: g.reg,
+                    shift: g.shift,
+                    sign: g.sign,
+                    op: g.op,
+                    keep: g.keep,
+                    pad: [0; 3],
+                    imm: g.imm,
+                };
+            }
             // Stacks are symbolized as records arrive, while the process lives.
             rodata.events_wakeup_bytes = if args.user_stack {
                 0
@@ -338,12 +368,17 @@ fn run(mut args: Args) -> Result<()> {
     open.maps.calls.set_max_entries(4096)?;
     open.maps.events.set_max_entries(ring)?;
     let skel = open.load().context("loading the BPF programs")?;
-    if skel.maps.specs.value_size() as usize != compile::SPEC_BYTES {
-        bail!(
-            "internal error: struct spec is {} bytes in BPF, {} here",
-            skel.maps.specs.value_size(),
-            compile::SPEC_BYTES
-        );
+    for (name, bpf, here) in [
+        ("spec", skel.maps.specs.value_size(), compile::SPEC_BYTES),
+        (
+            "specs_of",
+            skel.maps.probes.value_size(),
+            compile::SPECS_OF_BYTES,
+        ),
+    ] {
+        if bpf as usize != here {
+            bail!("internal error: struct {name} is {bpf} bytes in BPF, {here} here");
+        }
     }
     for (id, c) in compiled.iter().enumerate() {
         skel.maps
@@ -360,19 +395,9 @@ fn run(mut args: Args) -> Result<()> {
         lists[c.probe].push(id as u32);
     }
     for (i, l) in lists.iter().enumerate() {
-        // struct specs_of: the specs, and what a hit must gather for them.
-        let progs = l.iter().map(|&id| &compiled[id as usize].prog);
-        let flags = progs.clone().fold(0, |f, p| f | p.flags);
-        let usdt = progs.clone().fold(0, |m, p| m | p.usdt_mask);
-        let words = progs.map(|p| p.rec_words).max().unwrap_or(0);
-        let mut v = Vec::with_capacity(32);
-        v.extend_from_slice(&(l.len() as u32).to_ne_bytes());
-        for k in 0..4 {
-            v.extend_from_slice(&l.get(k).copied().unwrap_or(0).to_ne_bytes());
-        }
-        for x in [flags, usdt, words] {
-            v.extend_from_slice(&x.to_ne_bytes());
-        }
+        let progs: Vec<&compile::Program> =
+            l.iter().map(|&id| &compiled[id as usize].prog).collect();
+        let v = compile::specs_of(l, &progs);
         skel.maps
             .probes
             .update(&(i as u32).to_ne_bytes(), &v, MapFlags::ANY)

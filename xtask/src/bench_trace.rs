@@ -14,6 +14,14 @@
 //! lines each tool printed: a tool that printed other than the events made (lost
 //! records) is marked, so a fast wrong answer cannot win. Runs are interleaved
 //! (each round runs every tool once); the median of the rounds is shown.
+//!
+//! `--only TEXT` runs the host cases whose name holds TEXT, `--rounds N` N rounds
+//! of them (a small difference needs more than 5 to show). `--bpf-stats` also
+//! shows each tool's BPF program alone: run time per run from the kernel's
+//! statistics (kernel.bpf_stats_enabled, on for the host half, read from the
+//! tool's program descriptors in /proc/PID/fdinfo). The statistics cost every
+//! run some tens of ns themselves (measured in that column: an empty program),
+//! so the added cost per hit is only comparable within such a run.
 
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -37,6 +45,9 @@ use crate::{deps, guest};
 const ROUNDS: usize = 5;
 /// tk_alpha calls per uprobe run (`funcs N` makes 6N calls in all).
 const UPROBE_N: u64 = 200_000;
+/// tk_alpha calls per run of the 1-in-1000 predicate case: longer runs, as the
+/// tools differ there by a few percent, less than short runs vary.
+const FILTER_N: u64 = 1_000_000;
 /// pread64 calls per tracepoint run.
 const TP_N: u64 = 500_000;
 const LIMIT: Duration = Duration::from_secs(60);
@@ -88,6 +99,19 @@ impl Case {
 
     fn command(self, tool: &str, trace: &Path, workload: &Path, pid: u32) -> Command {
         let w = workload.display();
+        if tool == "empty" {
+            // The floor of --bpf-stats: a program that does nothing, at the
+            // same probe (only the workload calls tk_alpha).
+            let probe = match self {
+                Case::Tracepoint => "tracepoint:syscalls:sys_enter_pread64".to_string(),
+                Case::Kernel => "kprobe:vfs_read".to_string(),
+                _ => format!("uprobe:{w}:tk_alpha"),
+            };
+            let mut c = Command::new("bpftrace");
+            c.arg("-e")
+                .arg(format!("BEGIN {{ printf(\"READY\\n\"); }} {probe} {{ }}"));
+            return c;
+        }
         if tool == "trace" || tool == "bcc" {
             let spec = match self {
                 Case::Uprobe => format!("{w}:tk_alpha \"%d %d\", arg1, arg2"),
@@ -189,7 +213,9 @@ fn run_once(
         );
     }
     let ready_ms = start.elapsed().as_secs_f64() * 1e3;
+    let stats = BpfStats::watch(child.id());
     let ns = w.run()?;
+    let bpf_ns = stats.finish();
     // trace ends by itself when -p's process exits; the others are stopped.
     if tool != "trace" {
         // SAFETY: plain kill(2) on our child.
@@ -227,7 +253,84 @@ fn run_once(
         .join("; ");
     Ok(json!({
         "ns_per_call": ns, "ready_ms": ready_ms, "events": events, "lost": lost,
+        "bpf_ns_per_run": bpf_ns,
     }))
+}
+
+/// kernel.bpf_stats_enabled on while this lives (the value before is restored).
+struct BpfStats(String);
+
+const STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+impl BpfStats {
+    fn enable() -> Result<BpfStats> {
+        let old = fs::read_to_string(STATS_SYSCTL).context(STATS_SYSCTL)?;
+        fs::write(STATS_SYSCTL, "1").context(STATS_SYSCTL)?;
+        Ok(BpfStats(old.trim().to_string()))
+    }
+
+    /// Samples the run time per run of `pid`'s busiest BPF program while the
+    /// work runs (the tool may detach as soon as the work ends); `finish` gives
+    /// the last sample, if the statistics are on.
+    fn watch(pid: u32) -> StatsWatch {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = thread::spawn(move || {
+            let mut last = None;
+            loop {
+                if let Some(s) = busiest_prog(pid) {
+                    last = Some(s);
+                }
+                if stopped.recv_timeout(Duration::from_millis(10)).is_ok() {
+                    return last;
+                }
+            }
+        });
+        StatsWatch { stop, thread }
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        let _ = fs::write(STATS_SYSCTL, &self.0);
+    }
+}
+
+struct StatsWatch {
+    stop: mpsc::Sender<()>,
+    thread: thread::JoinHandle<Option<f64>>,
+}
+
+impl StatsWatch {
+    fn finish(self) -> Option<f64> {
+        let _ = self.stop.send(());
+        self.thread.join().ok().flatten()
+    }
+}
+
+/// run_time_ns / run_cnt of the BPF program `pid` holds that ran most (its
+/// probe's, not a BEGIN's), from /proc/PID/fdinfo; None when none ran or the
+/// statistics are off (run_time_ns stays 0).
+fn busiest_prog(pid: u32) -> Option<f64> {
+    let mut best: Option<(u64, u64)> = None;
+    for e in fs::read_dir(format!("/proc/{pid}/fdinfo")).ok()?.flatten() {
+        let Ok(text) = fs::read_to_string(e.path()) else {
+            continue;
+        };
+        let field = |k: &str| -> Option<u64> {
+            text.lines()
+                .find_map(|l| l.strip_prefix(k)?.trim().parse().ok())
+        };
+        if field("prog_id:").is_none() {
+            continue;
+        }
+        let (Some(ns), Some(cnt)) = (field("run_time_ns:"), field("run_cnt:")) else {
+            continue;
+        };
+        if ns > 0 && best.is_none_or(|(_, c)| cnt > c) {
+            best = Some((ns, cnt));
+        }
+    }
+    best.map(|(ns, cnt)| ns as f64 / cnt as f64)
 }
 
 /// Host half: the host's cases, then (unless `--no-guest`) the guest's, then
@@ -247,9 +350,37 @@ pub fn host(root: &Path, args: &[String]) -> Result<()> {
         .context("running bpftrace (package bpftrace)")?;
     let bpftrace = String::from_utf8_lossy(&bpftrace.stdout).trim().to_string();
 
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .map(|i| args.get(i + 1).context("--only needs a case name's part"))
+        .transpose()?;
+    let mut host = Setup {
+        cases: Box::leak(
+            HOST.cases
+                .iter()
+                .copied()
+                .filter(|c| only.is_none_or(|o| c.name().contains(o.as_str())))
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
+        ),
+        ..HOST
+    };
+    if let Some(i) = args.iter().position(|a| a == "--rounds") {
+        host.rounds = args
+            .get(i + 1)
+            .and_then(|n| n.parse().ok())
+            .filter(|&n| n > 0)
+            .context("--rounds needs a number of rounds")?;
+    }
+    let bpf_stats = args.iter().any(|a| a == "--bpf-stats");
+    if bpf_stats {
+        host.tools = &["untraced", "trace", "bpftrace", "empty"];
+    }
     let mut results = Vec::new();
     if !args.iter().any(|a| a == "--no-host") {
-        rounds(&HOST, &trace, &workload, &file, &[], |v| results.push(v));
+        let _stats = bpf_stats.then(BpfStats::enable).transpose()?;
+        rounds(&host, &trace, &workload, &file, &[], |v| results.push(v));
     }
     // The host's numbers are kept even if the guest half is interrupted.
     fs::write(
@@ -277,7 +408,7 @@ pub fn host(root: &Path, args: &[String]) -> Result<()> {
     fs::write(&path, serde_json::to_string_pretty(&raw)?)?;
     report(
         &raw["results"],
-        &HOST,
+        &host,
         &format!("on the host ({} CPUs)", raw["cpus"]),
         &bpftrace,
     );
@@ -309,6 +440,7 @@ const HOST: Setup = Setup {
     cases: &[Case::Uprobe, Case::UprobeFilter, Case::Tracepoint],
     n: |c| match c {
         Case::Tracepoint => TP_N,
+        Case::UprobeFilter => FILTER_N,
         _ => UPROBE_N,
     },
     rounds: ROUNDS,
@@ -422,7 +554,8 @@ fn report(results: &Value, setup: &Setup, place: &str, bpftrace: &str) {
         setup.rounds
     );
     let mut b = Builder::default();
-    b.push_record([
+    let stats = results.iter().any(|r| r["bpf_ns_per_run"].is_f64());
+    let mut head = vec![
         "case",
         "tool",
         "ns per hit (added)",
@@ -430,8 +563,14 @@ fn report(results: &Value, setup: &Setup, place: &str, bpftrace: &str) {
         "lines (expected)",
         "exec to tracing",
         "ratio (cost, start)",
-    ]);
+    ];
+    if stats {
+        head.push("BPF ns per run (bpf_stats)");
+        head.push("ratio (BPF, above empty)");
+    }
+    b.push_record(head);
     let mut errors = Vec::new();
+    let mut rounds_won = Vec::new();
     for &case in setup.cases {
         let n = (setup.n)(case);
         // Probe hits: calls of the traced function or syscall.
@@ -473,10 +612,8 @@ fn report(results: &Value, setup: &Setup, place: &str, bpftrace: &str) {
                 }
             }
             let events = of(tool, "events");
-            let short = events
-                .iter()
-                .filter(|&&e| e as u64 != case.events(n))
-                .count();
+            let expected = if tool == "empty" { 0 } else { case.events(n) };
+            let short = events.iter().filter(|&&e| e as u64 != expected).count();
             let c = cost(tool);
             // Lines printed per second of the traced run's work, per run.
             let rate: Vec<f64> = results
@@ -490,11 +627,44 @@ fn report(results: &Value, setup: &Setup, place: &str, bpftrace: &str) {
             let rate = (!rate.is_empty()).then(|| median(rate));
             let ratio = match (tool, c, tc, ready(tool), tr) {
                 ("bpftrace" | "bcc", Some(c), Some(tc), Some(r), Some(tr)) => {
-                    format!("{:.1}x, {:.1}x", c / tc, r / tr)
+                    format!("{}, {:.1}x", times(c / tc), r / tr)
                 }
                 _ => "-".into(),
             };
-            b.push_record([
+            if matches!(tool, "bpftrace" | "bcc") {
+                // Rounds where trace's run cost less than this tool's: robust
+                // to a slow round, which moves both.
+                let round_ns = |t: &str| -> Vec<(u64, f64)> {
+                    results
+                        .iter()
+                        .filter(|r| r["case"] == case.name() && r["tool"] == t)
+                        .filter_map(|r| Some((r["round"].as_u64()?, r["ns_per_call"].as_f64()?)))
+                        .collect()
+                };
+                let peer = round_ns(tool);
+                let pairs: Vec<bool> = round_ns("trace")
+                    .iter()
+                    .filter_map(|(k, t)| peer.iter().find(|(j, _)| j == k).map(|(_, p)| t < p))
+                    .collect();
+                rounds_won.push(format!(
+                    "{}: trace cost less than {tool} in {} of {} rounds",
+                    case.name(),
+                    pairs.iter().filter(|&&w| w).count(),
+                    pairs.len()
+                ));
+            }
+            let bpf = |tool: &str| {
+                let v = of(tool, "bpf_ns_per_run");
+                (!v.is_empty()).then(|| median(v))
+            };
+            // Each program's own time: what it reads above the empty program's.
+            let bpf_ratio = match (tool, bpf(tool), bpf("trace"), bpf("empty")) {
+                ("bpftrace" | "bcc", Some(p), Some(t), Some(e)) if t > e => {
+                    times((p - e) / (t - e))
+                }
+                _ => "-".into(),
+            };
+            let mut row = vec![
                 case.name().to_string(),
                 tool.to_string(),
                 c.map_or("-".into(), |c| format!("{c:.0}")),
@@ -506,7 +676,7 @@ fn report(results: &Value, setup: &Setup, place: &str, bpftrace: &str) {
                     } else {
                         median(events.clone()) as u64
                     },
-                    case.events(n),
+                    expected,
                     if short > 0 {
                         format!(", {short} of {} runs short", events.len())
                     } else {
@@ -515,7 +685,12 @@ fn report(results: &Value, setup: &Setup, place: &str, bpftrace: &str) {
                 ),
                 ready(tool).map_or("-".into(), |r| format!("{r:.0} ms")),
                 ratio,
-            ]);
+            ];
+            if stats {
+                row.push(bpf(tool).map_or("-".into(), |p| format!("{p:.1}")));
+                row.push(bpf_ratio);
+            }
+            b.push_record(row);
         }
     }
     println!("{}", b.build().with(Style::markdown()));
@@ -524,7 +699,19 @@ fn report(results: &Value, setup: &Setup, place: &str, bpftrace: &str) {
          lines printed per second of the traced work (median); lines: median printed; \
          runs short lost records (reported by the tool, listed below)."
     );
+    for w in rounds_won {
+        println!("{w}");
+    }
     for e in errors {
         println!("note: {e}");
+    }
+}
+
+/// A ratio: two decimals near 1, where one would hide a small difference.
+fn times(r: f64) -> String {
+    if r < 2.0 {
+        format!("{r:.2}x")
+    } else {
+        format!("{r:.1}x")
     }
 }

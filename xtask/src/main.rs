@@ -18,9 +18,10 @@
 //!                        kernel functions (guest)
 //!   bench-io             disksnoop vs bpftrace and biosnoop-bpfcc on a loop device (cost per
 //!                        request), and the event rate the ring buffer sustains
-//!   bench-trace [--no-host|--no-guest]
+//!   bench-trace [--no-host|--no-guest] [--only CASE] [--rounds N] [--bpf-stats]
 //!                        trace vs bpftrace printf (host) and trace-bpfcc (guest): cost per
-//!                        event (uprobe, 1-in-1000 predicate, tracepoint, vfs_read), start-up
+//!                        event (uprobe, 1-in-1000 predicate, tracepoint, vfs_read), start-up;
+//!                        --bpf-stats adds each BPF program's own run time (bpf_stats)
 //!   install [--prefix DIR] [--uninstall]
 //!                        install the tools (release), their man pages and
 //!                        bash/zsh/fish completions under DIR (default /usr/local);
