@@ -258,6 +258,14 @@ impl Symbols {
         ok
     }
 
+    /// `pid`'s executable mappings: its snapshot if remembered, else read now.
+    fn maps_of(&self, pid: u32) -> Option<std::borrow::Cow<'_, [ExecMapping]>> {
+        match self.exec_maps.get(&pid) {
+            Some(m) => Some(std::borrow::Cow::Borrowed(m)),
+            None => exec_mappings(&pid.to_string()).map(std::borrow::Cow::Owned),
+        }
+    }
+
     /// The file with `build_id`: among the files known so far, then this
     /// process's own (its libc is everyone's), then the program in PATH named
     /// like the process (`comm`): each found file is checked by its build ID.
@@ -305,14 +313,8 @@ impl Symbols {
             })
             .collect();
         let by_addr = self.user(pid, &addrs);
-        let live;
-        let maps = match self.exec_maps.get(&pid) {
-            Some(m) => Some(m),
-            None => {
-                live = exec_mappings(&pid.to_string());
-                live.as_ref()
-            }
-        };
+        let maps = self.maps_of(pid);
+        let maps = maps.as_deref();
         // Build-ID frames, symbolized a file at a time.
         let mut by_file: HashMap<PathBuf, Vec<u64>> = HashMap::new();
         for f in frames {
@@ -382,14 +384,8 @@ impl Symbols {
         let mut p = Process::new(Pid::from(pid));
         // Snapshotted VMAs carry paths; /proc/PID/map_files is gone once it exits.
         p.map_files = false;
-        let live;
-        let maps = match self.exec_maps.get(&pid) {
-            Some(m) => Some(m),
-            None => {
-                live = exec_mappings(&pid.to_string());
-                live.as_ref()
-            }
-        };
+        let maps = self.maps_of(pid);
+        let maps = maps.as_deref();
         let (named, outside): (Vec<u64>, Vec<u64>) = addrs
             .iter()
             .partition(|&&a| maps.is_none_or(|m| m.iter().any(|m| a >= m.start && a < m.end)));
