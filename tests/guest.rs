@@ -795,8 +795,8 @@ fn fentry_is_decided_from_the_cached_table_without_a_trial_attach() {
         out.stderr
     );
     assert_eq!(hist_total(&out.stdout), 200, "{}", out.stdout);
-    // A table without vfs_read is taken at its word: no trial attach (which
-    // would succeed) overrules it.
+    // A table without vfs_read is taken at its word: the name is refused from
+    // the table, and no trial attach (which would succeed) overrules it.
     let table = cache.0.join("kfuncs");
     let text = std::fs::read_to_string(&table).unwrap();
     let mut lines: Vec<String> = text.lines().map(String::from).collect();
@@ -818,7 +818,7 @@ fn fentry_is_decided_from_the_cached_table_without_a_trial_attach() {
     assert_eq!(out.code(), 1, "{}", out.stderr);
     assert_eq!(
         out.stderr,
-        "funclatency: error: --attach-mode fentry: vfs_read has no ftrace site (not in available_filter_functions)\n"
+        "funclatency: error: \"vfs_read\" is not a traceable kernel function (it may not exist, be inlined, or be marked notrace)\n"
     );
     assert_nothing_left("fentry decided from the table");
 }

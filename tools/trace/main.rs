@@ -344,8 +344,10 @@ fn run(mut args: Args) -> Result<()> {
                     imm: g.imm,
                 };
             }
-            // Stacks are symbolized as records arrive, while the process lives.
-            rodata.events_wakeup_bytes = if args.user_stack {
+            // %U values, and the stack frames the kernel could not give by build
+            // ID, are symbolized with the process's map, taken at its first
+            // record: the reader is woken for every record, while it lives.
+            rodata.events_wakeup_bytes = if args.user_stack || uses_u(&compiled) {
                 0
             } else {
                 events::wakeup_bytes(ring)
