@@ -118,13 +118,20 @@ fn predicate_in_the_kernel_passes_exactly_k() {
     let out = run_on("calls", 50, &["-v", &spec]);
     let want: Vec<String> = (0..50).step_by(5).map(|i| i.to_string()).collect();
     assert_eq!(messages(&out.stdout), want);
-    assert_eq!(records_received(&out.stderr), 10, "{}", out.stderr);
+    assert_kept_in_kernel(&out.stderr, 10, 50, 40);
+}
+
+/// Asserts what -v says reached user space: `records` records, of `hits` hits
+/// with `dropped` dropped by the predicate in the kernel (and every return
+/// paired with its entry).
+fn assert_kept_in_kernel(stderr: &str, records: u64, hits: u64, dropped: u64) {
+    assert_eq!(records_received(stderr), records, "{stderr}");
     assert!(
-        out.stderr.contains(
-            ": 50 hits, 40 dropped by the predicate in the kernel, 0 returns without their entry"
-        ),
-        "{}",
-        out.stderr
+        stderr.contains(&format!(
+            ": {hits} hits, {dropped} dropped by the predicate in the kernel, \
+             0 returns without their entry"
+        )),
+        "{stderr}"
     );
 }
 
@@ -145,14 +152,7 @@ fn gate_on_one_argument_passes_exactly_k() {
     assert!(out.stderr.lines().any(|l| l == GATE), "{}", out.stderr);
     let want: Vec<String> = (0..10).map(|i| format!("{i} name-{i}")).collect();
     assert_eq!(messages(&out.stdout), want);
-    assert_eq!(records_received(&out.stderr), 10, "{}", out.stderr);
-    assert!(
-        out.stderr.contains(
-            ": 50 hits, 40 dropped by the predicate in the kernel, 0 returns without their entry"
-        ),
-        "{}",
-        out.stderr
-    );
+    assert_kept_in_kernel(&out.stderr, 10, 50, 40);
 }
 
 #[test]
@@ -164,13 +164,7 @@ fn gate_narrows_its_register_as_the_cast_says() {
     assert!(out.stderr.lines().any(|l| l == GATE), "{}", out.stderr);
     let want: Vec<String> = (13..=25).chain(39..=49).map(|i| i.to_string()).collect();
     assert_eq!(messages(&out.stdout), want);
-    assert_eq!(records_received(&out.stderr), 24, "{}", out.stderr);
-    assert!(
-        out.stderr
-            .contains(": 50 hits, 26 dropped by the predicate in the kernel"),
-        "{}",
-        out.stderr
-    );
+    assert_kept_in_kernel(&out.stderr, 24, 50, 26);
 }
 
 #[test]
@@ -180,13 +174,7 @@ fn gate_on_retval_at_a_return_passes_exactly_k() {
     let out = run_on("recurse", 4, &["-v", &spec]);
     assert!(out.stderr.lines().any(|l| l == GATE), "{}", out.stderr);
     assert_eq!(messages(&out.stdout), ["2", "2", "2", "2"]);
-    assert_eq!(records_received(&out.stderr), 4, "{}", out.stderr);
-    assert!(
-        out.stderr
-            .contains(": 12 hits, 8 dropped by the predicate in the kernel"),
-        "{}",
-        out.stderr
-    );
+    assert_kept_in_kernel(&out.stderr, 4, 12, 8);
 }
 
 #[test]
