@@ -406,12 +406,14 @@ pub fn host(root: &Path, args: &[String]) -> Result<()> {
     });
     let path = out_dir.join("trace.json");
     fs::write(&path, serde_json::to_string_pretty(&raw)?)?;
-    report(
-        &raw["results"],
-        &host,
-        &format!("on the host ({} CPUs)", raw["cpus"]),
-        &bpftrace,
-    );
+    if !results.is_empty() {
+        report(
+            &raw["results"],
+            &host,
+            &format!("on the host ({} CPUs)", raw["cpus"]),
+            &bpftrace,
+        );
+    }
     if !guest_results.is_empty() {
         report(
             &raw["guest"],
