@@ -217,36 +217,29 @@ fn raw_tp_cookie_probe() -> bool {
     // A tracepoint that does not exist first: a kernel that takes the cookie
     // gets as far as looking the name up (ENOENT) and enables nothing. Any
     // other answer gets the trial attach.
-    let fake = CString::new("tracekit_no_such_tracepoint").expect("no NUL");
-    let opts = sys::bpf_raw_tp_opts {
-        sz: size_of::<sys::bpf_raw_tp_opts>() as _,
-        tp_name: fake.as_ptr(),
-        cookie: 1,
-    };
-    // SAFETY: fake outlives the call; a non-negative result is an fd we own.
-    let fd =
-        unsafe { sys::bpf_raw_tracepoint_open_opts(prog.as_raw_fd(), &opts as *const _ as *mut _) };
-    if fd >= 0 {
-        // SAFETY: as above.
-        drop(unsafe { OwnedFd::from_raw_fd(fd) });
-    } else if -fd == libc::ENOENT {
-        return true;
+    match raw_tp_open(&prog, "tracekit_no_such_tracepoint") {
+        Err(libc::ENOENT) => true,
+        _ => raw_tp_open(&prog, "sched_switch").is_ok(),
     }
-    let name = CString::new("sched_switch").expect("no NUL");
+}
+
+/// Opens a raw tracepoint link with a cookie; the link closes (detaches) when
+/// the fd is dropped.
+fn raw_tp_open(prog: &OwnedFd, name: &str) -> Result<OwnedFd, i32> {
+    let name = CString::new(name).map_err(|_| libc::EINVAL)?;
     let opts = sys::bpf_raw_tp_opts {
         sz: size_of::<sys::bpf_raw_tp_opts>() as _,
         tp_name: name.as_ptr(),
         cookie: 1,
     };
-    // SAFETY: name outlives the call; a non-negative result is an fd we own.
+    // SAFETY: name outlives the call; opts is a valid, sized struct.
     let fd =
         unsafe { sys::bpf_raw_tracepoint_open_opts(prog.as_raw_fd(), &opts as *const _ as *mut _) };
     if fd < 0 {
-        return false;
+        return Err(-fd);
     }
-    // SAFETY: fd is a fresh link fd; closing it detaches the probe.
-    drop(unsafe { OwnedFd::from_raw_fd(fd) });
-    true
+    // SAFETY: a non-negative return is a new fd that we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Whether BPF programs may read kernel memory (bpf_probe_read_kernel, which
