@@ -312,28 +312,39 @@ impl Symbols {
                 UserFrame::File { .. } => None,
             })
             .collect();
-        let by_addr = self.user(pid, &addrs);
+        let by_addr = if addrs.is_empty() {
+            HashMap::new()
+        } else {
+            self.user(pid, &addrs)
+        };
         let maps = self.maps_of(pid);
         let maps = maps.as_deref();
+        // Each build-ID frame's file, found once.
+        let files: Vec<Option<PathBuf>> = frames
+            .iter()
+            .map(|f| match f {
+                UserFrame::File { build_id, .. } => self.file_with(build_id, comm),
+                UserFrame::Addr(_) => None,
+            })
+            .collect();
         // Build-ID frames, symbolized a file at a time.
-        let mut by_file: HashMap<PathBuf, Vec<u64>> = HashMap::new();
-        for f in frames {
-            if let UserFrame::File { build_id, offset } = f {
-                if let Some(path) = self.file_with(build_id, comm) {
-                    by_file.entry(path).or_default().push(*offset);
-                }
+        let mut by_file: HashMap<&Path, Vec<u64>> = HashMap::new();
+        for (f, path) in frames.iter().zip(&files) {
+            if let (UserFrame::File { offset, .. }, Some(path)) = (f, path) {
+                by_file.entry(path).or_default().push(*offset);
             }
         }
-        let mut by_offset: HashMap<(PathBuf, u64), Frame> = HashMap::new();
+        let mut by_offset: HashMap<(&Path, u64), Frame> = HashMap::new();
         for (path, offsets) in by_file {
-            let src = Source::Elf(Elf::new(&path));
+            let src = Source::Elf(Elf::new(path));
             for (off, f) in self.resolve_with(&src, Input::FileOffset(&offsets), &offsets, true) {
-                by_offset.insert((path.clone(), off), f);
+                by_offset.insert((path, off), f);
             }
         }
         frames
             .iter()
-            .map(|f| match f {
+            .zip(&files)
+            .map(|(f, path)| match f {
                 UserFrame::Addr(a) => {
                     let module = maps.and_then(|m| {
                         m.iter()
@@ -345,26 +356,26 @@ impl Symbols {
                         module,
                     )
                 }
-                UserFrame::File { build_id, offset } => {
-                    let Some(path) = self.file_with(build_id, comm) else {
+                UserFrame::File { offset, .. } => {
+                    let Some(path) = path.as_deref() else {
                         return (Frame::unknown(0), None);
                     };
                     // The address, where the process's map is known (0 if not).
                     let addr = maps
                         .and_then(|m| {
                             m.iter().find(|m| {
-                                m.path.as_deref() == Some(path.as_path())
+                                m.path.as_deref() == Some(path)
                                     && *offset >= m.pgoff
                                     && *offset - m.pgoff < m.end - m.start
                             })
                         })
                         .map_or(0, |m| m.start + (*offset - m.pgoff));
                     let mut f = by_offset
-                        .get(&(path.clone(), *offset))
+                        .get(&(path, *offset))
                         .cloned()
                         .unwrap_or(Frame::unknown(0));
                     f.addr = addr;
-                    (f, Some(base_name(&path)))
+                    (f, Some(base_name(path)))
                 }
             })
             .collect()
