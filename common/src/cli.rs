@@ -19,10 +19,7 @@ pub fn main(tool: &'static str, body: impl FnOnce() -> Result<()>) -> ! {
     let _ = TOOL.set(tool);
     // Single probes hold descriptors; Plan::attach checks the need against this.
     crate::system::raise_fd_soft_limit();
-    // libbpf's own messages are noise next to ours; TRACEKIT_DEBUG=1 shows them.
-    let verbose = std::env::var_os("TRACEKIT_DEBUG").is_some_and(|v| v != "0");
-    let _ =
-        libbpf_rs::set_print(verbose.then_some((libbpf_rs::PrintLevel::Debug, print_libbpf as _)));
+    route_libbpf_messages();
     let code = match body() {
         Ok(()) => 0,
         Err(e) if crate::output::is_closed_stdout(&e) => 0,
@@ -100,6 +97,19 @@ fn parse_from<A: clap::Parser>(
 /// The running tool's name (as given to [`main`]).
 pub fn tool_name() -> &'static str {
     TOOL.get().copied().unwrap_or("tracekit")
+}
+
+/// Silences libbpf's own messages, noise next to ours, unless TRACEKIT_DEBUG=1
+/// asks for them. Once per process, before libbpf can print: a tool's object is
+/// opened on another thread from its first line ([`crate::ahead`]).
+pub fn route_libbpf_messages() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let verbose = std::env::var_os("TRACEKIT_DEBUG").is_some_and(|v| v != "0");
+        let _ = libbpf_rs::set_print(
+            verbose.then_some((libbpf_rs::PrintLevel::Debug, print_libbpf as _)),
+        );
+    });
 }
 
 fn print_libbpf(_level: libbpf_rs::PrintLevel, msg: String) {

@@ -12,7 +12,6 @@
 use std::ffi::CString;
 use std::fmt::Write as _;
 use std::fs;
-use std::mem::MaybeUninit;
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{Link, Object, OpenObject};
@@ -171,7 +170,7 @@ impl Selection {
 /// Fails, listing every variant tried and why, when a required group has none.
 pub fn choose<S>(
     groups: &[Group],
-    mut trial: impl FnMut(&'static mut MaybeUninit<OpenObject>, &Selection) -> Result<S>,
+    mut trial: impl FnMut(&Selection) -> Result<S>,
 ) -> Result<(S, Choice)> {
     let forced: Option<Vec<String>> = std::env::var(FORCE_ENV)
         .ok()
@@ -199,10 +198,7 @@ pub fn choose<S>(
             }
             let mut sel = base.clone();
             sel.progs.extend_from_slice(var.progs);
-            // Each trial's skeleton borrows its storage for as long as it lives;
-            // the few bytes of a failed trial's storage are not worth reclaiming.
-            let storage = Box::leak(Box::new(MaybeUninit::uninit()));
-            match trial(storage, &sel) {
+            match trial(&sel) {
                 Ok(s) => {
                     best = Some(s);
                     base = sel;

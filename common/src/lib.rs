@@ -2,6 +2,7 @@
 //! kernel/user/tracepoint/USDT probes, attaching them (kprobe_multi with fallbacks),
 //! reading counters, the interval/duration/signal loop, and output helpers.
 
+pub mod ahead;
 pub mod attach;
 pub mod attaching;
 pub mod cli;

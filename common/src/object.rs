@@ -111,43 +111,36 @@ macro_rules! set_filter {
     }};
 }
 
-/// Opens a tool's skeleton for a plan: programs configured for the plan's attach
-/// kinds and the PID/CPU filters written; `|rodata| { .. }` sets the tool's own
-/// read-only globals. Evaluates to the open skeleton, ready for map sizing and load.
-/// `skel::XSkelBuilder` names the builder in the module that includes the
-/// skeleton, whose `CORE_SECTIONS` (from build.rs) [`Plan::core_target`] reads.
+/// A tool's skeleton for a plan, from its [`crate::ahead::OpenAhead`]: programs
+/// configured for the plan's attach kinds and the PID/CPU filters written;
+/// `|rodata| { .. }` sets the tool's own read-only globals. Evaluates to the open
+/// skeleton, ready for map sizing and load.
 #[macro_export]
 macro_rules! open_skeleton {
-    ($skel:ident :: $builder:ident, $obj:expr, $plan:expr, $cpu:expr, |$rodata:ident| $body:block) => {{
-        let mut builder = $skel::$builder::default();
-        if let Some(btf) = $plan.core_target($skel::CORE_SECTIONS) {
-            libbpf_rs::skel::SkelBuilder::object_builder_mut(&mut builder)
-                .btf_custom_path(btf)
-                .context("setting the CO-RE target BTF")?;
-            $crate::timing::note("load", "kernel BTF not read");
-        }
-        $crate::open_configured!(builder, $obj, $plan, $plan.filter($cpu), |$rodata| $body)
+    ($ahead:expr, $plan:expr, $cpu:expr, |$rodata:ident| $body:block) => {{
+        let open = $ahead.take($plan)?;
+        $crate::configure_open!(open, $plan, $plan.filter($cpu), |$rodata| $body)
     }};
 }
 
-/// Opens a skeleton for a tool with fixed programs ([`crate::fixed`]): the
-/// selection's programs configured and the filters written, as [`open_skeleton!`].
+/// The next skeleton of a tool with fixed programs ([`crate::fixed`]), from its
+/// [`crate::ahead::OpenAhead`]: the selection's programs configured and the
+/// filters written, as [`open_skeleton!`].
 #[macro_export]
 macro_rules! open_fixed_skeleton {
-    ($builder:ty, $obj:expr, $selection:expr, $filter:expr, |$rodata:ident| $body:block) => {{
-        let builder = <$builder>::default();
-        $crate::open_configured!(builder, $obj, $selection, $filter, |$rodata| $body)
+    ($ahead:expr, $selection:expr, $filter:expr, |$rodata:ident| $body:block) => {{
+        let open = $ahead.next()?;
+        $crate::configure_open!(open, $selection, $filter, |$rodata| $body)
     }};
 }
 
-/// The part of [`open_skeleton!`] and [`open_fixed_skeleton!`] after the builder:
-/// open, `$what.configure(..)`, filters and the tool's globals.
+/// The part of [`open_skeleton!`] and [`open_fixed_skeleton!`] after opening:
+/// `$what.configure(..)`, filters and the tool's globals.
 #[doc(hidden)]
 #[macro_export]
-macro_rules! open_configured {
-    ($builder:expr, $obj:expr, $what:expr, $filter:expr, |$rodata:ident| $body:block) => {{
-        let mut open = libbpf_rs::skel::SkelBuilder::open($builder, $obj)
-            .context("opening the BPF object")?;
+macro_rules! configure_open {
+    ($open:expr, $what:expr, $filter:expr, |$rodata:ident| $body:block) => {{
+        let mut open = $open;
         $what.configure(open.open_object_mut())?;
         let $rodata = open
             .maps
@@ -265,6 +258,17 @@ impl Plan {
             return None;
         }
         empty_btf()
+    }
+
+    /// [`Plan::core_target`] before there is a plan, guessing it loads no
+    /// program with relocations (the common case: only syscall and block
+    /// tracepoints have them).
+    pub fn core_target_guess(core_sections: &[&str]) -> Option<&'static std::path::Path> {
+        if core_sections.is_empty() {
+            None
+        } else {
+            empty_btf()
+        }
     }
 
     /// The raw tracepoint programs worth loading for this plan's tracepoints, of

@@ -173,7 +173,7 @@ impl Session {
 ///
 /// ```text
 /// let mut s = Session::fixed(&mut args.common, debug)?;
-/// let ((skel, links), choice) = fixed::choose(GROUPS, |storage, sel| { ... })?;
+/// let ((skel, links), choice) = fixed::choose(GROUPS, |sel| { ... })?;
 /// s.adopt(links)?;
 /// let mut ev = Events::new(...)?;
 /// s.run_events(duration, &mut ev)?;

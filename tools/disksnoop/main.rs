@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
+use common::ahead::OpenAhead;
 use common::cli::{parse_secs, warn, CommonArgs};
 use common::events::{self, Clock, Events};
 use common::fixed::{self, Format, Group, Need, Selection, Variant};
@@ -108,10 +109,11 @@ const GROUPS: &[Group] = &[
 ];
 
 fn main() {
-    common::cli::main("disksnoop", || run(common::cli::parse::<Args>()))
+    let ahead = OpenAhead::start_for_trials();
+    common::cli::main("disksnoop", || run(common::cli::parse::<Args>(), ahead))
 }
 
-fn run(mut args: Args) -> Result<()> {
+fn run(mut args: Args, mut ahead: OpenAhead<skel::DisksnoopSkelBuilder>) -> Result<()> {
     let mut session = Session::fixed(&mut args.common, args.debug)?;
     let filter_dev = match &args.disk {
         Some(d) => disks::resolve(d)?,
@@ -125,24 +127,18 @@ fn run(mut args: Args) -> Result<()> {
         _ => 0,
     };
 
-    let ((skel, links), choice) = fixed::choose(GROUPS, |storage, sel: &Selection| {
+    let ((skel, links), choice) = fixed::choose(GROUPS, |sel: &Selection| {
         let rwbs_off = if sel.has("tp_issue") {
             classic_layout(sel)?
         } else {
             34
         };
-        let mut open = common::open_fixed_skeleton!(
-            skel::DisksnoopSkelBuilder,
-            storage,
-            sel,
-            filter,
-            |rodata| {
-                rodata.rq_arg = rq_arg;
-                rodata.filter_dev = filter_dev;
-                rodata.issue_rwbs_off = rwbs_off;
-                rodata.events_wakeup_bytes = events::wakeup_bytes(ring);
-            }
-        );
+        let mut open = common::open_fixed_skeleton!(ahead, sel, filter, |rodata| {
+            rodata.rq_arg = rq_arg;
+            rodata.filter_dev = filter_dev;
+            rodata.issue_rwbs_off = rwbs_off;
+            rodata.events_wakeup_bytes = events::wakeup_bytes(ring);
+        });
         open.maps.events.set_max_entries(ring)?;
         let skel = open.load().context("loading")?;
         let links = sel.attach(skel.object())?;

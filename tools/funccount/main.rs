@@ -1,11 +1,11 @@
 //! funccount: count kernel/user function calls, tracepoints and USDT probes.
 
 use std::fmt::Write as _;
-use std::mem::MaybeUninit;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
+use common::ahead::OpenAhead;
 use common::cli::{parse_secs, CommonArgs, SummaryArgs};
 use common::counters::PerCpuCounters;
 use common::metrics::{label, Metrics};
@@ -61,25 +61,19 @@ struct Args {
 }
 
 fn main() {
-    common::cli::main("funccount", || run(common::cli::parse::<Args>()))
+    let ahead = OpenAhead::start(skel::CORE_SECTIONS);
+    common::cli::main("funccount", || run(common::cli::parse::<Args>(), ahead))
 }
 
-fn run(mut args: Args) -> Result<()> {
+fn run(mut args: Args, ahead: OpenAhead<skel::FunccountSkelBuilder>) -> Result<()> {
     let specs = ProbeSpec::parse_all(&args.patterns, args.summary.regexp)?;
     let mut session = Session::prepare(&specs, &mut args.common, How::default(), args.debug)?;
     let plan = &session.plan;
 
-    let mut obj = MaybeUninit::uninit();
-    let mut open = common::open_skeleton!(
-        skel::FunccountSkelBuilder,
-        &mut obj,
-        plan,
-        args.common.cpu,
-        |rodata| {
-            rodata.kernel_reads = common::features::kernel_reads();
-            rodata.remember_nr = plan.remember_syscall_nrs();
-        }
-    );
+    let mut open = common::open_skeleton!(ahead, plan, args.common.cpu, |rodata| {
+        rodata.kernel_reads = common::features::kernel_reads();
+        rodata.remember_nr = plan.remember_syscall_nrs();
+    });
     open.maps.counts.set_max_entries(plan.probes.len() as u32)?;
     let skel = open.load().context("loading the BPF programs")?;
     let labels: Vec<String> = plan.probes.iter().map(|p| p.label.clone()).collect();

@@ -3,9 +3,9 @@
 //! BCC's text or JSON.
 
 use std::collections::BTreeMap;
-use std::mem::MaybeUninit;
 
 use anyhow::{Context, Result};
+use common::ahead::OpenAhead;
 use common::cli::{warn, CommonArgs};
 use common::counters::{PerCpuCounters, PerCpuTable};
 use common::hist::{Log2Hist, Totals, Unit, LOG2_SLOTS};
@@ -21,6 +21,14 @@ use serde_json::json;
 
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/funclatency.skel.rs"));
+}
+
+/// The tool's BPF object, opened while it parses its options.
+pub type Ahead = OpenAhead<skel::FunclatencySkelBuilder>;
+
+/// Starts opening the BPF object: the first line of `main`.
+pub fn open_ahead() -> Ahead {
+    OpenAhead::start(skel::CORE_SECTIONS)
 }
 
 /// What to measure and how to print it.
@@ -46,7 +54,7 @@ pub struct Config {
 /// Cells of one histogram row in bpf/hist.h: slots, then total and count.
 const ROW: usize = LOG2_SLOTS + 2;
 
-pub fn run(mut cfg: Config) -> Result<()> {
+pub fn run(mut cfg: Config, ahead: Ahead) -> Result<()> {
     let how = How {
         hooks: Hooks::EntryAndReturn,
         trampoline: true,
@@ -59,17 +67,10 @@ pub fn run(mut cfg: Config) -> Result<()> {
     let rows = if per_probe { plan.probes.len() } else { 1 };
     let labels: Vec<String> = plan.probes.iter().map(|p| p.label.clone()).collect();
 
-    let mut obj = MaybeUninit::uninit();
-    let mut open = common::open_skeleton!(
-        skel::FunclatencySkelBuilder,
-        &mut obj,
-        plan,
-        cfg.common.cpu,
-        |rodata| {
-            rodata.unit_ns = cfg.unit.divisor();
-            rodata.per_probe = per_probe;
-        }
-    );
+    let mut open = common::open_skeleton!(ahead, plan, cfg.common.cpu, |rodata| {
+        rodata.unit_ns = cfg.unit.divisor();
+        rodata.per_probe = per_probe;
+    });
     open.maps.hists.set_max_entries(rows as u32)?;
     let skel = open.load().context("loading the BPF programs")?;
     session.attach(skel.object())?;

@@ -66,10 +66,11 @@ struct Args {
 }
 
 fn main() {
-    common::cli::main("funclatency", || run(common::cli::parse::<Args>()))
+    let ahead = latency::open_ahead();
+    common::cli::main("funclatency", || run(common::cli::parse::<Args>(), ahead))
 }
 
-fn run(args: Args) -> Result<()> {
+fn run(args: Args, ahead: latency::Ahead) -> Result<()> {
     let specs = ProbeSpec::parse_all(&args.patterns, args.summary.regexp)?;
     if let Some(s) = specs.iter().find(|s| !s.is_function()) {
         anyhow::bail!(
@@ -84,19 +85,22 @@ fn run(args: Args) -> Result<()> {
     } else {
         Unit::Nsecs
     };
-    latency::run(latency::Config {
-        specs,
-        patterns: args.patterns,
-        common: args.common,
-        schedule: Schedule {
-            interval: args.summary.interval,
-            duration: args.duration,
+    latency::run(
+        latency::Config {
+            specs,
+            patterns: args.patterns,
+            common: args.common,
+            schedule: Schedule {
+                interval: args.summary.interval,
+                duration: args.duration,
+            },
+            unit,
+            per_function: args.function,
+            timestamp: args.summary.timestamp,
+            debug: args.debug,
+            totals: true,
+            banner: None,
         },
-        unit,
-        per_function: args.function,
-        timestamp: args.summary.timestamp,
-        debug: args.debug,
-        totals: true,
-        banner: None,
-    })
+        ahead,
+    )
 }

@@ -4,12 +4,12 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::fs::File;
-use std::mem::MaybeUninit;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use common::ahead::OpenAhead;
 use common::cli::{self, parse_secs, warn, CommonArgs, SummaryArgs};
 use common::counters::PerCpuCounters;
 use common::metrics::Metrics;
@@ -118,7 +118,8 @@ struct Args {
 const MAX_STACK_STORAGE: u32 = 1 << 20;
 
 fn main() {
-    common::cli::main("stackcount", || run(common::cli::parse::<Args>()))
+    let ahead = OpenAhead::start(skel::CORE_SECTIONS);
+    common::cli::main("stackcount", || run(common::cli::parse::<Args>(), ahead))
 }
 
 /// One distinct stack of a summary, as printed.
@@ -143,7 +144,7 @@ struct Shape {
     delimit: bool,
 }
 
-fn run(mut args: Args) -> Result<()> {
+fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<()> {
     let pattern = one_pattern(&args)?;
     let spec = ProbeSpec::parse(&pattern, args.summary.regexp)?;
     let mut session = Session::prepare(
@@ -182,17 +183,10 @@ fn run(mut args: Args) -> Result<()> {
         symbols.remember(pid);
     }
 
-    let mut obj = MaybeUninit::uninit();
-    let mut open = common::open_skeleton!(
-        skel::StackcountSkelBuilder,
-        &mut obj,
-        plan,
-        args.common.cpu,
-        |rodata| {
-            rodata.kernel_stacks = want_kernel;
-            rodata.user_stacks = want_user;
-        }
-    );
+    let mut open = common::open_skeleton!(ahead, plan, args.common.cpu, |rodata| {
+        rodata.kernel_stacks = want_kernel;
+        rodata.user_stacks = want_user;
+    });
     open.maps.stacks.set_max_entries(args.stack_storage_size)?;
     let skel = open.load().context("loading the BPF programs")?;
 

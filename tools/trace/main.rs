@@ -5,11 +5,11 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::mem::MaybeUninit;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
+use common::ahead::OpenAhead;
 use common::cli::{escape, warn, CommonArgs};
 use common::counters::PerCpuCounters;
 use common::events::{self, Events};
@@ -147,7 +147,8 @@ struct Args {
 }
 
 fn main() {
-    common::cli::main("trace", || run(common::cli::parse::<Args>()))
+    let ahead = OpenAhead::start(skel::CORE_SECTIONS);
+    common::cli::main("trace", || run(common::cli::parse::<Args>(), ahead))
 }
 
 /// The ring buffer's size unless -b or `TRACEKIT_RING_BYTES` says otherwise.
@@ -166,7 +167,7 @@ struct Compiled {
     parsed: grammar::Probe,
 }
 
-fn run(mut args: Args) -> Result<()> {
+fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     if !args.include.is_empty() {
         warn("-I is not needed: struct layouts come from the kernel's BTF");
     }
@@ -294,7 +295,6 @@ fn run(mut args: Args) -> Result<()> {
         None => events::ring_bytes()?,
     };
     let plan = &session.plan;
-    let mut obj = MaybeUninit::uninit();
     let self_tgid = if args.include_self {
         0
     } else {
@@ -310,50 +310,44 @@ fn run(mut args: Args) -> Result<()> {
             .map(|g| (g, c.prog.flags & compile::F_RETURN != 0)),
         _ => None,
     };
-    let mut open = common::open_skeleton!(
-        skel::TraceSkelBuilder,
-        &mut obj,
-        plan,
-        args.common.cpu,
-        |rodata| {
-            rodata.kernel_reads = kernel_reads;
-            rodata.self_tgid = self_tgid;
-            rodata.filter_tid = args.tid.unwrap_or(0);
-            rodata.filter_uid = args.uid.map_or(-1, i64::from);
-            rodata.str_size = args.string_size;
-            rodata.want_kstack = args.kernel_stack;
-            rodata.want_ustack = args.user_stack;
-            // Frames as build ID and file offset: named even after the process
-            // exits, before its map could be read (BCC #2014).
-            rodata.ustack_build_id = args.user_stack;
-            // The header's ts, uid and cpu are only printed by these.
-            rodata.want_extras = args.timestamp || args.print_cpu || json_out;
-            // Only -v prints the per-spec counts: no counter to bump otherwise.
-            rodata.want_stats = args.verbose;
-            // One probe: every hit is of probe 0, no attach cookie to read.
-            rodata.one_probe = all.len() == 1;
-            if let Some((g, ret)) = lone_gate {
-                rodata.gate_at = if ret { 2 } else { 1 };
-                rodata.the_gate = skel::types::gate {
-                    reg: g.reg,
-                    shift: g.shift,
-                    sign: g.sign,
-                    op: g.op,
-                    keep: g.keep,
-                    pad: [0; 3],
-                    imm: g.imm,
-                };
-            }
-            // %U values, and the stack frames the kernel could not give by build
-            // ID, are symbolized with the process's map, taken at its first
-            // record: the reader is woken for every record, while it lives.
-            rodata.events_wakeup_bytes = if args.user_stack || uses_u(&compiled) {
-                0
-            } else {
-                events::wakeup_bytes(ring)
+    let mut open = common::open_skeleton!(ahead, plan, args.common.cpu, |rodata| {
+        rodata.kernel_reads = kernel_reads;
+        rodata.self_tgid = self_tgid;
+        rodata.filter_tid = args.tid.unwrap_or(0);
+        rodata.filter_uid = args.uid.map_or(-1, i64::from);
+        rodata.str_size = args.string_size;
+        rodata.want_kstack = args.kernel_stack;
+        rodata.want_ustack = args.user_stack;
+        // Frames as build ID and file offset: named even after the process
+        // exits, before its map could be read (BCC #2014).
+        rodata.ustack_build_id = args.user_stack;
+        // The header's ts, uid and cpu are only printed by these.
+        rodata.want_extras = args.timestamp || args.print_cpu || json_out;
+        // Only -v prints the per-spec counts: no counter to bump otherwise.
+        rodata.want_stats = args.verbose;
+        // One probe: every hit is of probe 0, no attach cookie to read.
+        rodata.one_probe = all.len() == 1;
+        if let Some((g, ret)) = lone_gate {
+            rodata.gate_at = if ret { 2 } else { 1 };
+            rodata.the_gate = skel::types::gate {
+                reg: g.reg,
+                shift: g.shift,
+                sign: g.sign,
+                op: g.op,
+                keep: g.keep,
+                pad: [0; 3],
+                imm: g.imm,
             };
         }
-    );
+        // %U values, and the stack frames the kernel could not give by build
+        // ID, are symbolized with the process's map, taken at its first
+        // record: the reader is woken for every record, while it lives.
+        rodata.events_wakeup_bytes = if args.user_stack || uses_u(&compiled) {
+            0
+        } else {
+            events::wakeup_bytes(ring)
+        };
+    });
     open.maps
         .specs
         .set_max_entries(compiled.len().max(1) as u32)?;

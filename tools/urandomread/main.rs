@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Parser;
+use common::ahead::OpenAhead;
 use common::cli::{parse_secs, warn, CommonArgs};
 use common::events::{self, Clock, Events};
 use common::fixed::{self, Format, Group, Need, Selection, Variant};
@@ -93,25 +94,20 @@ const GROUPS: &[Group] = &[
 const SOURCES: [&str; 3] = ["urandom", "random", "getrandom"];
 
 fn main() {
-    common::cli::main("urandomread", || run(common::cli::parse::<Args>()))
+    let ahead = OpenAhead::start_for_trials();
+    common::cli::main("urandomread", || run(common::cli::parse::<Args>(), ahead))
 }
 
-fn run(mut args: Args) -> Result<()> {
+fn run(mut args: Args, mut ahead: OpenAhead<skel::UrandomreadSkelBuilder>) -> Result<()> {
     let mut session = Session::fixed(&mut args.common, args.debug)?;
     let ring = events::ring_bytes()?;
     let filter = session.plan.filter(args.common.cpu);
 
-    let ((skel, links), choice) = fixed::choose(GROUPS, |storage, sel: &Selection| {
+    let ((skel, links), choice) = fixed::choose(GROUPS, |sel: &Selection| {
         check_layouts(sel)?;
-        let mut open = common::open_fixed_skeleton!(
-            skel::UrandomreadSkelBuilder,
-            storage,
-            sel,
-            filter,
-            |rodata| {
-                rodata.events_wakeup_bytes = events::wakeup_bytes(ring);
-            }
-        );
+        let mut open = common::open_fixed_skeleton!(ahead, sel, filter, |rodata| {
+            rodata.events_wakeup_bytes = events::wakeup_bytes(ring);
+        });
         open.maps.events.set_max_entries(ring)?;
         let skel = open.load().context("loading")?;
         let links = sel.attach(skel.object())?;

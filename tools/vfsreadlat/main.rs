@@ -44,10 +44,11 @@ struct Args {
 }
 
 fn main() {
-    common::cli::main("vfsreadlat", || run(common::cli::parse::<Args>()))
+    let ahead = latency::open_ahead();
+    common::cli::main("vfsreadlat", || run(common::cli::parse::<Args>(), ahead))
 }
 
-fn run(args: Args) -> Result<()> {
+fn run(args: Args, ahead: latency::Ahead) -> Result<()> {
     let duration = match args.count {
         Some(n) => match args.interval.checked_mul(n) {
             Some(d) => Some(d),
@@ -55,19 +56,22 @@ fn run(args: Args) -> Result<()> {
         },
         None => None,
     };
-    latency::run(latency::Config {
-        specs: vec![ProbeSpec::parse("vfs_read", false)?],
-        patterns: vec!["vfs_read".to_string()],
-        common: args.common,
-        schedule: Schedule {
-            interval: Some(args.interval),
-            duration,
+    latency::run(
+        latency::Config {
+            specs: vec![ProbeSpec::parse("vfs_read", false)?],
+            patterns: vec!["vfs_read".to_string()],
+            common: args.common,
+            schedule: Schedule {
+                interval: Some(args.interval),
+                duration,
+            },
+            unit: Unit::Usecs,
+            per_function: false,
+            timestamp: args.timestamp,
+            debug: args.debug,
+            totals: false,
+            banner: Some("Tracing... Hit Ctrl-C to end."),
         },
-        unit: Unit::Usecs,
-        per_function: false,
-        timestamp: args.timestamp,
-        debug: args.debug,
-        totals: false,
-        banner: Some("Tracing... Hit Ctrl-C to end."),
-    })
+        ahead,
+    )
 }

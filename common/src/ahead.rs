@@ -1,0 +1,105 @@
+//! Opening a tool's BPF object on another thread from the first line of `main`,
+//! while the tool parses its options and builds its plan.
+//!
+//! Opening (libbpf parsing the embedded ELF object, its BTF and relocations)
+//! needs nothing from the command line, and the plan (tables, feature probes)
+//! needs nothing from the object: run side by side they overlap. Under
+//! emulation, where a run's start-up is mostly first-time code, that was 20-25 ms
+//! of a tracepoint run's 160 (`cargo xtask bench-attach --startup`).
+//!
+//! The only input of opening that depends on the plan is libbpf's CO-RE target
+//! ([`Plan::core_target`]). The thread guesses the plan needs no kernel BTF; a
+//! plan that does gets the object opened again, on the calling thread.
+
+use std::mem::MaybeUninit;
+use std::path::Path;
+use std::thread::JoinHandle;
+
+use anyhow::{Context, Result};
+use libbpf_rs::skel::SkelBuilder;
+use libbpf_rs::OpenObject;
+
+use crate::plan::Plan;
+
+/// A skeleton being opened on another thread; [`OpenAhead::take`] waits for it.
+pub struct OpenAhead<B: SkelBuilder<'static>> {
+    thread: Option<JoinHandle<Opened<B::Output>>>,
+    /// The CO-RE target the thread opened with.
+    guessed: Option<&'static Path>,
+    core_sections: &'static [&'static str],
+}
+
+/// An open skeleton (or why not) handed from the opening thread to the caller.
+struct Opened<S>(libbpf_rs::Result<S>);
+
+// SAFETY: an open skeleton holds pointers into its libbpf object, which libbpf
+// does not tie to a thread. Only one thread uses it at a time: the opening
+// thread until it returns it, then the thread that joined it.
+unsafe impl<S> Send for Opened<S> {}
+
+impl<B: SkelBuilder<'static> + Default + 'static> OpenAhead<B> {
+    /// Starts opening the skeleton `B` builds, whose sections with CO-RE
+    /// relocations are `core_sections` (the skeleton's `CORE_SECTIONS`).
+    pub fn start(core_sections: &'static [&'static str]) -> Self {
+        // libbpf's messages go where the tool wants them before it can print any.
+        crate::cli::route_libbpf_messages();
+        let guessed = Plan::core_target_guess(core_sections);
+        let thread = std::thread::Builder::new()
+            .name("open-bpf".into())
+            .spawn(move || Opened(open::<B>(guessed)))
+            .ok();
+        OpenAhead {
+            thread,
+            guessed,
+            core_sections,
+        }
+    }
+
+    /// Starts opening the skeleton `B` builds for a tool that tries variants of
+    /// its object ([`crate::fixed::choose`]), with the kernel's BTF as CO-RE target.
+    pub fn start_for_trials() -> Self {
+        Self::start(&[])
+    }
+
+    /// The next open skeleton of a tool that opens its object once per trial:
+    /// the one opened ahead first, then new ones.
+    pub fn next(&mut self) -> Result<B::Output> {
+        let ahead = self.thread.take().and_then(|t| t.join().ok());
+        let opened = match ahead {
+            Some(Opened(opened)) => opened,
+            None => open::<B>(self.guessed),
+        };
+        opened.context("opening the BPF object")
+    }
+
+    /// The open skeleton for `plan`: the one opened ahead when its CO-RE target
+    /// is the plan's, else opened now.
+    pub fn take(mut self, plan: &Plan) -> Result<B::Output> {
+        let target = plan.core_target(self.core_sections);
+        let ahead = self.thread.take().and_then(|t| t.join().ok());
+        let (opened, how) = match ahead {
+            Some(Opened(opened)) if target == self.guessed => (opened, "opened ahead"),
+            Some(_) => (open::<B>(target), "opened again for the kernel's BTF"),
+            // The thread could not start, or panicked.
+            None => (open::<B>(target), "opened here"),
+        };
+        let btf = if target.is_some() {
+            ", kernel BTF not read"
+        } else {
+            ""
+        };
+        crate::timing::note("load", format!("{how}{btf}"));
+        opened.context("opening the BPF object")
+    }
+}
+
+/// Opens the skeleton `B` with `btf` as its CO-RE target (None: the kernel's).
+/// Its storage lives as long as the process, as the skeleton borrows it.
+fn open<B: SkelBuilder<'static> + Default>(btf: Option<&Path>) -> libbpf_rs::Result<B::Output> {
+    let mut builder = B::default();
+    if let Some(btf) = btf {
+        builder.object_builder_mut().btf_custom_path(btf)?;
+    }
+    let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
+    builder.open(storage)
+}
