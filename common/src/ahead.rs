@@ -63,7 +63,7 @@ impl<B: SkelBuilder<'static> + Default + 'static> OpenAhead<B> {
 
     /// The next open skeleton of a tool that opens its object once per trial:
     /// the one opened ahead first, then new ones.
-    pub fn next(&mut self) -> Result<B::Output> {
+    pub fn next_open(&mut self) -> Result<B::Output> {
         let ahead = self.thread.take().and_then(|t| t.join().ok());
         let opened = match ahead {
             Some(Opened(opened)) => opened,

@@ -129,7 +129,7 @@ macro_rules! open_skeleton {
 #[macro_export]
 macro_rules! open_fixed_skeleton {
     ($ahead:expr, $selection:expr, $filter:expr, |$rodata:ident| $body:block) => {{
-        let open = $ahead.next()?;
+        let open = $ahead.next_open()?;
         $crate::configure_open!(open, $selection, $filter, |$rodata| $body)
     }};
 }
