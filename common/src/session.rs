@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! let mut s = Session::prepare(&specs, &mut args.common, how, debug)?;
-//! // open the tool's skeleton with s.plan, size its maps, load it
+//! // take the tool's skeleton (opened ahead) for s.plan, size its maps, load it
 //! s.attach(skel.object())?;
 //! s.announce(&args.patterns)?;
 //! s.run(schedule, |last| { ... print a summary ... })?;

@@ -11,7 +11,9 @@
 //! - `tables`: reading what patterns are matched against (the kernel's traceable
 //!   functions, binaries' symbols, tracepoint lists), with a note of the source;
 //! - `features`: kernel feature probes, wherever they ran;
-//! - `load`: the rest of start-up (opening, loading and verifying the BPF object);
+//! - `load`: the rest of start-up (loading and verifying the BPF object, and
+//!   waiting for its opening, which runs beside the options and the plan:
+//!   [`crate::ahead`]);
 //! - `attach`, `detach`: creating and closing the links;
 //! - `traced`: from attached to the first summary (the `-i`/`-d` time);
 //! - `first summary`: reading and printing it.
