@@ -73,7 +73,7 @@ fn link_create(
 }
 
 /// Whether kprobe_multi links work. Asked first without touching kernel text
-/// ([`kprobe_link_refused`]); a kernel that answers otherwise than expected gets
+/// (`kprobe_link_refused`); a kernel that answers otherwise than expected gets
 /// the trial attach to a function every kernel has and can trace (as bpftrace
 /// and cilium/ebpf do). A name that happens not to exist (ESRCH) moves on to the
 /// next candidate, ending with `fallback`.

@@ -18,7 +18,7 @@ use crate::tracefs;
 /// Functions that are traceable in ftrace's eyes but hang, recurse or trip RCU
 /// when BPF runs on them (the union of the lists kept by the kernel's kprobe_multi
 /// selftests, bpftrace and retsnoop).
-/// Each entry is a name or `PREFIX*` (see [`denied`]).
+/// Each entry is a name or `PREFIX*` (see `denied`).
 pub const DENY_LIST: &[&str] = &[
     "arch_cpu_idle",
     "default_idle",
