@@ -1370,3 +1370,37 @@ fn ctrl_c_while_attaching_stops_and_detaches_promptly() {
         .collect();
     assert!(left.is_empty(), "links left: {left:?}");
 }
+
+#[test]
+fn maps_of_probe_kinds_a_run_lacks_get_one_entry() {
+    // The USDT maps of libbpf's usdt.bpf.h and the syscall-number table are
+    // sized for the probes that use them, and get one entry in a run without
+    // such probes (the kernel would allocate them whole for nothing).
+    let usdt = format!("u:{}:tick", workload().display());
+    for (spec, usdt_entries, syscall_entries) in [
+        ("t:sched:sched_switch", (1, 1), 1),
+        ("t:syscalls:sys_enter_getppid", (1, 1), 2048),
+        // libbpf's BPF_USDT_MAX_SPEC_CNT and BPF_USDT_MAX_IP_CNT.
+        (usdt.as_str(), (256, 1024), 1),
+    ] {
+        let mut t = spawn(&funccount(), &[spec]);
+        t.wait_ready();
+        let maps = bpf_maps_of(t.pid());
+        t.signal(libc::SIGINT);
+        let out = t.finish(T);
+        assert_eq!(out.code(), 0, "{spec}: {}", out.stderr);
+        let entries = |name: &str| {
+            maps.iter()
+                .find(|(n, _)| n == name)
+                .unwrap_or_else(|| panic!("{spec}: no map {name} in {maps:?}"))
+                .1
+        };
+        // Names as the kernel keeps them: 15 bytes.
+        assert_eq!(
+            (entries("__bpf_usdt_spec"), entries("__bpf_usdt_ip_t")),
+            usdt_entries,
+            "{spec}"
+        );
+        assert_eq!(entries("syscall_probes"), syscall_entries, "{spec}");
+    }
+}

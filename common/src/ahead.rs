@@ -24,13 +24,12 @@ use crate::plan::Plan;
 /// A skeleton being opened on another thread; [`OpenAhead::take`] waits for it.
 pub struct OpenAhead<B: SkelBuilder<'static>> {
     thread: Option<JoinHandle<Opened<B::Output>>>,
-    /// The CO-RE target the thread opened with.
-    guessed: Option<&'static Path>,
     core_sections: &'static [&'static str],
 }
 
-/// An open skeleton (or why not) handed from the opening thread to the caller.
-struct Opened<S>(libbpf_rs::Result<S>);
+/// An open skeleton (or why not) handed from the opening thread to the caller,
+/// with the CO-RE target it was opened with.
+struct Opened<S>(libbpf_rs::Result<S>, Option<&'static Path>);
 
 // SAFETY: an open skeleton holds pointers into its libbpf object, which libbpf
 // does not tie to a thread. Only one thread uses it at a time: the opening
@@ -39,18 +38,21 @@ unsafe impl<S> Send for Opened<S> {}
 
 impl<B: SkelBuilder<'static> + Default + 'static> OpenAhead<B> {
     /// Starts opening the skeleton `B` builds, whose sections with CO-RE
-    /// relocations are `core_sections` (the skeleton's `CORE_SECTIONS`).
+    /// relocations are `core_sections` (the skeleton's `CORE_SECTIONS`). All
+    /// but the spawn happens on the new thread, off the tool's path.
     pub fn start(core_sections: &'static [&'static str]) -> Self {
-        // libbpf's messages go where the tool wants them before it can print any.
-        crate::cli::route_libbpf_messages();
-        let guessed = Plan::core_target_guess(core_sections);
         let thread = std::thread::Builder::new()
             .name("open-bpf".into())
-            .spawn(move || Opened(open::<B>(guessed)))
+            .spawn(move || {
+                // libbpf's messages go where the tool wants them before it can
+                // print any.
+                crate::cli::route_libbpf_messages();
+                let guessed = Plan::core_target_guess(core_sections);
+                Opened(open::<B>(guessed), guessed)
+            })
             .ok();
         OpenAhead {
             thread,
-            guessed,
             core_sections,
         }
     }
@@ -66,8 +68,8 @@ impl<B: SkelBuilder<'static> + Default + 'static> OpenAhead<B> {
     pub fn next_open(&mut self) -> Result<B::Output> {
         let ahead = self.thread.take().and_then(|t| t.join().ok());
         let opened = match ahead {
-            Some(Opened(opened)) => opened,
-            None => open::<B>(self.guessed),
+            Some(Opened(opened, _)) => opened,
+            None => open::<B>(Plan::core_target_guess(self.core_sections)),
         };
         opened.context("opening the BPF object")
     }
@@ -78,7 +80,7 @@ impl<B: SkelBuilder<'static> + Default + 'static> OpenAhead<B> {
         let target = plan.core_target(self.core_sections);
         let ahead = self.thread.take().and_then(|t| t.join().ok());
         let (opened, how) = match ahead {
-            Some(Opened(opened)) if target == self.guessed => (opened, "opened ahead"),
+            Some(Opened(opened, guessed)) if target == guessed => (opened, "opened ahead"),
             Some(_) => (open::<B>(target), "opened again for the kernel's BTF"),
             // The thread could not start, or panicked.
             None => (open::<B>(target), "opened here"),

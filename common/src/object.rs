@@ -220,12 +220,26 @@ impl Plan {
             bail!("internal error: the BPF object has no program for {missing:?} probes");
         }
         let user = self.count(|s| matches!(s, Site::User { .. }));
+        let usdt = self.count(|s| matches!(s, Site::Usdt { .. }));
+        let syscalls =
+            have.contains(&ProgKind::SyscallEnter) || have.contains(&ProgKind::SyscallExit);
         for mut map in obj.maps_mut() {
-            if map.name() == "uprobe_groups" {
-                map.set_max_entries(user.max(1) as u32)?;
-            }
-            // Threads in a syscall at once; only needed to remember numbers.
-            if map.name() == "syscall_nrs" && !self.remember_syscall_nrs() {
+            // Maps only some probe kinds use get one entry when the plan has
+            // none of those: the kernel allocates what they would hold (a USDT
+            // run's 80 KB of specs, a preallocated hash of 1024) for nothing.
+            let unused = match map.name().to_str() {
+                Some("uprobe_groups") => {
+                    map.set_max_entries(user.max(1) as u32)?;
+                    false
+                }
+                // Threads in a syscall at once; only needed to remember numbers.
+                Some("syscall_nrs") => !self.remember_syscall_nrs(),
+                Some("syscall_probes") => !syscalls,
+                // libbpf's usdt.bpf.h.
+                Some("__bpf_usdt_specs" | "__bpf_usdt_ip_to_spec_id") => usdt == 0,
+                _ => false,
+            };
+            if unused {
                 map.set_max_entries(1)?;
             }
         }

@@ -555,6 +555,43 @@ pub fn bpf_link_ids_of(pid: u32) -> Vec<u32> {
     ids
 }
 
+/// The BPF maps process `pid` holds: (name as the kernel keeps it, at most 15
+/// bytes; max_entries).
+pub fn bpf_maps_of(pid: u32) -> Vec<(String, u32)> {
+    let mut maps = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+        .unwrap()
+        .flatten()
+    {
+        let info = std::fs::read_to_string(e.path()).unwrap_or_default();
+        let Some(id) = info
+            .lines()
+            .find_map(|l| l.strip_prefix("map_id:"))
+            .and_then(|v| v.trim().parse().ok())
+        else {
+            continue;
+        };
+        // SAFETY: plain bpf(2) wrappers on a zeroed info struct of the size
+        // given; the fd is closed at once.
+        unsafe {
+            let fd = libbpf_sys::bpf_map_get_fd_by_id(id);
+            if fd < 0 {
+                continue;
+            }
+            let mut info: libbpf_sys::bpf_map_info = std::mem::zeroed();
+            let mut len = std::mem::size_of_val(&info) as u32;
+            let ok = libbpf_sys::bpf_map_get_info_by_fd(fd, &mut info, &mut len) == 0;
+            libc::close(fd);
+            if ok {
+                let name = std::ffi::CStr::from_ptr(info.name.as_ptr());
+                maps.push((name.to_string_lossy().into_owned(), info.max_entries));
+            }
+        }
+    }
+    maps.sort();
+    maps
+}
+
 /// Whether a BPF link with this id still exists.
 pub fn bpf_link_exists(id: u32) -> bool {
     // SAFETY: plain bpf(2) wrapper; a returned fd is closed at once.
