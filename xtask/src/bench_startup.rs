@@ -242,6 +242,16 @@ fn run(mut cmd: Command, traced: f64) -> Result<(f64, Option<String>)> {
     Ok((total - traced, timing))
 }
 
+/// Seconds, to the tenth of a millisecond below 0.1 s (the host's runs take
+/// a few milliseconds).
+fn secs(v: f64) -> String {
+    if v < 0.1 {
+        format!("{v:.4}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
 /// Host half: the start-up table, with ratios against tracekit with its cache.
 pub fn table(results: &[Value]) {
     let rows: Vec<&Value> = results
@@ -263,8 +273,8 @@ pub fn table(results: &[Value]) {
          (median of {ROUNDS} rounds after one unmeasured, the tools taking turns; one run of a tool over {} s). `funccount --version` takes {}, `bpftrace --version` {}. Ratios are against \
          tracekit with its function table cached; above 1 = slower than it.",
         QUICK.as_secs(),
-        exec.map_or("-".into(), |e| format!("{e:.3} s")),
-        bpftrace_exec.map_or("-".into(), |e| format!("{e:.3} s"))
+        exec.map_or("-".into(), |e| format!("{} s", secs(e))),
+        bpftrace_exec.map_or("-".into(), |e| format!("{} s", secs(e)))
     );
     let mut t = Builder::default();
     let mut header = vec!["probe".to_string()];
@@ -282,7 +292,7 @@ pub fn table(results: &[Value]) {
     {
         let mut r = vec![row.to_string()];
         for tool in TOOLS {
-            r.push(get(row, tool).map_or("-".into(), |v| format!("{v:.3}")));
+            r.push(get(row, tool).map_or("-".into(), secs));
         }
         let base = get(row, "tracekit (cached)");
         for tool in ["tracekit (no cache)", "bpftrace", "bcc"] {
