@@ -241,9 +241,6 @@ pub struct Binary {
     file: Option<File>,
     /// Sorted by address; an IFUNC and a plain function at one address are two entries.
     funcs: Vec<Func>,
-    /// (function, name) indices in name order: [`Binary::named`] binary-searches
-    /// them (no copy of the names, no hash table to fill for one lookup).
-    by_name: Vec<(u32, u32)>,
     /// The binary or its debug file has a `.symtab` (it is not stripped).
     pub has_symtab: bool,
     /// The separate debug file whose `.symtab` was read, if any.
@@ -304,20 +301,12 @@ impl Binary {
         drop(file);
         drop(cache);
         let funcs = group(syms, &segments);
-        let mut by_name: Vec<(u32, u32)> = funcs
-            .iter()
-            .enumerate()
-            .flat_map(|(i, f)| (0..f.names.len()).map(move |n| (i as u32, n as u32)))
-            .collect();
-        let name_of = |&(f, n): &(u32, u32)| funcs[f as usize].names[n as usize].name.as_str();
-        by_name.sort_unstable_by(|a, b| name_of(a).cmp(name_of(b)).then(a.cmp(b)));
         Ok(Binary {
             path: path.to_path_buf(),
             dev,
             ino,
             file: Some(f),
             funcs,
-            by_name,
             has_symtab,
             debug_file,
         })
@@ -334,14 +323,13 @@ impl Binary {
         &self.funcs
     }
 
-    /// The functions with `name` among their names.
-    pub fn named(&self, name: &str) -> impl Iterator<Item = &Func> {
-        let name_of = |&(f, n): &(u32, u32)| self.funcs[f as usize].names[n as usize].name.as_str();
-        let start = self.by_name.partition_point(|e| name_of(e) < name);
-        let len = self.by_name[start..].partition_point(|e| name_of(e) == name);
-        self.by_name[start..start + len]
+    /// The functions with `name` among their names. A scan: a run looks up a
+    /// name or two per binary (its literal patterns), and indexing libc's 20,000
+    /// names for that took longer than scanning them.
+    pub fn named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Func> {
+        self.funcs
             .iter()
-            .map(|&(f, _)| &self.funcs[f as usize])
+            .filter(move |f| f.names.iter().any(|n| n.name == name))
     }
 
     /// The (non-IFUNC) function starting at virtual address `addr`.
