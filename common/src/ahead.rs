@@ -7,6 +7,9 @@
 //! emulation, where a run's start-up is mostly first-time code, that was 20-25 ms
 //! of a tracepoint run's 160 (`cargo xtask bench-attach --startup`).
 //!
+//! The thread then answers the feature probes most runs ask for and that cannot
+//! change the kernel's state ([`crate::features::answer_ahead`]).
+//!
 //! The only input of opening that depends on the plan is libbpf's CO-RE target
 //! ([`Plan::core_target`]). The thread guesses the plan needs no kernel BTF; a
 //! plan that does gets the object opened again, on the calling thread.
@@ -48,7 +51,9 @@ impl<B: SkelBuilder<'static> + Default + 'static> OpenAhead<B> {
                 // print any.
                 crate::cli::route_libbpf_messages();
                 let guessed = Plan::core_target_guess(core_sections);
-                Opened(open::<B>(guessed), guessed)
+                let opened = Opened(open::<B>(guessed), guessed);
+                crate::features::answer_ahead();
+                opened
             })
             .ok();
         OpenAhead {

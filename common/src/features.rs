@@ -200,26 +200,55 @@ fn uprobe_link(ty: sys::bpf_attach_type) -> bool {
 /// tracepoint that does not exist, else to one every kernel has, for the moment
 /// of the probe).
 pub fn raw_tp_cookie() -> bool {
-    static ANSWER: OnceLock<bool> = OnceLock::new();
-    *ANSWER.get_or_init(|| crate::timing::span("features", raw_tp_cookie_probe))
+    *RAW_TP_COOKIE.get_or_init(|| crate::timing::span("features", raw_tp_cookie_probe))
 }
 
+static RAW_TP_COOKIE: OnceLock<bool> = OnceLock::new();
+
 fn raw_tp_cookie_probe() -> bool {
+    match raw_tp_cookie_untried() {
+        Some(answer) => answer,
+        None => raw_tp_cookie_trial(),
+    }
+}
+
+/// The cookie program's load, then a link to a tracepoint that does not exist:
+/// a kernel that takes the cookie gets as far as looking the name up (ENOENT)
+/// and enables nothing. None: any other answer, for the trial attach to decide.
+fn raw_tp_cookie_untried() -> Option<bool> {
+    let Ok(prog) = raw_tp_cookie_prog() else {
+        return Some(false);
+    };
+    match raw_tp_open(&prog, "tracekit_no_such_tracepoint") {
+        Err(libc::ENOENT) => Some(true),
+        _ => None,
+    }
+}
+
+/// A link to a tracepoint every kernel has, for the moment of the probe.
+fn raw_tp_cookie_trial() -> bool {
+    raw_tp_cookie_prog().is_ok_and(|prog| raw_tp_open(&prog, "sched_switch").is_ok())
+}
+
+fn raw_tp_cookie_prog() -> Result<OwnedFd, i32> {
     const GET_ATTACH_COOKIE: u8 = 174;
-    let Ok(prog) = load(
+    load(
         sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
         0,
         0,
         &[call(GET_ATTACH_COOKIE), R0_0, EXIT],
-    ) else {
-        return false;
-    };
-    // A tracepoint that does not exist first: a kernel that takes the cookie
-    // gets as far as looking the name up (ENOENT) and enables nothing. Any
-    // other answer gets the trial attach.
-    match raw_tp_open(&prog, "tracekit_no_such_tracepoint") {
-        Err(libc::ENOENT) => true,
-        _ => raw_tp_open(&prog, "sched_switch").is_ok(),
+    )
+}
+
+/// Answers, ahead of the asking, the probes most runs need that cannot change
+/// the kernel's state (program loads, a link to no tracepoint), from the thread
+/// that opens the tool's object while the tool parses its options
+/// ([`crate::ahead`]). An answer that would take a trial attach is left for the
+/// run that asks, and only if it asks.
+pub fn answer_ahead() {
+    let _ = KERNEL_READS.get_or_init(kernel_reads_probe);
+    if let Some(answer) = raw_tp_cookie_untried() {
+        let _ = RAW_TP_COOKIE.set(answer);
     }
 }
 
@@ -246,9 +275,10 @@ fn raw_tp_open(prog: &OwnedFd, name: &str) -> Result<OwnedFd, i32> {
 /// lockdown=confidentiality forbids), found by loading a program that calls it.
 /// TRACEKIT_NO_KERNEL_READS=1 answers no (to test the locked-down paths).
 pub fn kernel_reads() -> bool {
-    static ANSWER: OnceLock<bool> = OnceLock::new();
-    *ANSWER.get_or_init(|| crate::timing::span("features", kernel_reads_probe))
+    *KERNEL_READS.get_or_init(|| crate::timing::span("features", kernel_reads_probe))
 }
+
+static KERNEL_READS: OnceLock<bool> = OnceLock::new();
 
 fn kernel_reads_probe() -> bool {
     if std::env::var_os("TRACEKIT_NO_KERNEL_READS").is_some_and(|v| v != "0") {
