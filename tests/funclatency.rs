@@ -260,3 +260,25 @@ fn errors() {
     assert_eq!(out.code(), 2, "{}", out.stderr);
     assert!(out.stderr.contains("cannot be used with"), "{}", out.stderr);
 }
+
+#[test]
+fn call_stacks_are_allocated_only_for_returns_paired_in_bpf() {
+    // Session programs keep each call's entry time in the kernel: the per-thread
+    // call stacks (16384 threads, 8.5 MB) that entry and return programs pair
+    // through get one entry then.
+    let spec = format!("{}:tk_recurse", prog("latency").display());
+    for (mode, entries) in [("auto", 1), ("multi", 16384), ("single", 16384)] {
+        let mut t = spawn(&funclatency(), &["--attach-mode", mode, &spec]);
+        t.wait_ready();
+        let maps = bpf_maps_of(t.pid());
+        t.signal(libc::SIGINT);
+        let out = t.finish(T);
+        assert_eq!(out.code(), 0, "{mode}: {}", out.stderr);
+        let calls = maps
+            .iter()
+            .find(|(n, _)| n == "calls")
+            .unwrap_or_else(|| panic!("{mode}: no calls map in {maps:?}"))
+            .1;
+        assert_eq!(calls, entries, "{mode}");
+    }
+}

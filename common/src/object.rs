@@ -223,10 +223,23 @@ impl Plan {
         let usdt = self.count(|s| matches!(s, Site::Usdt { .. }));
         let syscalls =
             have.contains(&ProgKind::SyscallEnter) || have.contains(&ProgKind::SyscallExit);
+        // Returns paired by bpf/pairing.h's per-thread stacks; session programs
+        // keep their entry time in the kernel instead.
+        let paired = have.iter().any(|k| {
+            matches!(
+                k,
+                ProgKind::KretprobeMulti
+                    | ProgKind::Kretprobe
+                    | ProgKind::UretprobeMulti
+                    | ProgKind::Uretprobe
+                    | ProgKind::Fexit
+            )
+        });
         for mut map in obj.maps_mut() {
             // Maps only some probe kinds use get one entry when the plan has
-            // none of those: the kernel allocates what they would hold (a USDT
-            // run's 80 KB of specs, a preallocated hash of 1024) for nothing.
+            // none of those: the kernel allocates what they would hold (8.5 MB
+            // of call stacks for returns paired in BPF, a USDT run's 80 KB of
+            // specs, a preallocated hash of 1024) for nothing.
             let unused = match map.name().to_str() {
                 Some("uprobe_groups") => {
                     map.set_max_entries(user.max(1) as u32)?;
@@ -235,6 +248,7 @@ impl Plan {
                 // Threads in a syscall at once; only needed to remember numbers.
                 Some("syscall_nrs") => !self.remember_syscall_nrs(),
                 Some("syscall_probes") => !syscalls,
+                Some("calls") => !paired,
                 // libbpf's usdt.bpf.h.
                 Some("__bpf_usdt_specs" | "__bpf_usdt_ip_to_spec_id") => usdt == 0,
                 _ => false,
