@@ -7,8 +7,9 @@
 //! emulation, where a run's start-up is mostly first-time code, that was 20-25 ms
 //! of a tracepoint run's 160 (`cargo xtask bench-attach --startup`).
 //!
-//! The thread then answers the feature probes most runs ask for and that cannot
-//! change the kernel's state ([`crate::features::answer_ahead`]).
+//! The thread then answers the feature probes that the plan will ask of the
+//! object's programs and that cannot change the kernel's state
+//! ([`crate::features::answer_ahead`]).
 //!
 //! The only input of opening that depends on the plan is libbpf's CO-RE target
 //! ([`Plan::core_target`]). The thread guesses the plan needs no kernel BTF; a
@@ -19,9 +20,10 @@ use std::path::Path;
 use std::thread::JoinHandle;
 
 use anyhow::{Context, Result};
-use libbpf_rs::skel::SkelBuilder;
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::OpenObject;
 
+use crate::object::ProgKind;
 use crate::plan::Plan;
 
 /// A skeleton being opened on another thread; [`OpenAhead::take`] waits for it.
@@ -51,9 +53,16 @@ impl<B: SkelBuilder<'static> + Default + 'static> OpenAhead<B> {
                 // print any.
                 crate::cli::route_libbpf_messages();
                 let guessed = Plan::core_target_guess(core_sections);
-                let opened = Opened(open::<B>(guessed), guessed);
-                crate::features::answer_ahead();
-                opened
+                let opened = open::<B>(guessed);
+                if let Ok(open) = &opened {
+                    // What the plan will ask of this object's programs.
+                    let kinds = ProgKind::in_object(open.open_object());
+                    crate::features::answer_ahead(
+                        kinds.contains(&ProgKind::SyscallExit),
+                        kinds.contains(&ProgKind::RawTracepoint),
+                    );
+                }
+                Opened(opened, guessed)
             })
             .ok();
         OpenAhead {

@@ -240,15 +240,20 @@ fn raw_tp_cookie_prog() -> Result<OwnedFd, i32> {
     )
 }
 
-/// Answers, ahead of the asking, the probes most runs need that cannot change
-/// the kernel's state (program loads, a link to no tracepoint), from the thread
-/// that opens the tool's object while the tool parses its options
-/// ([`crate::ahead`]). An answer that would take a trial attach is left for the
-/// run that asks, and only if it asks.
-pub fn answer_ahead() {
-    let _ = KERNEL_READS.get_or_init(kernel_reads_probe);
-    if let Some(answer) = raw_tp_cookie_untried() {
-        let _ = RAW_TP_COOKIE.set(answer);
+/// Answers, ahead of the asking, probes that cannot change the kernel's state
+/// (program loads, a link to no tracepoint), from the thread that opens the
+/// tool's object while the tool parses its options ([`crate::ahead`]): whether
+/// kernel reads work, for an object with a syscall-exit program, and whether
+/// raw tracepoints take cookies, for one with raw tracepoint programs. An answer
+/// that would take a trial attach is left for the run that asks, if it asks.
+pub fn answer_ahead(kernel_reads: bool, raw_tp_cookie: bool) {
+    if kernel_reads {
+        let _ = KERNEL_READS.get_or_init(kernel_reads_probe);
+    }
+    if raw_tp_cookie {
+        if let Some(answer) = raw_tp_cookie_untried() {
+            let _ = RAW_TP_COOKIE.set(answer);
+        }
     }
 }
 

@@ -40,6 +40,13 @@ pub enum ProgKind {
 }
 
 impl ProgKind {
+    /// The kinds of program `obj` has.
+    pub fn in_object(obj: &OpenObject) -> HashSet<ProgKind> {
+        obj.progs()
+            .filter_map(|p| p.section().to_str().and_then(ProgKind::of))
+            .collect()
+    }
+
     pub(crate) fn of(prog_section: &str) -> Option<Self> {
         match prog_section {
             "raw_tp/sys_enter" => return Some(ProgKind::SyscallEnter),
@@ -190,10 +197,7 @@ impl Plan {
     /// time. Raw tracepoint programs are loaded when the object has them and the
     /// kernel takes them; perf-event tracepoints stay loaded as their fallback.
     pub fn configure(&self, obj: &mut OpenObject) -> Result<()> {
-        let present: HashSet<ProgKind> = obj
-            .progs()
-            .filter_map(|p| p.section().to_str().and_then(ProgKind::of))
-            .collect();
+        let present = ProgKind::in_object(obj);
         let mut need = self.prog_kinds();
         need.extend(self.raw_tracepoint_kinds(|k| present.contains(&k)));
         let mut have = HashSet::new();
