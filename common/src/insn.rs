@@ -18,8 +18,22 @@
 #[cfg(target_arch = "x86_64")]
 pub fn check_entry(code: &[u8]) -> Result<(), String> {
     use iced_x86::{
-        Decoder, DecoderOptions, EncodingKind, Formatter, GasFormatter, InstructionInfoFactory,
+        Decoder, DecoderOptions, EncodingKind, Formatter, GasFormatter, Instruction,
+        InstructionInfoFactory,
     };
+
+    /// An instruction's text, formatted only when a refusal shows it: iced's
+    /// formatter costs more to build than the checks (3% of a user-function
+    /// run's CPU when it was made for every function checked).
+    struct Text<'a>(&'a Instruction);
+
+    impl std::fmt::Display for Text<'_> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            let mut t = String::new();
+            GasFormatter::new().format(self.0, &mut t);
+            f.write_str(&t)
+        }
+    }
 
     if code.is_empty() {
         return Err("its code is not in the file".to_string());
@@ -39,18 +53,11 @@ pub fn check_entry(code: &[u8]) -> Result<(), String> {
             hex(code)
         ));
     }
-    // Its text, for the refusals only: a formatter costs more to build than the
-    // checks (3% of a user-function run's CPU when made for every function).
-    let text = || {
-        let mut t = String::new();
-        GasFormatter::new().format(&insn, &mut t);
-        t
-    };
+    let text = Text(&insn);
     let bytes = &code[..insn.len().min(code.len())];
 
     match insn.encoding() {
         EncodingKind::EVEX | EncodingKind::MVEX => {
-            let text = text();
             return Err(format!(
                 "its first instruction (`{text}`) is AVX-512 (EVEX-encoded), which a uprobe's \
                  out-of-line single step does not execute correctly: the traced program would \
@@ -65,7 +72,6 @@ pub fn check_entry(code: &[u8]) -> Result<(), String> {
                 .iter()
                 .any(|r| r.register().is_vector_register());
             if vector {
-                let text = text();
                 return Err(format!(
                     "its first instruction (`{text}`) is AVX (VEX-encoded) on vector registers, \
                      which a uprobe's out-of-line single step does not execute correctly: the \
@@ -81,14 +87,12 @@ pub fn check_entry(code: &[u8]) -> Result<(), String> {
     while let Some(&b) = bytes.get(i) {
         match b {
             0x26 | 0x2e | 0x36 | 0x3e => {
-                let text = text();
                 return Err(format!(
                     "its first instruction (`{text}`) has a segment or notrack prefix, which \
                      the kernel does not single-step for uprobes"
                 ));
             }
             0xf0 => {
-                let text = text();
                 return Err(format!(
                     "its first instruction (`{text}`) has a LOCK prefix, which the kernel does \
                      not single-step for uprobes"
@@ -113,7 +117,6 @@ pub fn check_entry(code: &[u8]) -> Result<(), String> {
         return Ok(());
     };
     if !good_opcode_64(op) {
-        let text = text();
         return Err(format!(
             "its first instruction (`{text}`, opcode {op:#04x}) is one the kernel does not \
              single-step for uprobes"
@@ -124,7 +127,6 @@ pub fn check_entry(code: &[u8]) -> Result<(), String> {
         && op == 0x8e
         && bytes.get(opcode_at + 1).is_some_and(|m| (m >> 3) & 7 == 2)
     {
-        let text = text();
         return Err(format!(
             "its first instruction (`{text}`) loads SS, which the kernel does not single-step \
              for uprobes"
