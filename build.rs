@@ -1,7 +1,8 @@
 //! Compiles every `bpf/*.bpf.c` into a libbpf-rs skeleton `$OUT_DIR/<name>.skel.rs`,
 //! to which it adds `CORE_SECTIONS`: the program sections whose code carries CO-RE
 //! relocations (read from the object's .BTF.ext). A run that loads none of them
-//! needs no kernel BTF (common::object::Plan::core_target).
+//! needs no kernel BTF (common::object::Plan::core_target); and `LIBBPF_WARMUP`,
+//! the bytes of `bpf/warmup.bpf.c`'s object (common::ahead loads it).
 //!
 //! clang is taken from `$CLANG`, else `clang`, else the newest `clang-NN` on `PATH`.
 
@@ -76,7 +77,11 @@ fn main() {
         code.push_str(&format!(
             "\n/// Program sections of this object whose code has CO-RE relocations.\n\
              #[allow(dead_code)]\n\
-             pub const CORE_SECTIONS: &[&str] = &{sections:?};\n"
+             pub const CORE_SECTIONS: &[&str] = &{sections:?};\n\n\
+             /// bpf/warmup.bpf.c's object, which common::ahead loads to answer libbpf's\n\
+             /// feature probes before this object's load asks them.\n\
+             #[allow(dead_code)]\n\
+             pub const LIBBPF_WARMUP: &[u8] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/warmup.bpf.o\"));\n"
         ));
         fs::write(&skel, code).expect("writing the skeleton");
     }

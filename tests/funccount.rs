@@ -1404,3 +1404,66 @@ fn maps_of_probe_kinds_a_run_lacks_get_one_entry() {
         assert_eq!(entries("syscall_probes"), syscall_entries, "{spec}");
     }
 }
+
+#[test]
+fn libbpf_feature_probes_are_asked_on_the_opening_thread() {
+    // libbpf asks the kernel what it supports at a process's first object load
+    // (about 15 syscalls, 9 of them BTF loads). The thread that opens the tool's
+    // object ahead loads bpf/warmup.bpf.c, which asks them all: the tool's own
+    // load, on its main thread, then loads one BTF, its object's. trace follows
+    // the run from its first syscall: funccount is exec'd by a shell that stops
+    // itself until trace is attached to its pid.
+    let fc_bin = funccount();
+    let mut cmd = Command::new("sh");
+    cmd.args([
+        "-c",
+        "kill -STOP $$; exec \"$0\" -d 0.1 t:sched:sched_switch",
+        fc_bin.to_str().unwrap(),
+    ]);
+    let fc = spawn_cmd(cmd);
+    let pid = fc.pid();
+    let stopped = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.rsplit(") ").next().is_some_and(|r| r.starts_with('T')))
+    };
+    let t0 = std::time::Instant::now();
+    while !stopped() {
+        assert!(t0.elapsed() < T, "the shell did not stop itself");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // BPF_BTF_LOAD is command 18 (include/uapi/linux/bpf.h).
+    let mut tr = spawn(
+        &tool("trace"),
+        &[
+            "-p",
+            &pid.to_string(),
+            "t:syscalls:sys_enter_bpf (args->cmd == 18)",
+        ],
+    );
+    // Its column header is printed once it is attached.
+    tr.wait_line(|l| l.starts_with("PID "), T);
+    kill(pid, libc::SIGCONT);
+    let fc_out = fc.finish(T);
+    assert!(fc_out.status.success(), "{}", fc_out.stderr);
+    let tr_out = tr.finish(T);
+    assert!(tr_out.status.success(), "{}", tr_out.stderr);
+    // PID TID COMM FUNC
+    let mut main_thread = 0;
+    let mut opening_thread = 0;
+    for line in tr_out
+        .stdout
+        .lines()
+        .filter(|l| l.trim_end().ends_with("sys_enter_bpf"))
+    {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(f[0], pid.to_string(), "{line}");
+        match f[2] {
+            "open-bpf" => opening_thread += 1,
+            _ if f[1] == pid.to_string() => main_thread += 1,
+            _ => panic!("a BTF load on another thread: {line}"),
+        }
+    }
+    assert_eq!(main_thread, 1, "{}", tr_out.stdout);
+    // The 9 probes and the warm-up object's own BTF.
+    assert!(opening_thread >= 10, "{}", tr_out.stdout);
+}

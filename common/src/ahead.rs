@@ -9,7 +9,11 @@
 //!
 //! The thread then answers the feature probes that the plan will ask of the
 //! object's programs and that cannot change the kernel's state
-//! ([`crate::features::answer_ahead`]).
+//! ([`crate::features::answer_ahead`]), and libbpf's own: libbpf asks the kernel
+//! what it supports once per process, in about 15 syscalls at the first load;
+//! the thread first loads a minimal object that asks them all
+//! (`bpf/warmup.bpf.c`), so the tool's load finds them answered (under
+//! emulation, 8 ms of its 17). The tool does not wait for that object's closing.
 //!
 //! The only input of opening that depends on the plan is libbpf's CO-RE target
 //! ([`Plan::core_target`]). The thread guesses the plan needs no kernel BTF; a
@@ -17,7 +21,7 @@
 
 use std::mem::MaybeUninit;
 use std::path::Path;
-use std::thread::JoinHandle;
+use std::sync::mpsc::{sync_channel, Receiver};
 
 use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -28,7 +32,9 @@ use crate::plan::Plan;
 
 /// A skeleton being opened on another thread; [`OpenAhead::take`] waits for it.
 pub struct OpenAhead<B: SkelBuilder<'static>> {
-    thread: Option<JoinHandle<Opened<B::Output>>>,
+    /// What the opening thread hands over (nothing if it could not start, or
+    /// panicked).
+    opened: Option<Receiver<Opened<B::Output>>>,
     core_sections: &'static [&'static str],
 }
 
@@ -43,15 +49,20 @@ unsafe impl<S> Send for Opened<S> {}
 
 impl<B: SkelBuilder<'static> + Default + 'static> OpenAhead<B> {
     /// Starts opening the skeleton `B` builds, whose sections with CO-RE
-    /// relocations are `core_sections` (the skeleton's `CORE_SECTIONS`). All
-    /// but the spawn happens on the new thread, off the tool's path.
-    pub fn start(core_sections: &'static [&'static str]) -> Self {
-        let thread = std::thread::Builder::new()
+    /// relocations are `core_sections` (the skeleton's `CORE_SECTIONS`), and
+    /// loading `warmup` (its `LIBBPF_WARMUP`). All but the spawn happens on the
+    /// new thread, off the tool's path.
+    pub fn start(core_sections: &'static [&'static str], warmup: &'static [u8]) -> Self {
+        let (tx, rx) = sync_channel(1);
+        let spawned = std::thread::Builder::new()
             .name("open-bpf".into())
             .spawn(move || {
                 // libbpf's messages go where the tool wants them before it can
                 // print any.
                 crate::cli::route_libbpf_messages();
+                // First, so that the tool never loads while libbpf's probes are
+                // still being asked here (it would ask them again).
+                let warm = load_warmup(warmup);
                 let guessed = Plan::core_target_guess(core_sections);
                 let opened = open::<B>(guessed);
                 if let Ok(open) = &opened {
@@ -62,25 +73,26 @@ impl<B: SkelBuilder<'static> + Default + 'static> OpenAhead<B> {
                         kinds.contains(&ProgKind::RawTracepoint),
                     );
                 }
-                Opened(opened, guessed)
-            })
-            .ok();
+                let _ = tx.send(Opened(opened, guessed));
+                // Closing the warm-up object is not the tool's wait.
+                drop(warm);
+            });
         OpenAhead {
-            thread,
+            opened: spawned.is_ok().then_some(rx),
             core_sections,
         }
     }
 
     /// Starts opening the skeleton `B` builds for a tool that tries variants of
     /// its object ([`crate::fixed::choose`]), with the kernel's BTF as CO-RE target.
-    pub fn start_for_trials() -> Self {
-        Self::start(&[])
+    pub fn start_for_trials(warmup: &'static [u8]) -> Self {
+        Self::start(&[], warmup)
     }
 
     /// The next open skeleton of a tool that opens its object once per trial:
     /// the one opened ahead first, then new ones.
     pub fn next_open(&mut self) -> Result<B::Output> {
-        let ahead = self.thread.take().and_then(|t| t.join().ok());
+        let ahead = self.opened.take().and_then(|rx| rx.recv().ok());
         let opened = match ahead {
             Some(Opened(opened, _)) => opened,
             None => open::<B>(Plan::core_target_guess(self.core_sections)),
@@ -92,7 +104,7 @@ impl<B: SkelBuilder<'static> + Default + 'static> OpenAhead<B> {
     /// is the plan's, else opened now.
     pub fn take(mut self, plan: &Plan) -> Result<B::Output> {
         let target = plan.core_target(self.core_sections);
-        let ahead = self.thread.take().and_then(|t| t.join().ok());
+        let ahead = self.opened.take().and_then(|rx| rx.recv().ok());
         let (opened, how) = match ahead {
             Some(Opened(opened, guessed)) if target == guessed => (opened, "opened ahead"),
             Some(_) => (open::<B>(target), "opened again for the kernel's BTF"),
@@ -118,4 +130,17 @@ fn open<B: SkelBuilder<'static> + Default>(btf: Option<&Path>) -> libbpf_rs::Res
     }
     let storage: &'static mut MaybeUninit<OpenObject> = Box::leak(Box::new(MaybeUninit::uninit()));
     builder.open(storage)
+}
+
+/// Loads the warm-up object (`bpf/warmup.bpf.c`): libbpf answers its feature
+/// probes into its process-wide cache on the way. The object is returned to be
+/// closed when it suits the caller. A failure is silent: the tool's own load
+/// then asks what is left, as it would have anyway.
+fn load_warmup(bytes: &[u8]) -> Option<libbpf_rs::Object> {
+    // It has no CO-RE relocation: libbpf reads no kernel BTF for it.
+    libbpf_rs::ObjectBuilder::default()
+        .open_memory(bytes)
+        .ok()?
+        .load()
+        .ok()
 }

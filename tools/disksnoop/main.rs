@@ -109,7 +109,7 @@ const GROUPS: &[Group] = &[
 ];
 
 fn main() {
-    let ahead = OpenAhead::start_for_trials();
+    let ahead = OpenAhead::start_for_trials(skel::LIBBPF_WARMUP);
     common::cli::main("disksnoop", || run(common::cli::parse::<Args>(), ahead))
 }
 

@@ -61,7 +61,7 @@ struct Args {
 }
 
 fn main() {
-    let ahead = OpenAhead::start(skel::CORE_SECTIONS);
+    let ahead = OpenAhead::start(skel::CORE_SECTIONS, skel::LIBBPF_WARMUP);
     common::cli::main("funccount", || run(common::cli::parse::<Args>(), ahead))
 }
 

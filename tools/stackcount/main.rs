@@ -118,7 +118,7 @@ struct Args {
 const MAX_STACK_STORAGE: u32 = 1 << 20;
 
 fn main() {
-    let ahead = OpenAhead::start(skel::CORE_SECTIONS);
+    let ahead = OpenAhead::start(skel::CORE_SECTIONS, skel::LIBBPF_WARMUP);
     common::cli::main("stackcount", || run(common::cli::parse::<Args>(), ahead))
 }
 

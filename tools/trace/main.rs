@@ -147,7 +147,7 @@ struct Args {
 }
 
 fn main() {
-    let ahead = OpenAhead::start(skel::CORE_SECTIONS);
+    let ahead = OpenAhead::start(skel::CORE_SECTIONS, skel::LIBBPF_WARMUP);
     common::cli::main("trace", || run(common::cli::parse::<Args>(), ahead))
 }
 

@@ -94,7 +94,7 @@ const GROUPS: &[Group] = &[
 const SOURCES: [&str; 3] = ["urandom", "random", "getrandom"];
 
 fn main() {
-    let ahead = OpenAhead::start_for_trials();
+    let ahead = OpenAhead::start_for_trials(skel::LIBBPF_WARMUP);
     common::cli::main("urandomread", || run(common::cli::parse::<Args>(), ahead))
 }
 
