@@ -1422,15 +1422,7 @@ fn libbpf_feature_probes_are_asked_on_the_opening_thread() {
     ]);
     let fc = spawn_cmd(cmd);
     let pid = fc.pid();
-    let stopped = || {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .is_ok_and(|s| s.rsplit(") ").next().is_some_and(|r| r.starts_with('T')))
-    };
-    let t0 = std::time::Instant::now();
-    while !stopped() {
-        assert!(t0.elapsed() < T, "the shell did not stop itself");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_stopped(pid, T);
     // BPF_BTF_LOAD is command 18 (include/uapi/linux/bpf.h).
     let mut tr = spawn(
         &tool("trace"),

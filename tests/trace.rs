@@ -289,15 +289,7 @@ fn user_stack_named_when_the_process_exited_before_its_record_was_read() {
     let mut t = spawn(&trace(), &["-U", "-M", "1", &spec]);
     t.wait_line(|l| l.starts_with("PID "), T);
     t.signal(libc::SIGSTOP);
-    let stopped = || {
-        std::fs::read_to_string(format!("/proc/{}/stat", t.pid()))
-            .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.starts_with(" T")))
-    };
-    let end = std::time::Instant::now() + T;
-    while !stopped() {
-        assert!(std::time::Instant::now() < end, "trace did not stop");
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    wait_stopped(t.pid(), T);
     let pid = w.pid;
     w.go();
     assert!(w.wait().success(), "the traced program failed");

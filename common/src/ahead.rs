@@ -44,7 +44,7 @@ struct Opened<S>(libbpf_rs::Result<S>, Option<&'static Path>);
 
 // SAFETY: an open skeleton holds pointers into its libbpf object, which libbpf
 // does not tie to a thread. Only one thread uses it at a time: the opening
-// thread until it returns it, then the thread that joined it.
+// thread until it sends it, then the thread that receives it.
 unsafe impl<S> Send for Opened<S> {}
 
 impl<B: SkelBuilder<'static> + Default + 'static> OpenAhead<B> {

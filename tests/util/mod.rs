@@ -698,3 +698,17 @@ pub fn lost_reported(stderr: &str) -> u64 {
         })
         .sum()
 }
+
+/// Waits until process `pid` is stopped (state T in /proc/PID/stat); panics
+/// after `timeout`.
+pub fn wait_stopped(pid: u32, timeout: Duration) {
+    let stopped = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| r.starts_with(" T")))
+    };
+    let end = Instant::now() + timeout;
+    while !stopped() {
+        assert!(Instant::now() < end, "process {pid} did not stop");
+        thread::sleep(Duration::from_millis(5));
+    }
+}
