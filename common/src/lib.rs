@@ -8,6 +8,7 @@ pub mod attaching;
 pub mod cli;
 pub mod counters;
 pub mod elf;
+pub mod entry;
 pub mod events;
 pub mod features;
 pub mod fixed;

@@ -1,6 +1,8 @@
 //! disksnoop: one line per completed block request, with its latency (BCC's
 //! examples/tracing/disksnoop.py, keyed by request and read from a ring buffer).
 
+#![cfg_attr(not(test), no_main)]
+
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -107,6 +109,8 @@ const GROUPS: &[Group] = &[
         ],
     },
 ];
+
+common::entry!(main);
 
 fn main() {
     let ahead = OpenAhead::start_for_trials(skel::LIBBPF_WARMUP);

@@ -1,5 +1,7 @@
 //! funccount: count kernel/user function calls, tracepoints and USDT probes.
 
+#![cfg_attr(not(test), no_main)]
+
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -59,6 +61,8 @@ struct Args {
     #[arg(required = true, value_name = "PATTERN")]
     patterns: Vec<String>,
 }
+
+common::entry!(main);
 
 fn main() {
     let ahead = OpenAhead::start(skel::CORE_SECTIONS, skel::LIBBPF_WARMUP);

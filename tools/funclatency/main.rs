@@ -1,5 +1,7 @@
 //! funclatency: time kernel and user function calls, as a log2 histogram.
 
+#![cfg_attr(not(test), no_main)]
+
 use std::time::Duration;
 
 use anyhow::Result;
@@ -64,6 +66,8 @@ struct Args {
     #[arg(required = true, value_name = "PATTERN")]
     patterns: Vec<String>,
 }
+
+common::entry!(main);
 
 fn main() {
     let ahead = latency::open_ahead();

@@ -1,5 +1,7 @@
 //! stackcount: count events by their kernel and user stacks.
 
+#![cfg_attr(not(test), no_main)]
+
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
@@ -116,6 +118,8 @@ struct Args {
 /// Upper bound of --stack-storage-size: the map is preallocated at about 1 KiB
 /// per stack, so this is 1 GiB of kernel memory.
 const MAX_STACK_STORAGE: u32 = 1 << 20;
+
+common::entry!(main);
 
 fn main() {
     let ahead = OpenAhead::start(skel::CORE_SECTIONS, skel::LIBBPF_WARMUP);

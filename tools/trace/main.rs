@@ -3,6 +3,8 @@
 //! object (bpf/trace.bpf.c) interprets: predicates are evaluated in the kernel,
 //! and only the events that pass reach user space, through one ring buffer.
 
+#![cfg_attr(not(test), no_main)]
+
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
@@ -145,6 +147,8 @@ struct Args {
     #[arg(required = true, value_name = "PROBE")]
     probes: Vec<String>,
 }
+
+common::entry!(main);
 
 fn main() {
     let ahead = OpenAhead::start(skel::CORE_SECTIONS, skel::LIBBPF_WARMUP);

@@ -2,6 +2,8 @@
 //! examples/tracing/urandomread.py, which stopped working in Linux 5.18): reads of
 //! /dev/urandom and /dev/random, and getrandom(2) calls.
 
+#![cfg_attr(not(test), no_main)]
+
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -92,6 +94,8 @@ const GROUPS: &[Group] = &[
 ];
 
 const SOURCES: [&str; 3] = ["urandom", "random", "getrandom"];
+
+common::entry!(main);
 
 fn main() {
     let ahead = OpenAhead::start_for_trials(skel::LIBBPF_WARMUP);

@@ -1,5 +1,7 @@
 //! vfsreadlat: a histogram of vfs_read() latency, per interval (BCC's example).
 
+#![cfg_attr(not(test), no_main)]
+
 use std::time::Duration;
 
 use anyhow::{bail, Result};
@@ -42,6 +44,8 @@ struct Args {
     #[arg(value_name = "COUNT", value_parser = clap::value_parser!(u32).range(1..))]
     count: Option<u32>,
 }
+
+common::entry!(main);
 
 fn main() {
     let ahead = latency::open_ahead();
