@@ -7,7 +7,7 @@
 //! ```
 //!
 //! - `exec`: process start (fork/exec, dynamic loading) to the session's start,
-//!   from /proc/self/stat (10 ms resolution);
+//!   from /proc/self/stat (10 ms resolution), read when the line is printed;
 //! - `tables`: reading what patterns are matched against (the kernel's traceable
 //!   functions, binaries' symbols, tracepoint lists), with a note of the source;
 //! - `features`: kernel feature probes, wherever they ran;
@@ -66,9 +66,23 @@ pub fn requested() -> bool {
     std::env::var_os("TRACEKIT_TIMING").is_some_and(|v| v != "0")
 }
 
-/// How long ago this process started (fork/exec), from /proc/self/stat's start
-/// time in clock ticks since boot against CLOCK_BOOTTIME.
-pub fn since_process_start() -> Option<Duration> {
+/// The time since boot (CLOCK_BOOTTIME, the clock of /proc/self/stat's start
+/// time).
+fn boottime() -> Option<Duration> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec for the call.
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
+        return None;
+    }
+    Some(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+}
+
+/// When this process started (fork/exec), since boot: /proc/self/stat's start
+/// time in clock ticks.
+fn process_start() -> Option<Duration> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     // The command name may hold spaces and parentheses: fields follow the last ')'.
     let rest = &stat[stat.rfind(')')? + 2..];
@@ -79,23 +93,18 @@ pub fn since_process_start() -> Option<Duration> {
     if hz <= 0 {
         return None;
     }
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid timespec for the call.
-    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
-        return None;
-    }
-    let now = Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
-    let start = Duration::from_nanos(ticks.saturating_mul(1_000_000_000) / hz as u64);
-    now.checked_sub(start)
+    Some(Duration::from_nanos(
+        ticks.saturating_mul(1_000_000_000) / hz as u64,
+    ))
 }
 
 /// The marks a session sets as it goes (see the module comment).
 #[derive(Debug, Clone)]
 pub struct Marks {
-    exec: Option<Duration>,
+    /// When the session started, since boot: `exec` is from the process's start
+    /// to it, worked out when the line is printed (reading /proc/self/stat is
+    /// no work for a run that prints no line).
+    started: Option<Duration>,
     start: Instant,
     /// `features` recorded before the session began (none, usually).
     features_before: Duration,
@@ -112,7 +121,7 @@ pub struct Marks {
 impl Marks {
     pub fn start() -> Marks {
         Marks {
-            exec: since_process_start(),
+            started: boottime(),
             start: Instant::now(),
             features_before: total("features"),
             attach_start: None,
@@ -182,7 +191,11 @@ impl Marks {
             }
             s.push(',');
         };
-        if let Some(e) = self.exec {
+        let exec = self
+            .started
+            .zip(process_start())
+            .and_then(|(now, start)| now.checked_sub(start));
+        if let Some(e) = exec {
             item(&mut s, "exec", e, None);
             overhead += e;
         }
@@ -220,7 +233,8 @@ mod tests {
 
     #[test]
     fn process_start_is_in_the_past() {
-        let d = since_process_start().expect("readable /proc/self/stat");
+        let start = process_start().expect("readable /proc/self/stat");
+        let d = boottime().expect("CLOCK_BOOTTIME") - start;
         assert!(d < Duration::from_secs(24 * 3600), "{d:?}");
     }
 
