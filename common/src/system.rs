@@ -12,19 +12,42 @@ const CAP_BPF: u32 = 39;
 
 /// Fails unless the process may load BPF programs and open perf events.
 pub fn require_root() -> Result<()> {
-    let caps = fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        })
-        .unwrap_or(0);
+    let caps = effective_caps();
     let has = |cap: u32| caps & (1u64 << cap) != 0;
     if has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)) {
         return Ok(());
     }
     bail!("tracing needs root (CAP_BPF and CAP_PERFMON, or CAP_SYS_ADMIN); run it with sudo")
+}
+
+/// The process's effective capabilities (none if they cannot be read), from
+/// one capget(2) rather than parsing /proc/self/status.
+fn effective_caps() -> u64 {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    /// _LINUX_CAPABILITY_VERSION_3: 64-bit sets, in two halves.
+    const VERSION_3: u32 = 0x2008_0522;
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: header and data are what capget(2) reads and writes for version 3.
+    let r = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
+    if r != 0 {
+        return 0;
+    }
+    u64::from(data[0].effective) | u64::from(data[1].effective) << 32
 }
 
 /// Fails with a clear message when `pid` names no running process.
@@ -157,7 +180,14 @@ pub fn open_fds() -> usize {
 /// `reserve` for what the run opens later, such as symbol files) would not fit
 /// under the open-file limit, saying how many are needed and how to get them.
 pub fn check_fd_limit(probes: usize, reserve: usize) -> Result<()> {
+    /// Room under the limit beyond which the descriptors already open are not
+    /// counted (a directory listing): a tool has a few dozen open before
+    /// attaching, not thousands.
+    const HEADROOM: u64 = 4096;
     let limit = raise_fd_soft_limit();
+    if (probes + reserve) as u64 + HEADROOM <= limit {
+        return Ok(());
+    }
     let need = open_fds() + probes + reserve;
     if need as u64 <= limit {
         return Ok(());

@@ -10,11 +10,14 @@ use anyhow::{anyhow, Result};
 
 const TRACEFS: &str = "/sys/kernel/tracing";
 const DEBUGFS: &str = "/sys/kernel/debug";
+/// Their filesystems' magic numbers (linux/magic.h), as statfs(2) reports them.
+const TRACEFS_MAGIC: i64 = 0x7472_6163;
+const DEBUGFS_MAGIC: i64 = 0x6462_6720;
 
 /// The tracefs mount point; mounts tracefs at /sys/kernel/tracing when it is not mounted.
 pub fn tracefs() -> Result<&'static Path> {
     static PATH: OnceLock<std::result::Result<PathBuf, String>> = OnceLock::new();
-    PATH.get_or_init(|| find_or_mount("tracefs", TRACEFS).map_err(|e| e.to_string()))
+    PATH.get_or_init(|| find_or_mount("tracefs", TRACEFS, TRACEFS_MAGIC).map_err(|e| e.to_string()))
         .as_deref()
         .map_err(|e| anyhow!("{e}"))
 }
@@ -23,11 +26,15 @@ pub fn tracefs() -> Result<&'static Path> {
 /// (only optional information, such as the kprobe blacklist, lives there).
 pub fn debugfs() -> Option<&'static Path> {
     static PATH: OnceLock<Option<PathBuf>> = OnceLock::new();
-    PATH.get_or_init(|| find_or_mount("debugfs", DEBUGFS).ok())
+    PATH.get_or_init(|| find_or_mount("debugfs", DEBUGFS, DEBUGFS_MAGIC).ok())
         .as_deref()
 }
 
-fn find_or_mount(fstype: &str, target: &str) -> Result<PathBuf> {
+fn find_or_mount(fstype: &str, target: &str, magic: i64) -> Result<PathBuf> {
+    // Where it is almost always mounted: one statfs, not a read of the mount table.
+    if is_mounted_at(target, magic) {
+        return Ok(PathBuf::from(target));
+    }
     if let Some(p) = mount_point(fstype) {
         return Ok(p);
     }
@@ -42,6 +49,15 @@ fn find_or_mount(fstype: &str, target: &str) -> Result<PathBuf> {
         )
     })?;
     Ok(PathBuf::from(target))
+}
+
+/// Whether `path` is the root or inside of a filesystem with this magic number.
+fn is_mounted_at(path: &str, magic: i64) -> bool {
+    let path = CString::new(path).expect("no NUL");
+    // SAFETY: an all-zero statfs is a valid value to be overwritten.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: path is NUL-terminated and st is a valid statfs for the call.
+    unsafe { libc::statfs(path.as_ptr(), &mut st) == 0 && st.f_type as i64 == magic }
 }
 
 fn mount_point(fstype: &str) -> Option<PathBuf> {
