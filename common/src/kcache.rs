@@ -294,7 +294,7 @@ fn parse(text: &[u8], key: &Key, want: &Want) -> Result<Table, Miss> {
             let mut n = 0;
             for line in lines(funcs_text) {
                 n += 1;
-                if let Some(f) = func_line(utf8(line)?, want.keep)? {
+                if let Some(f) = func_line(line, want.keep)? {
                     funcs.push(f);
                 }
             }
@@ -314,7 +314,7 @@ fn parse(text: &[u8], key: &Key, want: &Want) -> Result<Table, Miss> {
                     if !func_name(line)?.starts_with(p.as_bytes()) {
                         break;
                     }
-                    if let Some(f) = func_line(utf8(line)?, want.keep)? {
+                    if let Some(f) = func_line(line, want.keep)? {
                         funcs.push(f);
                     }
                 }
@@ -340,14 +340,17 @@ fn func_name(line: &[u8]) -> Result<&[u8], Miss> {
     Ok(name)
 }
 
-/// An `f` line's function, if `keep` wants it.
-fn func_line(line: &str, keep: &dyn Fn(&str) -> bool) -> Result<Option<KernelFunc>, Miss> {
-    let mut f = line.split(' ');
-    let (Some("f"), Some(name), Some(module), Some(addrs), None) =
+/// An `f` line's function, if `keep` wants it. Fields are split as bytes and
+/// only the name is validated before `keep` sees it: a `tcp_*` run reads a few
+/// hundred lines, and its start-up is the point.
+fn func_line(line: &[u8], keep: &dyn Fn(&str) -> bool) -> Result<Option<KernelFunc>, Miss> {
+    let mut f = line.split(|&c| c == b' ');
+    let (Some(b"f"), Some(name), Some(module), Some(addrs), None) =
         (f.next(), f.next(), f.next(), f.next(), f.next())
     else {
         return Err(Miss::Corrupt);
     };
+    let name = utf8(name)?;
     if name.is_empty() {
         return Err(Miss::Corrupt);
     }
@@ -358,14 +361,15 @@ fn func_line(line: &str, keep: &dyn Fn(&str) -> bool) -> Result<Option<KernelFun
         Vec::new()
     } else {
         addrs
-            .split(',')
-            .map(|a| u64::from_str_radix(a, 16))
-            .collect::<Result<_, _>>()
-            .map_err(|_| Miss::Corrupt)?
+            .split(|&c| c == b',')
+            .map(|a| utf8(a).and_then(|a| u64::from_str_radix(a, 16).map_err(|_| Miss::Corrupt)))
+            .collect::<Result<_, _>>()?
     };
     Ok(Some(KernelFunc {
         name: name.to_string(),
-        module: (module != "-").then(|| module.to_string()),
+        module: (module != b"-")
+            .then(|| utf8(module).map(str::to_string))
+            .transpose()?,
         addrs,
     }))
 }

@@ -65,7 +65,9 @@ pub struct KernelFuncs {
     pub how: &'static str,
     /// How many traceable names the deny list and kprobe blacklist removed.
     pub removed: usize,
-    removed_names: HashSet<String>,
+    /// Those names, sorted (a run looks one up only when a name it asked for is
+    /// missing).
+    removed_names: Vec<String>,
     /// How many traceable functions the kernel has (`funcs` may hold only those a
     /// run asked for, when they came from the cache).
     total: usize,
@@ -138,19 +140,19 @@ impl KernelFuncs {
     }
 
     fn from_table(t: kcache::Table) -> Self {
+        let removed_names = sorted_unique(t.removed);
         KernelFuncs {
             funcs: t.funcs,
             source: format!("cache of {}", t.source),
             how: "cache",
-            removed: t.removed.len(),
-            removed_names: t.removed.into_iter().collect(),
+            removed: removed_names.len(),
+            removed_names,
             total: t.total,
         }
     }
 
     fn table(&self) -> kcache::Table {
-        let mut removed: Vec<String> = self.removed_names.iter().cloned().collect();
-        removed.sort();
+        let removed = self.removed_names.clone();
         kcache::Table {
             source: self.source.clone(),
             funcs: self.funcs.clone(),
@@ -164,14 +166,15 @@ impl KernelFuncs {
         source: &'static str,
         blacklist: &HashSet<String>,
     ) -> Self {
-        let mut removed_names = HashSet::new();
+        let mut removed_names = Vec::new();
         funcs.retain(|f| {
             let bad = blacklist.contains(&f.name) || denied(&f.name);
             if bad {
-                removed_names.insert(f.name.clone());
+                removed_names.push(f.name.clone());
             }
             !bad
         });
+        let removed_names = sorted_unique(removed_names);
         funcs.sort_by(|a, b| a.name.cmp(&b.name));
         KernelFuncs {
             total: funcs.len(),
@@ -209,8 +212,16 @@ impl KernelFuncs {
 
     /// True when `name` is traceable but was removed as unsafe to trace.
     pub fn is_removed(&self, name: &str) -> bool {
-        self.removed_names.contains(name)
+        self.removed_names
+            .binary_search_by(|r| r.as_str().cmp(name))
+            .is_ok()
     }
+}
+
+fn sorted_unique(mut names: Vec<String>) -> Vec<String> {
+    names.sort_unstable();
+    names.dedup();
+    names
 }
 
 /// Whether the deny list names `name`. Its entries are names or `PREFIX*`, matched
