@@ -102,7 +102,7 @@ impl Plan {
         let mut binaries = Binaries::default();
         let mut skipped = Vec::new();
         let mut probes = Vec::new();
-        let mut seen: HashMap<String, usize> = HashMap::new();
+        let mut seen: HashMap<SiteKey, usize> = HashMap::new();
         let mut matches = Vec::new();
         let mut indexes = Vec::new();
         for spec in specs {
@@ -118,9 +118,11 @@ impl Plan {
                 )
             })?;
             matches.push((spec.raw.clone(), found.len()));
+            probes.reserve(found.len());
+            seen.reserve(found.len());
             let mut mine = Vec::with_capacity(found.len());
             for p in found {
-                match seen.entry(site_key(&p.site)) {
+                match seen.entry(SiteKey::of(&p.site)) {
                     Entry::Vacant(v) => {
                         v.insert(probes.len());
                         mine.push(probes.len());
@@ -326,13 +328,24 @@ pub(crate) fn syscall_event(t: &Tracepoint) -> Option<(bool, u32)> {
     Some((exit, tracepoints::syscall_nr(name)?))
 }
 
-fn site_key(site: &Site) -> String {
-    match site {
-        Site::Kernel(f) => format!("k:{}", f.name),
-        Site::User { binary, func } => format!("u:{}:{}", binary.display(), func.offset),
-        Site::Tracepoint(t) => format!("t:{}", t.name()),
-        Site::Usdt { binary, probe } => {
-            format!("s:{}:{}:{}", binary.display(), probe.provider, probe.name)
+/// What makes two probes one: two patterns naming one site share its probe.
+#[derive(PartialEq, Eq, Hash)]
+enum SiteKey {
+    Kernel(String),
+    User(PathBuf, u64),
+    Tracepoint(String, String),
+    Usdt(PathBuf, String, String),
+}
+
+impl SiteKey {
+    fn of(site: &Site) -> SiteKey {
+        match site {
+            Site::Kernel(f) => SiteKey::Kernel(f.name.clone()),
+            Site::User { binary, func } => SiteKey::User(binary.clone(), func.offset),
+            Site::Tracepoint(t) => SiteKey::Tracepoint(t.category.clone(), t.event.clone()),
+            Site::Usdt { binary, probe } => {
+                SiteKey::Usdt(binary.clone(), probe.provider.clone(), probe.name.clone())
+            }
         }
     }
 }

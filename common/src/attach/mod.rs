@@ -300,23 +300,30 @@ pub(crate) fn kprobe_multi(
     out: &mut Attached,
 ) -> anyhow::Result<()> {
     let by_addr = funcs.iter().all(|(_, f)| !f.addrs.is_empty());
-    let mut seen = HashSet::new();
-    let sites: Vec<MultiSite> = funcs
-        .iter()
-        .flat_map(|&(i, f)| {
-            let addrs: Vec<Option<u64>> = if by_addr {
-                f.addrs.iter().map(|&a| Some(a)).collect()
-            } else {
-                vec![None]
-            };
-            addrs.into_iter().map(move |addr| MultiSite {
+    let sites: Vec<MultiSite> = if by_addr {
+        // An address once (two names can be one function).
+        let mut seen = HashSet::with_capacity(funcs.len());
+        funcs
+            .iter()
+            .flat_map(|&(i, f)| {
+                f.addrs.iter().map(move |&a| MultiSite {
+                    cookie: i as u64,
+                    addr: Some(a),
+                    name: &f.name,
+                })
+            })
+            .filter(|s| s.addr.is_some_and(|a| seen.insert(a)))
+            .collect()
+    } else {
+        funcs
+            .iter()
+            .map(|&(i, f)| MultiSite {
                 cookie: i as u64,
-                addr,
+                addr: None,
                 name: &f.name,
             })
-        })
-        .filter(|s| s.addr.is_none_or(|a| seen.insert(a)))
-        .collect();
+            .collect()
+    };
     let prog = Prog::of(prog);
     match kprobe_multi_link(prog, hook, &sites) {
         Ok(link) => {
