@@ -130,14 +130,27 @@ struct {
 
 #define TS_COMPAT 0x0002 /* arch/x86/include/asm/thread_info.h */
 
+/* The one field read, as CO-RE flavors of the kernel's structs (libbpf matches
+ * task_struct___tk to task_struct by name, ignoring the suffix): the object's
+ * BTF then holds two small structs instead of task_struct's graph of 400 types
+ * (30 KB of BTF, most of the object's, which every run parsed at open and
+ * loaded into the kernel). */
+struct thread_info___tk {
+	__u32 status;
+} __attribute__((preserve_access_index));
+
+struct task_struct___tk {
+	struct thread_info___tk thread_info;
+} __attribute__((preserve_access_index));
+
 /* The syscall events exclude compat syscalls (their numbers are ia32 ones). */
 static __always_inline bool compat_syscall(void)
 {
-	struct task_struct *task;
+	struct task_struct___tk *task;
 
 	if (!kernel_reads)
 		return false;
-	task = (struct task_struct *)bpf_get_current_task();
+	task = (struct task_struct___tk *)bpf_get_current_task();
 	return BPF_CORE_READ(task, thread_info.status) & TS_COMPAT;
 }
 
