@@ -16,7 +16,7 @@ use crate::object::ProgKind;
 use crate::plan::{perf_uprobes, syscall_event, Plan, Site};
 use crate::run::{Phase, Stop};
 use crate::system;
-use crate::tracepoints::{self, Tracepoint};
+use crate::tracepoints::Tracepoint;
 
 /// Fails on a kernel function named exactly that the kernel did not attach (no
 /// table was read to check it first), with the words a table check would give.
@@ -204,22 +204,9 @@ impl Plan {
         let mut syscalls = Vec::new();
         let mut raw = Vec::new();
         let mut perf = Vec::new();
-        let candidates: Vec<&Tracepoint> = tps
-            .iter()
-            .filter(|(_, t, _)| t.category != "syscalls")
-            .map(|(_, t, _)| *t)
-            .collect();
-        let attachable = if progs.contains_key(&ProgKind::RawTracepoint) {
-            tracepoints::raw_attachable(&candidates)
-        } else {
-            Vec::new()
-        };
-        let mut candidate = 0;
+        let raw_program = progs.contains_key(&ProgKind::RawTracepoint);
         for &(i, t, label) in tps {
-            let raw_ok = t.category != "syscalls" && {
-                candidate += 1;
-                attachable.get(candidate - 1).copied().unwrap_or(false)
-            };
+            let raw_ok = raw_program && self.raw_attachable.get(i).copied().unwrap_or(false);
             let sys = syscall_event(t).filter(|(exit, _)| {
                 progs.contains_key(if *exit {
                     &ProgKind::SyscallExit

@@ -48,6 +48,9 @@ pub struct Options {
     /// The tool's object has fentry/fexit programs: use them for a plan of a
     /// single kernel function when the kernel allows it.
     pub trampoline: bool,
+    /// The tool's object has a raw tracepoint program: the plan says which of its
+    /// tracepoints it may serve ([`Plan::raw_attachable`]).
+    pub raw_tracepoints: bool,
 }
 
 pub struct Plan {
@@ -70,6 +73,11 @@ pub struct Plan {
     /// Kernel functions named exactly and left to the kernel to resolve (no
     /// table was read): one that does not attach is an error, not a skip.
     pub(crate) kernel_by_name: bool,
+    /// Per probe, whether a raw tracepoint link may serve it (with
+    /// [`Options::raw_tracepoints`]; else empty). Decided while the plan is
+    /// built, where it overlaps the object's opening ahead, rather than at
+    /// attach: it stats the event's name in every tracefs category.
+    pub(crate) raw_attachable: Vec<bool>,
 }
 
 impl Plan {
@@ -149,11 +157,17 @@ impl Plan {
         } else if by_name {
             crate::timing::note("tables", "none: kernel functions by name");
         }
+        let raw_attachable = if opts.raw_tracepoints {
+            raw_attachable(&probes)
+        } else {
+            Vec::new()
+        };
         let kernel_via = choose_kernel_via(&probes, opts)?;
         let user_via = choose_user_via(&probes, opts)?;
         let plan = Plan {
             kernel_table: kfuncs.map(|k| (k.source.clone(), k.len(), k.removed)),
             kernel_by_name: by_name,
+            raw_attachable,
             probes,
             matches,
             pid: opts.pid,
@@ -317,6 +331,28 @@ pub const DEFAULT_FD_RESERVE: usize = 16;
 
 /// A syscalls:sys_enter_NAME / sys_exit_NAME event: (is exit, syscall number).
 /// Events whose syscall this architecture's table does not name stay on perf.
+/// Per probe, whether it is a tracepoint a raw tracepoint link may serve (not
+/// a syscall event: those have their own raw links).
+fn raw_attachable(probes: &[Probe]) -> Vec<bool> {
+    let candidates: Vec<(usize, &Tracepoint)> = probes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| match &p.site {
+            Site::Tracepoint(t) if t.category != "syscalls" => Some((i, t)),
+            _ => None,
+        })
+        .collect();
+    let mut out = vec![false; probes.len()];
+    if candidates.is_empty() {
+        return out;
+    }
+    let events: Vec<&Tracepoint> = candidates.iter().map(|(_, t)| *t).collect();
+    for ((i, _), ok) in candidates.iter().zip(tracepoints::raw_attachable(&events)) {
+        out[*i] = ok;
+    }
+    out
+}
+
 pub(crate) fn syscall_event(t: &Tracepoint) -> Option<(bool, u32)> {
     if t.category != "syscalls" {
         return None;

@@ -34,6 +34,8 @@ pub struct How {
     pub hooks: Hooks,
     /// The tool's object has fentry/fexit programs for a single kernel function.
     pub trampoline: bool,
+    /// The tool's object has a raw tracepoint program for tracepoints.
+    pub raw_tracepoints: bool,
 }
 
 pub struct Session {
@@ -83,6 +85,7 @@ impl Session {
             mode: common.attach_mode,
             hooks: how.hooks,
             trampoline: how.trampoline,
+            raw_tracepoints: how.raw_tracepoints,
         })?;
         if debug {
             cli::stderr(&plan.describe());

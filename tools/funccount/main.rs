@@ -71,7 +71,11 @@ fn main() {
 
 fn run(mut args: Args, ahead: OpenAhead<skel::FunccountSkelBuilder>) -> Result<()> {
     let specs = ProbeSpec::parse_all(&args.patterns, args.summary.regexp)?;
-    let mut session = Session::prepare(&specs, &mut args.common, How::default(), args.debug)?;
+    let how = How {
+        raw_tracepoints: true,
+        ..How::default()
+    };
+    let mut session = Session::prepare(&specs, &mut args.common, how, args.debug)?;
     let plan = &session.plan;
 
     let mut open = common::open_skeleton!(ahead, plan, args.common.cpu, |rodata| {

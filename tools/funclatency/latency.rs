@@ -58,6 +58,7 @@ pub fn run(mut cfg: Config, ahead: Ahead) -> Result<()> {
     let how = How {
         hooks: Hooks::EntryAndReturn,
         trampoline: true,
+        ..How::default()
     };
     let mut session = Session::prepare(&cfg.specs, &mut cfg.common, how, cfg.debug)?;
     let plan = &session.plan;

@@ -191,7 +191,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
         &mut args.common,
         How {
             hooks,
-            trampoline: false,
+            ..How::default()
         },
         args.verbose,
         |opts| {
