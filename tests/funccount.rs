@@ -313,6 +313,32 @@ fn closed_stdout_ends_quietly() {
 }
 
 #[test]
+fn closed_standard_descriptors_are_opened_on_dev_null() {
+    // Started with stdin and stderr closed, the tool opens them on /dev/null
+    // before anything else can take their numbers (a BPF map as fd 0, say), as
+    // Rust's start-up would: the tools have their own entry (common/src/entry.rs).
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec {} -d 1 t:task:task_rename <&- 2>&-",
+            funccount().display()
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("Tracing 1 functions for"), "{first}");
+    for fd in [0, 2] {
+        let target = std::fs::read_link(format!("/proc/{}/fd/{fd}", child.id())).unwrap();
+        assert_eq!(target, Path::new("/dev/null"), "fd {fd}");
+    }
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+#[test]
 fn mounts_tracefs_when_missing() {
     // In a private mount namespace without tracefs, the tool mounts it itself.
     let script = format!(
