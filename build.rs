@@ -15,6 +15,7 @@ use std::process::Command;
 use libbpf_cargo::SkeletonBuilder;
 
 fn main() {
+    pack_relative_relocs();
     let bpf_dir = Path::new("bpf");
     println!("cargo:rerun-if-changed={}", bpf_dir.display());
     println!("cargo:rerun-if-env-changed=CLANG");
@@ -144,6 +145,34 @@ fn core_sections(obj: &Path) -> Result<Vec<String>, String> {
     sections.sort();
     sections.dedup();
     Ok(sections)
+}
+
+/// Links the tools with their relative relocations packed as DT_RELR
+/// (`-z pack-relative-relocs`) when the linker can and the C library linked
+/// against can load them (glibc 2.36+ defines the GLIBC_ABI_DT_RELR version,
+/// which the linker makes such a binary need, so an older glibc refuses it by
+/// name instead of crashing). A tool has about 15,000 R_X86_64_RELATIVE
+/// entries (364 KB) that the dynamic loader applies one by one at every start;
+/// packed, they are 5 KB of bitmaps applied in a tight loop (the loader's
+/// start-up: 598,000 -> 232,000 cycles on the host, LD_DEBUG=statistics).
+fn pack_relative_relocs() {
+    println!("cargo:rerun-if-env-changed=CC");
+    let cc = env::var_os("CC").unwrap_or_else(|| "cc".into());
+    let linker_can = Command::new(&cc)
+        .arg("-Wl,--help")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("pack-relative-relocs"));
+    let libc = Command::new(&cc)
+        .arg("-print-file-name=libc.so.6")
+        .output()
+        .ok()
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    let libc_can = libc
+        .and_then(|p| fs::read(p).ok())
+        .is_some_and(|b| b.windows(18).any(|w| w == b"GLIBC_ABI_DT_RELR\0"));
+    if linker_can && libc_can {
+        println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
+    }
 }
 
 fn find_clang() -> Option<OsString> {
