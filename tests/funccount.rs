@@ -293,6 +293,16 @@ fn json_output_parses() {
     );
 }
 
+/// Reads a one-probe run's first line, its banner (tracing has begun), and
+/// closes the pipe it came through.
+fn read_banner(child: &mut std::process::Child) {
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("Tracing 1 functions for"), "{first}");
+}
+
 #[test]
 fn closed_stdout_ends_quietly() {
     // As `funccount -i 0.2 ... | head -1`: the reader goes away after one line.
@@ -302,11 +312,7 @@ fn closed_stdout_ends_quietly() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    assert!(first.starts_with("Tracing 1 functions for"), "{first}");
+    read_banner(&mut child);
     let out = child.wait_with_output().unwrap(); // stdout is closed by now
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&out.stderr), "");
@@ -326,11 +332,7 @@ fn closed_standard_descriptors_are_opened_on_dev_null() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    assert!(first.starts_with("Tracing 1 functions for"), "{first}");
+    read_banner(&mut child);
     for fd in [0, 2] {
         let target = std::fs::read_link(format!("/proc/{}/fd/{fd}", child.id())).unwrap();
         assert_eq!(target, Path::new("/dev/null"), "fd {fd}");
