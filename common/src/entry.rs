@@ -1,4 +1,4 @@
-//! The process entry of every tool: the C `main` ([`entry!`]), in place of the
+//! The process entry of every tool: the C `main` ([`crate::entry!`]), in place of the
 //! one Rust's standard library defines for a binary.
 //!
 //! std's own start-up finds the main thread's stack guard for its stack-overflow
@@ -20,9 +20,10 @@
 //! `std::env::args` (glibc hands them to std's initializer), and
 //! `std::process::exit` still flushes stdout.
 
-/// Defines the C `main` of a tool whose crate is `#![no_main]` (outside tests): the standard
-/// descriptors and SIGPIPE set up as std would, then `$main()` (which ends the
-/// process with [`crate::cli::main`]); a panic exits with status 101.
+/// Defines the C `main` of a tool whose crate is `#![no_main]` (outside
+/// tests): the standard descriptors and SIGPIPE set up as std would, then
+/// `$main()` (which ends the process with [`crate::cli::main`]); a panic exits
+/// with status 101.
 #[macro_export]
 macro_rules! entry {
     ($main:path) => {
@@ -38,7 +39,7 @@ macro_rules! entry {
     };
 }
 
-/// The body of [`entry!`]'s `main`.
+/// The body of [`crate::entry!`]'s `main`.
 pub fn run(main: fn()) -> ! {
     standard_fds();
     // SAFETY: setting a signal's disposition to SIG_IGN has no memory effects.

@@ -49,7 +49,7 @@ pub struct Options {
     /// single kernel function when the kernel allows it.
     pub trampoline: bool,
     /// The tool's object has a raw tracepoint program: the plan says which of its
-    /// tracepoints it may serve ([`Plan::raw_attachable`]).
+    /// tracepoints it may serve.
     pub raw_tracepoints: bool,
 }
 
@@ -329,8 +329,6 @@ pub(crate) fn perf_uprobes() -> bool {
 /// [`Plan::fd_reserve`] unless a tool sets more: libbpf, tracefs and output files.
 pub const DEFAULT_FD_RESERVE: usize = 16;
 
-/// A syscalls:sys_enter_NAME / sys_exit_NAME event: (is exit, syscall number).
-/// Events whose syscall this architecture's table does not name stay on perf.
 /// Per probe, whether it is a tracepoint a raw tracepoint link may serve (not
 /// a syscall event: those have their own raw links).
 fn raw_attachable(probes: &[Probe]) -> Vec<bool> {
@@ -353,6 +351,8 @@ fn raw_attachable(probes: &[Probe]) -> Vec<bool> {
     out
 }
 
+/// A syscalls:sys_enter_NAME / sys_exit_NAME event: (is exit, syscall number).
+/// Events whose syscall this architecture's table does not name stay on perf.
 pub(crate) fn syscall_event(t: &Tracepoint) -> Option<(bool, u32)> {
     if t.category != "syscalls" {
         return None;
