@@ -5,7 +5,9 @@
  * names, map binding, arg:ctx tags, bpf_probe_read_kernel, and for
  * usdt.bpf.h's LINUX_HAS_BPF_COOKIE the attach cookie) once per process, in
  * about 15 syscalls; loading this object asks them all, so the tool's own load
- * finds the answers cached. No CO-RE relocation: it never needs kernel BTF. */
+ * finds the answers cached. That its program loads also answers tracekit's own
+ * question of whether BPF may read kernel memory (common/src/features.rs). No
+ * CO-RE relocation: it never needs kernel BTF. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 

@@ -9,7 +9,8 @@
 //!
 //! The thread then answers the feature probes that the plan will ask of the
 //! object's programs and that cannot change the kernel's state
-//! ([`crate::features::answer_ahead`]), and libbpf's own: libbpf asks the kernel
+//! ([`crate::features::answer_ahead`]; kernel reads are known from the warm-up
+//! object's load when it loads), and libbpf's own: libbpf asks the kernel
 //! what it supports once per process, in about 15 syscalls at the first load;
 //! the thread first loads a minimal object that asks them all
 //! (`bpf/warmup.bpf.c`), so the tool's load finds them answered (under
@@ -63,6 +64,9 @@ impl<B: SkelBuilder<'static> + Default + 'static> OpenAhead<B> {
                 // First, so that the tool never loads while libbpf's probes are
                 // still being asked here (it would ask them again).
                 let warm = load_warmup(warmup);
+                if warm.is_some() {
+                    crate::features::kernel_reads_seen_in_warmup();
+                }
                 let guessed = Plan::core_target_guess(core_sections);
                 let opened = open::<B>(guessed);
                 if let Ok(open) = &opened {

@@ -285,8 +285,20 @@ pub fn kernel_reads() -> bool {
 
 static KERNEL_READS: OnceLock<bool> = OnceLock::new();
 
+/// What the warm-up object's load (bpf/warmup.bpf.c, [`crate::ahead`]) tells:
+/// its program calls bpf_probe_read_kernel too, so when it loaded, kernel reads
+/// work and the probe need not load a program of its own to say so.
+pub fn kernel_reads_seen_in_warmup() {
+    let _ = KERNEL_READS.get_or_init(|| !kernel_reads_forced_off());
+}
+
+/// TRACEKIT_NO_KERNEL_READS=1 (tests of the locked-down paths).
+fn kernel_reads_forced_off() -> bool {
+    std::env::var_os("TRACEKIT_NO_KERNEL_READS").is_some_and(|v| v != "0")
+}
+
 fn kernel_reads_probe() -> bool {
-    if std::env::var_os("TRACEKIT_NO_KERNEL_READS").is_some_and(|v| v != "0") {
+    if kernel_reads_forced_off() {
         return false;
     }
     const PROBE_READ_KERNEL: u8 = 113;
