@@ -1400,36 +1400,47 @@ fn ctrl_c_while_attaching_stops_and_detaches_promptly() {
 }
 
 #[test]
-fn maps_of_probe_kinds_a_run_lacks_get_one_entry() {
-    // The USDT maps of libbpf's usdt.bpf.h and the syscall-number table are
-    // sized for the probes that use them, and get one entry in a run without
-    // such probes (the kernel would allocate them whole for nothing).
+fn maps_of_probe_kinds_a_run_lacks_are_not_created() {
+    // The USDT maps of libbpf's usdt.bpf.h, the syscall tables and the uprobe
+    // group index are created, sized for the probes that use them, only in a
+    // run with such probes: the kernel would allocate them for nothing, and
+    // each is a map creation at start-up.
     let usdt = format!("u:{}:tick", workload().display());
-    for (spec, usdt_entries, syscall_entries) in [
-        ("t:sched:sched_switch", (1, 1), 1),
-        ("t:syscalls:sys_enter_getppid", (1, 1), 2048),
+    let uprobe = format!("{}:tk_beta", workload().display());
+    // (spec, USDT spec and IP maps, syscall_probes, syscall_nrs, uprobe_groups)
+    type Entries = (Option<(u32, u32)>, Option<u32>, Option<u32>, Option<u32>);
+    let cases: [(&str, Entries); 4] = [
+        ("t:sched:sched_switch", (None, None, None, None)),
+        (
+            "t:syscalls:sys_enter_getppid",
+            (None, Some(2048), None, None),
+        ),
         // libbpf's BPF_USDT_MAX_SPEC_CNT and BPF_USDT_MAX_IP_CNT.
-        (usdt.as_str(), (256, 1024), 1),
-    ] {
+        (usdt.as_str(), (Some((256, 1024)), None, None, None)),
+        (uprobe.as_str(), (None, None, None, Some(1))),
+    ];
+    for (spec, want) in cases {
         let mut t = spawn(&funccount(), &[spec]);
         t.wait_ready();
         let maps = bpf_maps_of(t.pid());
         t.signal(libc::SIGINT);
         let out = t.finish(T);
         assert_eq!(out.code(), 0, "{spec}: {}", out.stderr);
-        let entries = |name: &str| {
-            maps.iter()
-                .find(|(n, _)| n == name)
-                .unwrap_or_else(|| panic!("{spec}: no map {name} in {maps:?}"))
-                .1
-        };
-        // Names as the kernel keeps them: 15 bytes.
-        assert_eq!(
-            (entries("__bpf_usdt_spec"), entries("__bpf_usdt_ip_t")),
-            usdt_entries,
-            "{spec}"
+        assert!(
+            maps.iter().any(|(n, e)| n == "counts" && *e == 1),
+            "{spec}: {maps:?}"
         );
-        assert_eq!(entries("syscall_probes"), syscall_entries, "{spec}");
+        // Names as the kernel keeps them: 15 bytes.
+        let entries = |name: &str| maps.iter().find(|(n, _)| n == name).map(|m| m.1);
+        let usdt_maps = entries("__bpf_usdt_spec").zip(entries("__bpf_usdt_ip_t"));
+        assert_eq!(entries("__bpf_usdt_spec").is_some(), usdt_maps.is_some());
+        let got = (
+            usdt_maps,
+            entries("syscall_probes"),
+            entries("syscall_nrs"),
+            entries("uprobe_groups"),
+        );
+        assert_eq!(got, want, "{spec}: {maps:?}");
     }
 }
 

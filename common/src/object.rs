@@ -240,25 +240,35 @@ impl Plan {
             )
         });
         for mut map in obj.maps_mut() {
-            // Maps only some probe kinds use get one entry when the plan has
-            // none of those: the kernel allocates what they would hold (8.5 MB
-            // of call stacks for returns paired in BPF, a USDT run's 80 KB of
-            // specs, a preallocated hash of 1024) for nothing.
+            // Maps only some probe kinds use are not created when the plan has
+            // none of those (libbpf poisons their loads in programs, which
+            // fails only where the verifier reaches one): the kernel would
+            // allocate what they hold (a USDT run's 80 KB of specs, a
+            // preallocated hash of 1024) for nothing, and each is a map
+            // creation at load and a close at exit.
             let unused = match map.name().to_str() {
                 Some("uprobe_groups") => {
                     map.set_max_entries(user.max(1) as u32)?;
-                    false
+                    user == 0
                 }
                 // Threads in a syscall at once; only needed to remember numbers.
                 Some("syscall_nrs") => !self.remember_syscall_nrs(),
                 Some("syscall_probes") => !syscalls,
-                Some("calls") => !paired,
                 // libbpf's usdt.bpf.h.
                 Some("__bpf_usdt_specs" | "__bpf_usdt_ip_to_spec_id") => usdt == 0,
+                // Entry programs may reach it in code the verifier walks
+                // (a probe's return wanted at run time): created, with one
+                // entry instead of 8.5 MB of call stacks.
+                Some("calls") => {
+                    if !paired {
+                        map.set_max_entries(1)?;
+                    }
+                    false
+                }
                 _ => false,
             };
             if unused {
-                map.set_max_entries(1)?;
+                map.set_autocreate(false)?;
             }
         }
         Ok(())
