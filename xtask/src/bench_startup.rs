@@ -38,8 +38,10 @@ pub const TOOLS: &[&str] = &[
 const LIMIT: Duration = Duration::from_secs(240);
 /// Measured rounds, after one unmeasured round (each binary's first exec pages
 /// it in; BCC, slow anyway, has none): start-ups vary more under emulation
-/// than the tools' other measurements.
-const ROUNDS: usize = 5;
+/// than the tools' other measurements. With 5 rounds, two runs of the same
+/// code put the tracepoint row at 1.8x and 2.6x of `--version`; 9 rounds add
+/// about a minute to a guest run.
+const ROUNDS: usize = 9;
 /// Where the benchmark keeps tracekit's cache, so it can empty it.
 const CACHE: &str = "/tmp/tracekit-bench-cache";
 
