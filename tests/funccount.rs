@@ -1401,8 +1401,8 @@ fn ctrl_c_while_attaching_stops_and_detaches_promptly() {
 
 #[test]
 fn maps_of_probe_kinds_a_run_lacks_are_not_created() {
-    // The USDT maps of libbpf's usdt.bpf.h, the syscall tables and the uprobe
-    // group index are created, sized for the probes that use them, only in a
+    // The USDT maps of libbpf's usdt.bpf.h (and its kconfig map), the syscall
+    // tables and the uprobe group index are created, sized for the probes that use them, only in a
     // run with such probes: the kernel would allocate them for nothing, and
     // each is a map creation at start-up.
     let usdt = format!("u:{}:tick", workload().display());
@@ -1441,6 +1441,9 @@ fn maps_of_probe_kinds_a_run_lacks_are_not_created() {
             entries("uprobe_groups"),
         );
         assert_eq!(got, want, "{spec}: {maps:?}");
+        // usdt.bpf.h's LINUX_HAS_BPF_COOKIE is the object's one kconfig extern.
+        let kconfig = maps.iter().any(|(n, _)| n.ends_with(".kconfig"));
+        assert_eq!(kconfig, usdt_maps.is_some(), "{spec}: {maps:?}");
     }
 }
 

@@ -254,8 +254,10 @@ impl Plan {
                 // Threads in a syscall at once; only needed to remember numbers.
                 Some("syscall_nrs") => !self.remember_syscall_nrs(),
                 Some("syscall_probes") => !syscalls,
-                // libbpf's usdt.bpf.h.
+                // libbpf's usdt.bpf.h, whose LINUX_HAS_BPF_COOKIE is the
+                // objects' only kconfig extern.
                 Some("__bpf_usdt_specs" | "__bpf_usdt_ip_to_spec_id") => usdt == 0,
+                Some(n) if n.ends_with(".kconfig") => usdt == 0,
                 // Entry programs may reach it in code the verifier walks
                 // (a probe's return wanted at run time): created, with one
                 // entry instead of 8.5 MB of call stacks.
