@@ -12,6 +12,9 @@
 //!   bench-stacks         stackcount vs bpftrace printing 10,000 distinct stacks
 //!   bench-attach         attach/detach time for 10..all kernel functions in a guest,
 //!                        against bpftrace and BCC's funccount
+//!   bench-ab OLD NEW [--rounds N]
+//!                        two funccount binaries' start-up side by side in one guest boot
+//!                        (rounds taking turns; medians of the paired differences)
 //!   bench-latency [--no-host|--no-guest|--report]
 //!                        funclatency vs bpftrace and BCC: per-call cost on hot user
 //!                        functions (host) and vfs_read (guest), attach time for ~1000
@@ -34,6 +37,7 @@
 //!   deps                 install every Debian package the tasks need
 
 mod bench;
+mod bench_ab;
 mod bench_attach;
 mod bench_common;
 mod bench_io;
@@ -108,6 +112,9 @@ fn real_main() -> Result<()> {
             bench_serve::run(&root)
         }
         Some("bench-attach") => bench_attach::host(&root, &args[1..]),
+        Some("bench-ab") => bench_ab::host(&root, &args[1..]),
+        // Runs inside the benchmark guest.
+        Some("bench-ab-guest") => bench_ab::guest(&args[1..]),
         Some("bench-trace") => bench_trace::host(&root, &args[1..]),
         // Runs inside the benchmark guest.
         Some("bench-trace-guest") => bench_trace::guest(&args[1..]),
