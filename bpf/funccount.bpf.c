@@ -6,7 +6,6 @@
 #include <bpf/bpf_helpers.h>
 #include "regs.h"
 #include <bpf/bpf_tracing.h>
-#include <bpf/bpf_core_read.h>
 #include <bpf/usdt.bpf.h>
 #include "filter.h"
 
@@ -130,28 +129,25 @@ struct {
 
 #define TS_COMPAT 0x0002 /* arch/x86/include/asm/thread_info.h */
 
-/* The one field read, as CO-RE flavors of the kernel's structs (libbpf matches
- * task_struct___tk to task_struct by name, ignoring the suffix): the object's
- * BTF then holds two small structs instead of task_struct's graph of 400 types
- * (30 KB of BTF, most of the object's, which every run parsed at open and
- * loaded into the kernel). */
-struct thread_info___tk {
-	__u32 status;
-} __attribute__((preserve_access_index));
-
-struct task_struct___tk {
-	struct thread_info___tk thread_info;
-} __attribute__((preserve_access_index));
+/* Where a task keeps its TS_COMPAT flag: the byte offset of thread_info.status
+ * in task_struct, found in the kernel's BTF by userspace and cached per boot
+ * (common/src/features.rs); 0 when unknown. Not a CO-RE read: a relocation
+ * would make libbpf parse the kernel's 5 MB BTF at every load of this object
+ * (4 ms on hardware, about 90 ms under emulation, most of a syscall event
+ * run's start-up there). */
+const volatile __u32 task_status_off = 0;
 
 /* The syscall events exclude compat syscalls (their numbers are ia32 ones). */
 static __always_inline bool compat_syscall(void)
 {
-	struct task_struct___tk *task;
+	__u32 status;
 
-	if (!kernel_reads)
+	if (!kernel_reads || !task_status_off)
 		return false;
-	task = (struct task_struct___tk *)bpf_get_current_task();
-	return BPF_CORE_READ(task, thread_info.status) & TS_COMPAT;
+	if (bpf_probe_read_kernel(&status, sizeof(status),
+				  (void *)bpf_get_current_task() + task_status_off))
+		return false;
+	return status & TS_COMPAT;
 }
 
 static __always_inline int count_syscall(__u64 nr, __u32 base)
@@ -167,10 +163,13 @@ static __always_inline int count_syscall(__u64 nr, __u32 base)
 	return 0;
 }
 
+/* A raw tracepoint's context is its arguments, a __u64 each (UAPI's struct
+ * bpf_raw_tracepoint_args), read as such: through vmlinux.h's struct, which
+ * carries preserve_access_index, each read would be a CO-RE relocation. */
 SEC("raw_tp/sys_enter")
-int count_sys_enter(struct bpf_raw_tracepoint_args *ctx)
+int count_sys_enter(const __u64 *args)
 {
-	__u64 nr = ctx->args[1]; /* sys_enter(struct pt_regs *regs, long id) */
+	__u64 nr = args[1]; /* sys_enter(struct pt_regs *regs, long id) */
 
 	if (compat_syscall())
 		return 0;
@@ -184,7 +183,7 @@ int count_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 }
 
 SEC("raw_tp/sys_exit")
-int count_sys_exit(struct bpf_raw_tracepoint_args *ctx)
+int count_sys_exit(const __u64 *args)
 {
 	__u64 nr;
 
@@ -192,7 +191,7 @@ int count_sys_exit(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 	if (kernel_reads) {
 		/* sys_exit(struct pt_regs *regs, long ret): the number is orig_ax. */
-		const struct tk_pt_regs *regs = (const struct tk_pt_regs *)ctx->args[0];
+		const struct tk_pt_regs *regs = (const struct tk_pt_regs *)args[0];
 
 		if (bpf_probe_read_kernel(&nr, sizeof(nr), &regs->orig_ax))
 			return 0;

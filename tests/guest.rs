@@ -593,6 +593,42 @@ fn uprobe_groups_and_raw_syscall_links_on_older_kernels() {
     assert_eq!(events, "", "uprobe events left behind");
 }
 
+#[test]
+#[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
+fn compat_syscalls_are_not_counted_as_native_ones() {
+    // The workload makes 50 native getppid calls, then 50 ia32 ones (int 0x80,
+    // number 64: semget's in the native table). As the kernel's own syscall
+    // events do, funccount counts only the native calls: its sys_enter program
+    // reads the task's TS_COMPAT flag at the offset found in the kernel's BTF.
+    // A wrong offset counts 50 semget calls, or none of the getppid ones.
+    // Without kernel reads (lockdown) compat calls cannot be told apart: the
+    // ia32 getppid calls are counted as semget, which shows that the workload
+    // makes them and that the raw sys_enter link sees them.
+    let fc = funccount();
+    let events = [
+        "t:syscalls:sys_enter_getppid",
+        "t:syscalls:sys_enter_semget",
+    ];
+    for (env, want) in [
+        (
+            "TRACEKIT_NO_KERNEL_READS=0",
+            &[("syscalls:sys_enter_getppid", 50)][..],
+        ),
+        (
+            "TRACEKIT_NO_KERNEL_READS=1",
+            &[
+                ("syscalls:sys_enter_getppid", 50),
+                ("syscalls:sys_enter_semget", 50),
+            ][..],
+        ),
+    ] {
+        let w = Workload::start(&prog("workload"), &["int80", "50"]);
+        let cmd = ["/usr/bin/env", env, fc.to_str().unwrap()];
+        let out = trace_workload_via(&cmd, w, &events, T);
+        assert_eq!(last_table(&out.stdout), rows(want), "{env}: {}", out.stderr);
+    }
+}
+
 // ---- disksnoop and urandomread ----
 
 /// The guest's scratch virtio disk (`vda`), attached by the guest runner.

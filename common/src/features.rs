@@ -319,6 +319,59 @@ fn kernel_reads_probe() -> bool {
     .is_ok()
 }
 
+/// The byte offset of `thread_info.status` (its TS_COMPAT flag) in the kernel's
+/// `task_struct`, which funccount's syscall programs read to leave out compat
+/// syscalls. Read from the kernel's BTF once per boot and cached
+/// ([`crate::kcache`]): parsing the BTF costs 4 ms on hardware and about 90 ms
+/// under emulation, which a CO-RE relocation would make libbpf pay at every
+/// load. None without BTF, or when the field is not a 32-bit integer.
+pub fn task_status_offset() -> Option<u32> {
+    *TASK_STATUS.get_or_init(|| crate::timing::span("features", task_status_lookup))
+}
+
+static TASK_STATUS: OnceLock<Option<u32>> = OnceLock::new();
+
+fn task_status_lookup() -> Option<u32> {
+    use crate::kcache;
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok();
+    let boot = boot
+        .as_deref()
+        .map(str::trim)
+        .filter(|_| !kcache::disabled());
+    if let Some(boot) = boot {
+        if let Ok(off) = kcache::load_task_status(&kcache::dir(), boot) {
+            return Some(off);
+        }
+    }
+    let off = task_status_from_btf()?;
+    if let Some(boot) = boot {
+        kcache::store_task_status(&kcache::dir(), boot, off);
+    }
+    Some(off)
+}
+
+/// `task_struct.thread_info` plus `thread_info.status`, from the kernel's BTF.
+fn task_status_from_btf() -> Option<u32> {
+    use libbpf_rs::btf::types::{self, MemberAttr};
+    use libbpf_rs::btf::{BtfKind, BtfType};
+    let btf = libbpf_rs::btf::Btf::from_vmlinux().ok()?;
+    // (byte offset, type) of member `name` of the struct `ty`.
+    let member = |ty: BtfType<'_>, name: &str| -> Option<(u32, BtfType<'_>)> {
+        let s = types::Struct::try_from(ty.skip_mods_and_typedefs()).ok()?;
+        let m = s.iter().find(|m| m.name.is_some_and(|n| n == name))?;
+        let MemberAttr::Normal { offset } = m.attr else {
+            return None; // a bitfield
+        };
+        (offset % 8 == 0).then_some((offset / 8, btf.type_by_id(m.ty)?))
+    };
+    let task: types::Struct = btf.type_by_name("task_struct")?;
+    let (ti, ti_ty) = member(*task, "thread_info")?;
+    let (status, status_ty) = member(ti_ty, "status")?;
+    let int = status_ty.skip_mods_and_typedefs();
+    (int.kind() == BtfKind::Int && types::Int::try_from(int).ok()?.bits == 32)
+        .then_some(ti + status)
+}
+
 /// Whether `func` (a vmlinux function) can be traced with fentry/fexit: a trivial
 /// tracing program is loaded for it (as libbpf-tools' fentry_can_attach does), and
 /// the function must have an ftrace site, which the cached function table knows;

@@ -29,6 +29,9 @@ const FILE: &str = "kfuncs";
 /// table (it costs 0.2 s of emulated time to generate).
 const BLACKLIST_MAGIC: &str = "tracekit-kprobe-blacklist 1";
 const BLACKLIST: &str = "blacklist";
+/// Where the kernel keeps a task's TS_COMPAT flag.
+const TASK_STATUS_MAGIC: &str = "tracekit-task-status 1";
+const TASK_STATUS: &str = "task-status";
 
 /// What a cache is valid for: this boot, with these modules loaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,6 +158,34 @@ pub fn store_blacklist<'a>(
     }
     let _ = writeln!(s, "end {n}");
     let _ = write(dir, BLACKLIST, &s);
+}
+
+/// The byte offset of `thread_info.status` in the kernel's `task_struct`
+/// ([`crate::features::task_status_offset`]), cached in `dir` for this boot:
+/// the kernel's layout changes only with a new kernel, hence a new boot id.
+pub fn load_task_status(dir: &Path, boot_id: &str) -> Result<u32, Miss> {
+    let text = read(&dir.join(TASK_STATUS))?;
+    let text = std::str::from_utf8(&text).map_err(|_| Miss::Corrupt)?;
+    let mut lines = text.lines();
+    if lines.next() != Some(TASK_STATUS_MAGIC) {
+        return Err(Miss::Corrupt);
+    }
+    if lines.next() != Some(&format!("boot {boot_id}")) {
+        return Err(Miss::Stale);
+    }
+    match (
+        lines.next().and_then(|l| l.strip_prefix("offset ")),
+        lines.next(),
+    ) {
+        (Some(n), Some("end")) => n.parse().map_err(|_| Miss::Corrupt),
+        _ => Err(Miss::Corrupt),
+    }
+}
+
+/// Writes the offset for this boot, as [`store`] does.
+pub fn store_task_status(dir: &Path, boot_id: &str, offset: u32) {
+    let text = format!("{TASK_STATUS_MAGIC}\nboot {boot_id}\noffset {offset}\nend\n");
+    let _ = write(dir, TASK_STATUS, &text);
 }
 
 fn header(key: &Key) -> String {
@@ -552,6 +583,20 @@ mod tests {
                 assert_eq!(get(&[p], &keep), names, "{p}");
             }
         }
+    }
+
+    #[test]
+    fn the_task_status_offset_is_cached_for_its_boot() {
+        let d = TempDir::new("task-status");
+        assert_eq!(load_task_status(&d.0, "boot-a"), Err(Miss::Absent));
+        store_task_status(&d.0, "boot-a", 16);
+        assert_eq!(load_task_status(&d.0, "boot-a"), Ok(16));
+        assert_eq!(load_task_status(&d.0, "boot-b"), Err(Miss::Stale));
+        let whole = fs::read_to_string(d.0.join(TASK_STATUS)).unwrap();
+        fs::write(d.0.join(TASK_STATUS), &whole[..whole.len() - 4]).unwrap();
+        assert_eq!(load_task_status(&d.0, "boot-a"), Err(Miss::Corrupt));
+        fs::write(d.0.join(TASK_STATUS), whole.replace("16", "x")).unwrap();
+        assert_eq!(load_task_status(&d.0, "boot-a"), Err(Miss::Corrupt));
     }
 
     #[test]

@@ -345,6 +345,14 @@ impl Plan {
         kinds
     }
 
+    /// Whether the plan traces syscall events (`syscalls:sys_enter_*`/`sys_exit_*`),
+    /// which the syscall programs serve.
+    pub fn has_syscall_events(&self) -> bool {
+        self.probes
+            .iter()
+            .any(|p| matches!(&p.site, Site::Tracepoint(t) if syscall_event(t).is_some()))
+    }
+
     /// Whether the syscall exit link needs sys_enter to remember syscall numbers
     /// (the BPF program cannot read them from the registers): tools set their
     /// `remember_nr` switch from it.

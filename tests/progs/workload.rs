@@ -14,6 +14,8 @@
 //! names as any C program does (strlen is an IFUNC); `zlib` calls zlib's crc32 N
 //! times (libz.so.1 opened with dlopen before `ready`; crc32 tail-calls crc32_z).
 //! `rename` renames its thread N times with prctl(PR_SET_NAME) (N task:task_rename).
+//! `int80` makes N native getppid calls, then N compat (ia32) ones with `int 0x80`,
+//! whose number, 64, is semget's in the native table.
 
 use std::ffi::CString;
 use std::hint::black_box;
@@ -21,6 +23,23 @@ use std::io::Write;
 
 #[path = "ready.rs"]
 mod ready;
+
+/// getppid through the ia32 syscall table (`int 0x80`, number 64): a compat
+/// syscall, as a 32-bit program makes, from this 64-bit one.
+fn ia32_getppid() -> i64 {
+    let ret: i64;
+    // SAFETY: getppid has no arguments and no effects; the kernel may clobber
+    // r8-r11 on this entry.
+    unsafe {
+        std::arch::asm!(
+            "int 0x80",
+            inlateout("rax") 64i64 => ret,
+            out("r8") _, out("r9") _, out("r10") _, out("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
 
 #[no_mangle]
 #[inline(never)]
@@ -75,7 +94,8 @@ fn main() {
         }
         // SAFETY: valid path string.
         "libc" => unsafe { libc::open(c"/dev/zero".as_ptr(), libc::O_RDONLY) },
-        "funcs" | "getpid" | "getppid" | "thread-getppid" | "usdt" | "zlib" | "rename" => -1,
+        "funcs" | "getpid" | "getppid" | "thread-getppid" | "usdt" | "zlib" | "rename"
+        | "int80" => -1,
         _ => {
             eprintln!(
                 "usage: workload funcs|getpid|getppid|thread-getppid|usdt|read|libc|zlib|rename N [FILE] [--hold]"
@@ -104,6 +124,7 @@ fn main() {
     let calls = match mode {
         "funcs" => 6 * n,
         "libc" => 18 * n,
+        "int80" => 2 * n,
         _ => n,
     };
     match mode {
@@ -162,6 +183,17 @@ fn main() {
                 let r = unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
                 assert_eq!(r, 0, "prctl");
             }
+        }
+        "int80" => {
+            let mut ppid = 0;
+            for _ in 0..n {
+                // SAFETY: getppid has no preconditions.
+                ppid = unsafe { libc::getppid() } as i64;
+            }
+            for _ in 0..n {
+                assert_eq!(ia32_getppid(), ppid, "int 0x80 getppid");
+            }
+            sink ^= ppid as u64;
         }
         "read" => {
             let mut b = [0u8; 1];

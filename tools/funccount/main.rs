@@ -81,6 +81,11 @@ fn run(mut args: Args, ahead: OpenAhead<skel::FunccountSkelBuilder>) -> Result<(
     let mut open = common::open_skeleton!(ahead, plan, args.common.cpu, |rodata| {
         rodata.kernel_reads = common::features::kernel_reads();
         rodata.remember_nr = plan.remember_syscall_nrs();
+        // Only the syscall programs read it, and finding it may parse the
+        // kernel's BTF (once per boot).
+        if rodata.kernel_reads && plan.has_syscall_events() {
+            rodata.task_status_off = common::features::task_status_offset().unwrap_or(0);
+        }
     });
     open.maps.counts.set_max_entries(plan.probes.len() as u32)?;
     let skel = open.load().context("loading the BPF programs")?;
