@@ -1,8 +1,9 @@
 //! `cargo xtask bench-ab OLD NEW [--rounds N]`: two funccount binaries side by
 //! side in one 6.12 guest boot, for a start-up change too small for
 //! `bench-attach --startup` to tell from its run-to-run spread. Each round runs
-//! both on `--version`, a tracepoint, `tcp_*` (function table cached) and
-//! `vfs_read`, with 0.5 s traced, the order of the two rotating round by round;
+//! both on `--version`, a tracepoint, a syscall event, `tcp_*` (function table
+//! cached) and `vfs_read`, with 0.5 s traced, the order of the two rotating
+//! round by round;
 //! what it reports per row is each binary's median and the median of the
 //! rounds' differences (exec to exit, the traced time subtracted), with the
 //! number of rounds in which NEW was faster.
@@ -26,6 +27,11 @@ const ROWS: &[(&str, &[&str], f64)] = &[
     (
         "t:task:task_rename",
         &["-d", "0.5", "t:task:task_rename"],
+        0.5,
+    ),
+    (
+        "t:syscalls:sys_enter_openat",
+        &["-d", "0.5", "t:syscalls:sys_enter_openat"],
         0.5,
     ),
     ("'tcp_*' (cached)", &["-d", "0.5", "tcp_*"], 0.5),
