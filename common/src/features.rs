@@ -333,18 +333,14 @@ static TASK_STATUS: OnceLock<Option<u32>> = OnceLock::new();
 
 fn task_status_lookup() -> Option<u32> {
     use crate::kcache;
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok();
-    let boot = boot
-        .as_deref()
-        .map(str::trim)
-        .filter(|_| !kcache::disabled());
-    if let Some(boot) = boot {
+    let boot = kcache::boot_id().filter(|_| !kcache::disabled());
+    if let Some(boot) = &boot {
         if let Ok(off) = kcache::load_task_status(&kcache::dir(), boot) {
             return Some(off);
         }
     }
     let off = task_status_from_btf()?;
-    if let Some(boot) = boot {
+    if let Some(boot) = &boot {
         kcache::store_task_status(&kcache::dir(), boot, off);
     }
     Some(off)

@@ -43,13 +43,20 @@ pub struct Key {
 impl Key {
     /// The running system's key; `None` when it cannot be read (no cache then).
     pub fn current() -> Option<Key> {
-        let boot_id = fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        let boot_id = boot_id()?;
         let modules = fs::read_to_string("/proc/modules").unwrap_or_default();
         Some(Key {
-            boot_id: boot_id.trim().to_string(),
+            boot_id,
             modules: modules_hash(&modules),
         })
     }
+}
+
+/// This boot's id, which keys everything cached here; `None` when it cannot be
+/// read (no cache then).
+pub fn boot_id() -> Option<String> {
+    let id = fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    Some(id.trim().to_string())
 }
 
 /// Hash of `/proc/modules`: per module its name, size and load address (fields
