@@ -8,6 +8,8 @@ use std::sync::OnceLock;
 
 use libbpf_sys as sys;
 
+use crate::kbtf::{Kbtf, Ty};
+
 /// Raw encodings of the few instructions the probes need.
 const R0_0: [u8; 8] = [0xb7, 0, 0, 0, 0, 0, 0, 0]; // r0 = 0
 const EXIT: [u8; 8] = [0x95, 0, 0, 0, 0, 0, 0, 0]; // exit
@@ -348,24 +350,14 @@ fn task_status_lookup() -> Option<u32> {
 
 /// `task_struct.thread_info` plus `thread_info.status`, from the kernel's BTF.
 fn task_status_from_btf() -> Option<u32> {
-    use libbpf_rs::btf::types::{self, MemberAttr};
-    use libbpf_rs::btf::{BtfKind, BtfType};
-    let btf = libbpf_rs::btf::Btf::from_vmlinux().ok()?;
-    // (byte offset, type) of member `name` of the struct `ty`.
-    let member = |ty: BtfType<'_>, name: &str| -> Option<(u32, BtfType<'_>)> {
-        let s = types::Struct::try_from(ty.skip_mods_and_typedefs()).ok()?;
-        let m = s.iter().find(|m| m.name.is_some_and(|n| n == name))?;
-        let MemberAttr::Normal { offset } = m.attr else {
-            return None; // a bitfield
-        };
-        (offset % 8 == 0).then_some((offset / 8, btf.type_by_id(m.ty)?))
-    };
-    let task: types::Struct = btf.type_by_name("task_struct")?;
-    let (ti, ti_ty) = member(*task, "thread_info")?;
-    let (status, status_ty) = member(ti_ty, "status")?;
-    let int = status_ty.skip_mods_and_typedefs();
-    (int.kind() == BtfKind::Int && types::Int::try_from(int).ok()?.bits == 32)
-        .then_some(ti + status)
+    task_status_in(&Kbtf::load().ok()?)
+}
+
+fn task_status_in(btf: &Kbtf) -> Option<u32> {
+    let task = btf.record("struct", "task_struct")?;
+    let (ti, ti_ty) = btf.member(task, "thread_info").ok()?;
+    let (status, status_ty) = btf.member(ti_ty, "status").ok()?;
+    matches!(btf.ty(status_ty), Ty::Int { bytes: 4, .. }).then_some(ti + status)
 }
 
 /// Whether `func` (a vmlinux function) can be traced with fentry/fexit: a trivial
@@ -378,24 +370,15 @@ pub fn fentry(func: &str) -> Result<(), String> {
 }
 
 fn fentry_probe(func: &str) -> Result<(), String> {
-    let name = CString::new(func).map_err(|_| "bad name".to_string())?;
-    // SAFETY: plain libbpf calls; the BTF object is freed below.
-    let id = unsafe {
-        let btf = sys::btf__load_vmlinux_btf();
-        if btf.is_null() {
-            return Err("no kernel BTF".to_string());
-        }
-        let id = sys::btf__find_by_name_kind(btf, name.as_ptr(), sys::BTF_KIND_FUNC);
-        sys::btf__free(btf);
-        id
-    };
-    if id <= 0 {
-        return Err(format!("{func} is not in the kernel's BTF"));
-    }
+    let btf = Kbtf::load().map_err(|_| "no kernel BTF".to_string())?;
+    let id = btf
+        .func_id(func)
+        .ok_or_else(|| format!("{func} is not in the kernel's BTF"))?;
+    drop(btf);
     let prog = load(
         sys::BPF_PROG_TYPE_TRACING,
         sys::BPF_TRACE_FENTRY,
-        id as u32,
+        id,
         &[R0_0, EXIT],
     )
     .map_err(|e| {
@@ -428,4 +411,17 @@ fn fentry_probe(func: &str) -> Result<(), String> {
                 crate::attach::errno_reason(e)
             )
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_compat_check_reads_thread_info_status() {
+        // x86-64 since 5.11: task_struct begins with thread_info { unsigned long
+        // flags; unsigned long syscall_work; u32 status; ... }.
+        let btf = Kbtf::load().expect("the kernel's BTF");
+        assert_eq!(task_status_in(&btf), Some(16));
+    }
 }

@@ -15,6 +15,7 @@ pub mod fixed;
 pub mod hist;
 pub mod ifunc;
 pub mod insn;
+pub mod kbtf;
 pub mod kcache;
 pub mod kfuncs;
 pub mod listen;

@@ -24,7 +24,6 @@ use libbpf_rs::skel::{OpenSkel, Skel};
 use libbpf_rs::{MapCore, MapFlags};
 use serde_json::json;
 
-mod btf;
 mod compile;
 mod expr;
 mod format;
@@ -652,7 +651,7 @@ fn compile_all(
 ) -> Result<Vec<Compiled>> {
     let needs_btf = all.iter().any(|p| matches!(p.site, Site::Kernel(_)));
     let kbtf = if needs_btf {
-        match btf::Kbtf::load() {
+        match common::kbtf::Kbtf::load() {
             Ok(b) => Some(b),
             Err(e) => {
                 warn(&format!("{e:#}: only arg1..arg6 are known"));

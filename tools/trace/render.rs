@@ -7,10 +7,10 @@ use std::collections::HashSet;
 use std::fmt::Write as _;
 
 use common::events::Clock;
+use common::kbtf::{Kbtf, Ty};
 use common::symbolize::{Frame, Symbols, UserFrame};
 use serde_json::{json, Value as Json};
 
-use crate::btf::{Kbtf, Ty};
 use crate::compile::{self, Program, SiteCtx, Slot};
 use crate::expr::Expr;
 use crate::format::{Format, Value};

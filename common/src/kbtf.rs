@@ -1,13 +1,14 @@
 //! Kernel types from BTF (`/sys/kernel/btf/vmlinux`): function prototypes (so
-//! arguments can be named), struct members resolved to offsets at start-up, and
-//! C spellings of types for `--args` and signature checks. No kernel headers.
+//! trace can name arguments), struct members resolved to offsets at start-up
+//! (trace's `a->b.c`, the compat check of syscall events), and C spellings of
+//! types for `--args` and signature checks. No kernel headers.
 
 use anyhow::{Context, Result};
 use libbpf_rs::btf::types::{self, IntEncoding, MemberAttr};
 use libbpf_rs::btf::{BtfKind, BtfType, TypeId};
 use libbpf_rs::{Btf, HasSize, ReferencesType};
 
-/// A value's type as trace's compiler sees it.
+/// A kernel value's type, as trace's compiler sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ty {
     Int {
@@ -112,13 +113,22 @@ impl Kbtf {
         } else {
             BtfKind::Struct
         };
+        self.find(name, want)
+    }
+
+    /// The BTF id of kernel function `name` (what fentry programs attach by).
+    pub fn func_id(&self, name: &str) -> Option<u32> {
+        self.find(name, BtfKind::Func)
+    }
+
+    fn find(&self, name: &str, kind: BtfKind) -> Option<u32> {
         let c = std::ffi::CString::new(name).ok()?;
         // SAFETY: a valid BTF object and C string.
         let id = unsafe {
             libbpf_sys::btf__find_by_name_kind(
                 libbpf_rs::AsRawLibbpf::as_libbpf_object(&self.btf).as_ptr(),
                 c.as_ptr(),
-                want as u32,
+                kind as u32,
             )
         };
         (id > 0).then_some(id as u32)
@@ -223,7 +233,7 @@ impl Kbtf {
                 Some(n) if n == name => {
                     if bitfield || bits % 8 != 0 {
                         return Some(Err(format!(
-                            "member '{name}' is a bitfield, which trace cannot read"
+                            "member '{name}' is a bitfield, which cannot be read by its byte offset"
                         )));
                     }
                     return Some(Ok((base + bits / 8, u32::from(m.ty))));
@@ -303,5 +313,76 @@ impl Kbtf {
             BtfKind::FuncProto => "void (*)()".into(),
             _ => name().unwrap_or_else(|| "?".into()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The running kernel's BTF (this machine's kernel has it; ENVIRONMENT.md).
+    fn kernel() -> Kbtf {
+        Kbtf::load().expect("the kernel's BTF")
+    }
+
+    #[test]
+    fn members_resolve_to_byte_offsets_and_types() {
+        let b = kernel();
+        let list = b.record("struct", "list_head").expect("struct list_head");
+        let (off, ty) = b.member(list, "prev").unwrap();
+        assert_eq!(off, 8);
+        assert_eq!(b.c_name(ty), "struct list_head *");
+        assert_eq!(b.member(list, "next").unwrap().0, 0);
+    }
+
+    #[test]
+    fn members_of_anonymous_structs_and_unions_are_found() {
+        // struct qspinlock { union { atomic_t val; struct { u8 locked; u8 pending; };
+        // struct { u16 locked_pending; u16 tail; }; }; } on little-endian x86.
+        let b = kernel();
+        let q = b.record("struct", "qspinlock").expect("struct qspinlock");
+        let (pending, ty) = b.member(q, "pending").unwrap();
+        assert_eq!(pending, 1);
+        assert_eq!(
+            b.ty(ty),
+            Ty::Int {
+                bytes: 1,
+                signed: false
+            }
+        );
+        assert_eq!(b.member(q, "tail").unwrap().0, 2);
+        // An anonymous union at offset 16 of an anonymous struct: offsets add up.
+        let skb = b.record("struct", "sk_buff").expect("struct sk_buff");
+        let (dev, ty) = b.member(skb, "dev").unwrap();
+        assert_eq!(dev, 16);
+        assert_eq!(b.c_name(ty), "struct net_device *");
+    }
+
+    #[test]
+    fn bitfields_and_missing_members_are_refused_with_reasons() {
+        let b = kernel();
+        let skb = b.record("struct", "sk_buff").expect("struct sk_buff");
+        let e = b.member(skb, "cloned").unwrap_err();
+        assert!(e.contains("'cloned' is a bitfield"), "{e}");
+        let list = b.record("struct", "list_head").unwrap();
+        assert_eq!(
+            b.member(list, "nope").unwrap_err(),
+            "no member 'nope' (members: next, prev)"
+        );
+        assert!(b.record("struct", "tracekit_no_such_struct").is_none());
+        assert!(b.record("union", "list_head").is_none());
+    }
+
+    #[test]
+    fn functions_are_found_by_name() {
+        let b = kernel();
+        let id = b.func_id("vfs_read").expect("vfs_read");
+        assert!(b.func_id("tracekit_no_such_function").is_none());
+        let p = b.func("vfs_read").expect("vfs_read's prototype");
+        let names: Vec<&str> = p.params.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["file", "buf", "count", "pos"]);
+        assert_eq!(b.c_name(p.params[0].1), "struct file *");
+        assert_eq!(b.c_name(p.ret), "ssize_t");
+        assert!(id > 0);
     }
 }
