@@ -130,26 +130,19 @@ pub fn store(dir: &Path, key: &Key, table: &Table) {
 
 /// The kprobe blacklist cached in `dir` for `key`.
 pub fn load_blacklist(dir: &Path, key: &Key) -> Result<Vec<String>, Miss> {
-    let text = read(&dir.join(BLACKLIST))?;
-    let text = std::str::from_utf8(&text).map_err(|_| Miss::Corrupt)?;
-    let mut lines = text.lines();
-    if lines.next() != Some(BLACKLIST_MAGIC) {
-        return Err(Miss::Corrupt);
-    }
-    if lines.next() != Some(&header(key)) {
-        return Err(Miss::Stale);
-    }
-    let mut names = Vec::new();
-    for line in lines {
-        if let Some(n) = line.strip_prefix("end ") {
-            return match n.parse::<usize>() {
-                Ok(n) if n == names.len() => Ok(names),
-                _ => Err(Miss::Corrupt),
-            };
+    read_lines(dir, BLACKLIST, BLACKLIST_MAGIC, &header(key), |lines| {
+        let mut names = Vec::new();
+        for line in lines {
+            if let Some(n) = line.strip_prefix("end ") {
+                return match n.parse::<usize>() {
+                    Ok(n) if n == names.len() => Ok(names),
+                    _ => Err(Miss::Corrupt),
+                };
+            }
+            names.push(line.to_string());
         }
-        names.push(line.to_string());
-    }
-    Err(Miss::Corrupt)
+        Err(Miss::Corrupt)
+    })
 }
 
 /// Writes the kprobe blacklist for `key`, as [`store`] does.
@@ -171,28 +164,48 @@ pub fn store_blacklist<'a>(
 /// ([`crate::features::task_status_offset`]), cached in `dir` for this boot:
 /// the kernel's layout changes only with a new kernel, hence a new boot id.
 pub fn load_task_status(dir: &Path, boot_id: &str) -> Result<u32, Miss> {
-    let text = read(&dir.join(TASK_STATUS))?;
-    let text = std::str::from_utf8(&text).map_err(|_| Miss::Corrupt)?;
-    let mut lines = text.lines();
-    if lines.next() != Some(TASK_STATUS_MAGIC) {
-        return Err(Miss::Corrupt);
-    }
-    if lines.next() != Some(&format!("boot {boot_id}")) {
-        return Err(Miss::Stale);
-    }
-    match (
-        lines.next().and_then(|l| l.strip_prefix("offset ")),
-        lines.next(),
-    ) {
-        (Some(n), Some("end")) => n.parse().map_err(|_| Miss::Corrupt),
-        _ => Err(Miss::Corrupt),
-    }
+    let key = format!("boot {boot_id}");
+    read_lines(
+        dir,
+        TASK_STATUS,
+        TASK_STATUS_MAGIC,
+        &key,
+        |mut lines| match (
+            lines.next().and_then(|l| l.strip_prefix("offset ")),
+            lines.next(),
+        ) {
+            (Some(n), Some("end")) => n.parse().map_err(|_| Miss::Corrupt),
+            _ => Err(Miss::Corrupt),
+        },
+    )
 }
 
 /// Writes the offset for this boot, as [`store`] does.
 pub fn store_task_status(dir: &Path, boot_id: &str, offset: u32) {
     let text = format!("{TASK_STATUS_MAGIC}\nboot {boot_id}\noffset {offset}\nend\n");
     let _ = write(dir, TASK_STATUS, &text);
+}
+
+/// The lines of the small text cache `file` after its first two, handed to
+/// `body`: corrupt unless the first is `magic`, stale unless the second is
+/// `key_line` (what the cache is valid for).
+fn read_lines<T>(
+    dir: &Path,
+    file: &str,
+    magic: &str,
+    key_line: &str,
+    body: impl FnOnce(std::str::Lines<'_>) -> Result<T, Miss>,
+) -> Result<T, Miss> {
+    let bytes = read(&dir.join(file))?;
+    let text = std::str::from_utf8(&bytes).map_err(|_| Miss::Corrupt)?;
+    let mut lines = text.lines();
+    if lines.next() != Some(magic) {
+        return Err(Miss::Corrupt);
+    }
+    if lines.next() != Some(key_line) {
+        return Err(Miss::Stale);
+    }
+    body(lines)
 }
 
 fn header(key: &Key) -> String {
