@@ -325,7 +325,7 @@ impl Plan {
                 _ => None,
             })
         };
-        let syscalls = |exit: bool| tps().any(|t| syscall_event(t).is_some_and(|(x, _)| x == exit));
+        let syscalls = |exit: bool| self.syscall_events().any(|x| x == exit);
         let (enter, exit) = (syscalls(false), syscalls(true));
         if present(ProgKind::SyscallExit) && exit {
             kinds.push(ProgKind::SyscallExit);
@@ -348,20 +348,22 @@ impl Plan {
     /// Whether the plan traces syscall events (`syscalls:sys_enter_*`/`sys_exit_*`),
     /// which the syscall programs serve.
     pub fn has_syscall_events(&self) -> bool {
-        self.probes
-            .iter()
-            .any(|p| matches!(&p.site, Site::Tracepoint(t) if syscall_event(t).is_some()))
+        self.syscall_events().next().is_some()
+    }
+
+    /// The plan's syscall events, each as whether it is an exit (`sys_exit_*`).
+    fn syscall_events(&self) -> impl Iterator<Item = bool> + '_ {
+        self.probes.iter().filter_map(|p| match &p.site {
+            Site::Tracepoint(t) => syscall_event(t).map(|(exit, _)| exit),
+            _ => None,
+        })
     }
 
     /// Whether the syscall exit link needs sys_enter to remember syscall numbers
     /// (the BPF program cannot read them from the registers): tools set their
     /// `remember_nr` switch from it.
     pub fn remember_syscall_nrs(&self) -> bool {
-        !features::kernel_reads()
-            && self.probes.iter().any(|p| match &p.site {
-                Site::Tracepoint(t) => syscall_event(t).is_some_and(|(exit, _)| exit),
-                _ => false,
-            })
+        !features::kernel_reads() && self.syscall_events().any(|exit| exit)
     }
 
     /// Filter values for bpf/filter.h: the target PID (in our pid namespace when we
