@@ -10,8 +10,8 @@
 
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
@@ -167,20 +167,11 @@ pub fn guest(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Exec to exit of `bin args`, in seconds.
+/// Exec to exit of `bin args`, in seconds, timed as `bench-attach --startup`
+/// times its runs.
 fn run(bin: &str, args: &[&str]) -> Result<f64> {
-    let start = Instant::now();
-    let status = Command::new(bin)
-        .args(args)
-        .env("TRACEKIT_CACHE_DIR", CACHE)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .with_context(|| format!("running {bin}"))?;
-    let s = start.elapsed().as_secs_f64();
-    if !status.success() {
-        bail!("{bin} {args:?}: {status}");
-    }
+    let mut cmd = Command::new(bin);
+    cmd.args(args).env("TRACEKIT_CACHE_DIR", CACHE);
+    let (s, _) = crate::bench_startup::run(cmd, 0.0).with_context(|| format!("{bin} {args:?}"))?;
     Ok(s)
 }

@@ -199,8 +199,9 @@ fn measure(
     Ok(())
 }
 
-/// Exec to exit of `cmd`, less the `traced` seconds, and its `timing:` line.
-fn run(mut cmd: Command, traced: f64) -> Result<(f64, Option<String>)> {
+/// Exec to exit of `cmd`, less the `traced` seconds, and its `timing:` line
+/// (also `cargo xtask bench-ab`'s timer).
+pub fn run(mut cmd: Command, traced: f64) -> Result<(f64, Option<String>)> {
     let start = Instant::now();
     let mut child = cmd
         .stdin(Stdio::null())
