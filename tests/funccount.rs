@@ -1403,9 +1403,9 @@ fn ctrl_c_while_attaching_stops_and_detaches_promptly() {
 #[test]
 fn maps_of_probe_kinds_a_run_lacks_are_not_created() {
     // The USDT maps of libbpf's usdt.bpf.h (and its kconfig map), the syscall
-    // tables and the uprobe group index are created, sized for the probes that use them, only in a
-    // run with such probes: the kernel would allocate them for nothing, and
-    // each is a map creation at start-up.
+    // tables and the uprobe group index are created, sized for the probes that
+    // use them, only in a run with such probes: the kernel would allocate them
+    // for nothing, and each is a map creation at start-up.
     let usdt = format!("u:{}:tick", workload().display());
     let uprobe = format!("{}:tk_beta", workload().display());
     // (spec, USDT spec and IP maps, syscall_probes, syscall_nrs, uprobe_groups)

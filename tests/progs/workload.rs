@@ -98,7 +98,7 @@ fn main() {
         | "int80" => -1,
         _ => {
             eprintln!(
-                "usage: workload funcs|getpid|getppid|thread-getppid|usdt|read|libc|zlib|rename N [FILE] [--hold]"
+                "usage: workload funcs|getpid|getppid|thread-getppid|usdt|read|libc|zlib|rename|int80 N [FILE] [--hold]"
             );
             std::process::exit(2);
         }
