@@ -3,7 +3,9 @@
 //!
 //! 1. `cargo xtask install --prefix` into a temporary prefix that already holds
 //!    someone else's files: every tool runs `--version`, every man page renders
-//!    with `man -l`, no binary has debug info, the bash, zsh and fish completions
+//!    with `man -l`, no binary has debug info, every binary is static (it runs
+//!    chrooted into an empty directory), the installed funccount counts a
+//!    workload's 345 events exactly, the bash, zsh and fish completions
 //!    load from where they were installed and complete `--help`; run as nobody
 //!    into a root-owned prefix it refuses and says what to do; `--uninstall`
 //!    leaves the prefix exactly as it was (every path and file content compared).
@@ -138,6 +140,93 @@ fn check_sections(bin: &Path, symtab: bool) -> Result<()> {
         "{}: .symtab {}expected, sections {names:?}",
         bin.display(),
         if symtab { "" } else { "not " }
+    );
+    Ok(())
+}
+
+/// The release tools are static (see `build_tools`): no program interpreter, no
+/// shared library; and so `TOOL --version` runs chrooted into a directory that
+/// holds nothing but the binary.
+fn check_static(bin: &Path, tool: &str, pkg: &Package) -> Result<()> {
+    let headers = stdout(Command::new("readelf").args(["-l", "-d", "-W"]).arg(bin))?;
+    let dynamic: Vec<&str> = headers
+        .lines()
+        .filter(|l| l.contains("INTERP") || l.contains("(NEEDED)"))
+        .collect();
+    ensure!(
+        dynamic.is_empty(),
+        "{} is not linked statically: {dynamic:?}",
+        bin.display()
+    );
+    let root = crate::workspace_root().join("target/tmp/static-root");
+    if root.exists() {
+        fs::remove_dir_all(&root)?;
+    }
+    fs::create_dir_all(&root)?;
+    fs::copy(bin, root.join(tool))?;
+    let out = stdout(
+        Command::new("chroot")
+            .arg(&root)
+            .arg(format!("/{tool}"))
+            .arg("--version"),
+    )?;
+    ensure!(
+        out == format!("{tool} {}\n", pkg.version),
+        "chrooted into an empty directory, {tool} --version printed {out:?}"
+    );
+    fs::remove_dir_all(&root)?;
+    Ok(())
+}
+
+/// The installed (static) funccount counts exactly: 345 `task:task_rename`
+/// events of the workload's 345 prctl(PR_SET_NAME) calls, with `-p`, and ends
+/// with the summary when the workload exits.
+fn check_counts(funccount: &Path) -> Result<()> {
+    use crate::bench_common::{lines_of, wait_for, Workload};
+    let root = crate::workspace_root();
+    crate::build_release(&["--example", "workload"])?;
+    let w = Workload::start(
+        &root.join("target/release/examples/workload"),
+        &["rename".into(), "345".into()],
+    )?;
+    let mut tool = Command::new(funccount)
+        .args(["-p", &w.pid().to_string(), "t:task:task_rename"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {}", funccount.display()))?;
+    let lines = lines_of(&mut tool);
+    let ended = (|| {
+        wait_for(
+            &lines,
+            |l| l.starts_with("Tracing "),
+            "funccount's Tracing line",
+        )?;
+        w.run()?;
+        for _ in 0..300 {
+            if let Some(status) = tool.try_wait()? {
+                return Ok(status);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        bail!("funccount -p did not end within 30 s of its process's exit")
+    })();
+    if ended.is_err() {
+        let _ = tool.kill();
+        let _ = tool.wait();
+    }
+    let status = ended?;
+    ensure!(status.success(), "funccount -p ended with {status}");
+    // Its stdout is closed now: this takes every line left.
+    let out: Vec<String> = lines.iter().collect();
+    let rows: Vec<&String> = out
+        .iter()
+        .skip_while(|l| !l.starts_with("FUNC"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty() && !l.starts_with("Detaching"))
+        .collect();
+    ensure!(
+        rows.len() == 1 && rows[0].split_whitespace().eq(["task:task_rename", "345"]),
+        "the installed funccount counted {out:?}, not 345 task:task_rename"
     );
     Ok(())
 }
@@ -291,6 +380,7 @@ fn prefix_round_trip(pkg: &Package) -> Result<()> {
     for tool in &pkg.tools {
         check_version(&prefix.join("sbin").join(tool), tool, pkg)?;
         check_sections(&prefix.join("sbin").join(tool), true)?;
+        check_static(&prefix.join("sbin").join(tool), tool, pkg)?;
         check_man(&prefix.join(format!("share/man/man8/{tool}.8")), tool)?;
         check_bash(
             &prefix.join(format!("share/bash-completion/completions/{tool}")),
@@ -321,6 +411,7 @@ fn prefix_round_trip(pkg: &Package) -> Result<()> {
         pkg.tools.len()
     );
 
+    check_counts(&prefix.join("sbin/funccount"))?;
     check_refuses_without_root(&xtask, &prefix)?;
 
     run_cmd(
@@ -504,7 +595,7 @@ fn deb_round_trip(pkg: &Package) -> Result<()> {
     let depends = field("Depends")?;
     let named: BTreeSet<&str> = depends
         .split(',')
-        .map(|d| d.split_whitespace().next().unwrap_or(""))
+        .filter_map(|d| d.split_whitespace().next())
         .collect();
     let mut libs = BTreeSet::new();
     for tool in &pkg.tools {
