@@ -34,8 +34,16 @@ pub const TEST: &[&str] = &[
 
 /// The install test (install_test.rs): man-db renders the man pages; bash, zsh and
 /// fish load the completions; readelf (binutils) lists sections and libraries;
-/// setpriv (util-linux) runs xtask as nobody.
-pub const INSTALL_TEST: &[&str] = &["man-db", "bash", "zsh", "fish", "binutils", "util-linux"];
+/// setpriv (util-linux) runs xtask as nobody; lintian checks the .deb.
+pub const INSTALL_TEST: &[&str] = &[
+    "man-db",
+    "bash",
+    "zsh",
+    "fish",
+    "binutils",
+    "util-linux",
+    "lintian",
+];
 
 /// `cargo xtask deb`: dpkg-shlibdeps, which cargo-deb runs for Depends; strip.
 pub const DEB: &[&str] = &["dpkg-dev", "binutils"];

@@ -4,7 +4,7 @@
 //!
 //! | what | where (under the prefix) |
 //! |---|---|
-//! | every `[[bin]]` of the `tracekit` package, release (the profile strips debug info; the .deb's also lose their symbol table, as dh_strip does) | `sbin/` |
+//! | every `[[bin]]` of the `tracekit` package, release and static (`crate::build_tools`; the profile strips debug info; the .deb's also lose their symbol table, as dh_strip does) | `sbin/` |
 //! | its man page, `man/<tool>.8` | `share/man/man8/` (gzipped in the .deb) |
 //! | bash completion | `share/bash-completion/completions/<tool>` |
 //! | zsh completion | `share/zsh/site-functions/_<tool>` (.deb: `vendor-completions`, Debian's place) |
@@ -21,8 +21,9 @@
 //!
 //! `deb` stages the files under `target/deb/root/usr` and has `cargo-deb` (installed
 //! with `cargo install --locked` when missing) package them with the metadata in
-//! the root Cargo.toml's `[package.metadata.deb]`: Depends from `dpkg-shlibdeps`,
-//! copyright, man pages gzipped, `packaging/changelog` as changelog.gz.
+//! the root Cargo.toml's `[package.metadata.deb]`: Depends from `dpkg-shlibdeps`
+//! (none for static tools), copyright, man pages gzipped, `packaging/changelog` as
+//! changelog.gz, `packaging/lintian-overrides`.
 //!
 //! `cargo xtask test` checks both (install_test.rs): it installs into a temporary
 //! prefix and uninstalls, then builds the .deb, installs it on the host and purges it.
