@@ -4,7 +4,7 @@
 //!
 //! | what | where (under the prefix) |
 //! |---|---|
-//! | every `[[bin]]` of the `tracekit` package, release and static (`crate::build_tools`; the profile strips debug info; the .deb's also lose their symbol table, as dh_strip does) | `sbin/` |
+//! | every `[[bin]]` of the `tracekit` package, release (the profile strips debug info; the .deb's also lose their symbol table, as dh_strip does) | `sbin/` |
 //! | its man page, `man/<tool>.8` | `share/man/man8/` (gzipped in the .deb) |
 //! | bash completion | `share/bash-completion/completions/<tool>` |
 //! | zsh completion | `share/zsh/site-functions/_<tool>` (.deb: `vendor-completions`, Debian's place) |
@@ -21,9 +21,9 @@
 //!
 //! `deb` stages the files under `target/deb/root/usr` and has `cargo-deb` (installed
 //! with `cargo install --locked` when missing) package them with the metadata in
-//! the root Cargo.toml's `[package.metadata.deb]`: Depends from `dpkg-shlibdeps`
-//! (none for static tools), copyright, man pages gzipped, `packaging/changelog` as
-//! changelog.gz, `packaging/lintian-overrides`.
+//! the root Cargo.toml's `[package.metadata.deb]`: Depends from `dpkg-shlibdeps`,
+//! copyright, man pages gzipped, `packaging/changelog` as changelog.gz,
+//! `packaging/lintian-overrides`.
 //!
 //! `cargo xtask test` checks both (install_test.rs): it installs into a temporary
 //! prefix and uninstalls, then builds the .deb, installs it on the host and purges it.
@@ -41,7 +41,7 @@ use anyhow::{bail, ensure, Context, Result};
 use crate::{cargo, deps, status};
 
 /// The package whose binaries are the tools.
-pub const PACKAGE: &str = "tracekit";
+const PACKAGE: &str = "tracekit";
 /// Where `install` records what it created, relative to the prefix.
 pub const MANIFEST: &str = "share/tracekit/install-manifest";
 /// cargo-deb, pinned: `cargo xtask deb` installs this version when cargo has none.
@@ -147,8 +147,9 @@ pub fn files(pkg: &Package, layout: Layout) -> Result<Vec<File>> {
             "{tool} has no man page: add man/{tool}.8 (every installed tool has one)"
         );
     }
-    let tools: Vec<&str> = pkg.tools.iter().map(String::as_str).collect();
-    crate::build_tools(&tools)?;
+    let mut build = cargo();
+    build.args(["build", "--release", "--quiet", "-p", PACKAGE, "--bins"]);
+    status(build)?;
     let [sbin, man8, bash, zsh, fish] = dirs(layout);
     let mut files = Vec::new();
     for tool in &pkg.tools {

@@ -174,7 +174,9 @@ fn run_tool(args: &[String]) -> Result<()> {
         bail!("usage: cargo xtask run TOOL [ARGS...]");
     };
     deps::ensure(deps::BUILD)?;
-    build_tools(&[tool.as_str()])?;
+    let mut build = cargo();
+    build.args(["build", "--release", "--quiet", "--bin", tool]);
+    status(build)?;
     let bin = Path::new("target/release").join(tool);
     use std::os::unix::process::CommandExt;
     let err = Command::new(&bin).args(&args[1..]).exec();
@@ -212,50 +214,9 @@ fn guest_tests(filter: &[String]) -> Result<()> {
     guest::run_all(&script, GUEST_TIMEOUT)
 }
 
-/// Builds release artifacts quietly (`--bin X` / `--example Y` arguments): the
-/// tools as [`build_tools`] does, the test programs as any program is built.
+/// Builds release artifacts quietly (`--bin X` / `--example Y` arguments).
 pub fn build_release(targets: &[&str]) -> Result<()> {
-    let (mut tools, mut examples) = (Vec::new(), Vec::new());
-    for pair in targets.chunks(2) {
-        match pair {
-            ["--bin", tool] => tools.push(*tool),
-            [flag @ "--example", name] => examples.extend([*flag, *name]),
-            _ => bail!("build_release: {pair:?} is not --bin X or --example Y"),
-        }
-    }
-    if !examples.is_empty() {
-        let mut c = cargo();
-        c.args(["build", "--release", "--quiet"]).args(&examples);
-        status(c)?;
-    }
-    build_tools(&tools)
-}
-
-/// Builds the release binaries of `tools`, linked statically (static-pie, glibc's
-/// `libc.a`): an exec then maps one file and relocates it itself, with no dynamic
-/// loader, no libc.so and no libgcc_s to map and bind. That is 20-30 ms of a run
-/// under the guest's emulation (`cargo xtask bench-ab`, every row), 0.5 ms on the
-/// host; and the tools run in any container or distribution, whatever C library
-/// it has, or none.
-///
-/// `crt-static` goes to each tool's final crate only (`cargo rustc`): given to the
-/// whole build it would also make the test programs static, and tests trace their
-/// calls into the system's libc.so; and cargo refuses it for proc-macro crates.
-/// std decides how it links libc at the final link, so the dependencies are the
-/// same compiled crates as in a dynamic build.
-pub fn build_tools(tools: &[&str]) -> Result<()> {
-    for tool in tools {
-        let mut c = cargo();
-        c.args([
-            "rustc",
-            "--release",
-            "--quiet",
-            "--package",
-            install::PACKAGE,
-        ])
-        .args(["--bin", tool])
-        .args(["--", "-C", "target-feature=+crt-static"]);
-        status(c)?;
-    }
-    Ok(())
+    let mut c = cargo();
+    c.args(["build", "--release", "--quiet"]).args(targets);
+    status(c)
 }
