@@ -3,13 +3,24 @@
 //! An `STT_GNU_IFUNC` symbol (glibc's `strlen`, `memcpy`, ...) points at a resolver
 //! that the dynamic linker runs once, at load time, to pick the implementation for
 //! this CPU (`__strlen_evex`, `__strlen_avx2`, ...). A probe on the resolver counts
-//! nothing useful. When the file is one this process has mapped too (libc always is),
-//! asking our own dynamic linker gives the implementation every process on this
-//! machine gets: `dlsym` runs the resolver, and /proc/self/maps turns the address
-//! back into a file offset.
+//! nothing useful. The dynamic linker of a process that has loaded the file gives
+//! the implementation every process on this machine gets: `dlsym` runs the
+//! resolver, and the process's maps turn the address back into a file offset.
+//!
+//! The tools are linked statically, with no dynamic linker of their own, so they
+//! ask a small dynamically linked helper (`helpers/ifunc.c`, built by build.rs and
+//! embedded here), run from a memfd: one short process per IFUNC traced. It asks
+//! only about libraries it has loaded anyway (libc), so no library's constructors
+//! run for the question.
 
-use std::ffi::{CStr, CString};
 use std::fs;
+use std::io::Write as _;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// The helper's executable (build.rs).
+static HELPER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/ifunc-helper"));
 
 /// A file mapping of this process: the part of the file at `offset` is at `start..end`.
 struct Mapping {
@@ -21,6 +32,7 @@ struct Mapping {
     path: String,
 }
 
+#[cfg(test)]
 fn own_mappings() -> Vec<Mapping> {
     let Ok(maps) = fs::read_to_string("/proc/self/maps") else {
         return Vec::new();
@@ -51,67 +63,92 @@ fn parse_line(line: &str) -> Option<Mapping> {
 }
 
 /// The file offset of the implementation that IFUNC `name` (at `version`, when the
-/// symbol is versioned) of the file `dev`/`ino` resolves to on this machine, or why
-/// that cannot be known.
+/// symbol is versioned) of the file at `path` (`dev`/`ino`) resolves to on this
+/// machine, or why that cannot be known.
 pub fn implementation(
+    path: &Path,
     dev: u64,
     ino: u64,
     name: &str,
     version: Option<&str>,
 ) -> Result<u64, String> {
     const WHY: &str = "an IFUNC whose implementation is chosen when the program loads";
-    let maps = own_mappings();
-    let Some(ours) = maps.iter().find(|m| m.dev == dev && m.ino == ino) else {
+    let out = ask_helper(path, name, version)
+        .map_err(|e| format!("{WHY}, and the helper that looks it up could not run ({e})"))?;
+    let mut lines = out.lines();
+    let first = lines.next().unwrap_or("");
+    if first.starts_with("not-loaded") {
         return Err(format!(
-            "{WHY}, and only the implementations of libraries this tool has loaded itself can be \
-             looked up; trace the implementation by its own name"
+            "{WHY}, and only the implementations of the libraries every program loads (libc) \
+             can be looked up; trace the implementation by its own name"
         ));
-    };
-    let lookup = || -> Option<u64> {
-        let path = CString::new(ours.path.as_str()).ok()?;
-        let cname = CString::new(name).ok()?;
-        let cver = version.and_then(|v| CString::new(v).ok());
-        // SAFETY: RTLD_NOLOAD only returns a handle of an already loaded object (no
-        // constructors run); the strings are valid; the handle is closed below.
-        unsafe {
-            let h = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
-            if h.is_null() {
-                return None;
-            }
-            let p = match &cver {
-                Some(v) => libc::dlvsym(h, cname.as_ptr(), v.as_ptr()),
-                None => libc::dlsym(h, cname.as_ptr()),
-            };
-            libc::dlclose(h);
-            (!p.is_null()).then_some(p as u64)
-        }
-    };
-    let Some(addr) = lookup() else {
+    }
+    if let Some(e) = first.strip_prefix("not-resolved") {
+        let e = e.trim();
+        let e = if e.is_empty() {
+            String::new()
+        } else {
+            format!(" ({e})")
+        };
         return Err(format!(
-            "{WHY}, and the dynamic linker does not resolve it here{}",
-            dl_error()
+            "{WHY}, and the dynamic linker does not resolve it here{e}"
         ));
+    }
+    let Ok(addr) = u64::from_str_radix(first, 16) else {
+        return Err(format!("{WHY}, and its helper answered {first:?}"));
     };
+    let maps: Vec<Mapping> = lines.filter_map(parse_line).collect();
     // The resolver may pick code of another file; the probe goes where the code is.
     match maps.iter().find(|m| addr >= m.start && addr < m.end) {
         Some(m) if m.dev == dev && m.ino == ino => Ok(addr - m.start + m.offset),
-        Some(m) => Err(format!(
+        Some(m) if maps.iter().any(|o| o.dev == dev && o.ino == ino) => Err(format!(
             "{WHY}, and here it resolves to code in another file ({})",
             m.path
+        )),
+        // dlopen found the library by its path, but the file loaded is another
+        // one (replaced since, or another copy): what it says is not about `path`.
+        Some(_) => Err(format!(
+            "{WHY}, and only the implementations of the libraries every program loads (libc) \
+             can be looked up; trace the implementation by its own name"
         )),
         None => Err(format!("{WHY}, and here it resolves outside any file")),
     }
 }
 
-fn dl_error() -> String {
-    // SAFETY: dlerror returns NULL or a valid C string owned by libc.
-    let e = unsafe { libc::dlerror() };
-    if e.is_null() {
-        String::new()
-    } else {
-        // SAFETY: checked non-null above.
-        format!(" ({})", unsafe { CStr::from_ptr(e) }.to_string_lossy())
+/// Runs the embedded helper from a memfd and returns what it printed.
+fn ask_helper(path: &Path, name: &str, version: Option<&str>) -> Result<String, String> {
+    const MFD_EXEC: libc::c_uint = 0x10; // Linux 6.3+; refused as unknown before.
+    let memfd = |flags| {
+        // SAFETY: a valid C string and flags; the result is checked.
+        let fd = unsafe { libc::memfd_create(c"tracekit-ifunc".as_ptr(), flags) };
+        // SAFETY: a fresh descriptor, owned from here on.
+        (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+    };
+    let fd = memfd(libc::MFD_CLOEXEC | MFD_EXEC)
+        .or_else(|| memfd(libc::MFD_CLOEXEC))
+        .ok_or_else(|| format!("memfd_create: {}", std::io::Error::last_os_error()))?;
+    let mut file = fs::File::from(fd);
+    file.write_all(HELPER)
+        .map_err(|e| format!("writing the memfd: {e}"))?;
+    // Exec'd by its /proc/self/fd path, which the child still has open at exec
+    // (close-on-exec closes it only once the exec has succeeded).
+    let exe = format!("/proc/self/fd/{}", file.as_raw_fd());
+    let out = Command::new(&exe)
+        .arg(path)
+        .arg(name)
+        .args(version)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| format!("exec: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
     }
+    String::from_utf8(out.stdout).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -138,7 +175,14 @@ mod tests {
     fn libc_strlen_is_what_this_process_calls() {
         let libc_path = crate::ufuncs::resolve("c", None).unwrap();
         let meta = fs::metadata(&libc_path).unwrap();
-        let off = implementation(meta.dev(), meta.ino(), "strlen", Some("GLIBC_2.2.5")).unwrap();
+        let off = implementation(
+            &libc_path,
+            meta.dev(),
+            meta.ino(),
+            "strlen",
+            Some("GLIBC_2.2.5"),
+        )
+        .unwrap();
         // Our own strlen (through the PLT, resolved the same way) is at that offset.
         let ours = libc::strlen as *const () as u64;
         let maps = own_mappings();
@@ -160,7 +204,18 @@ mod tests {
                 "{f:?}"
             );
         }
-        let e = implementation(1, 1, "strlen", None).unwrap_err();
-        assert!(e.starts_with("an IFUNC whose implementation is chosen when the program loads"));
+        // A library the helper has not loaded is not asked about.
+        let zlib = crate::ufuncs::resolve("z", None).unwrap();
+        let z = fs::metadata(&zlib).unwrap();
+        let e = implementation(&zlib, z.dev(), z.ino(), "crc32", None).unwrap_err();
+        assert!(
+            e.contains("only the implementations of the libraries every program loads"),
+            "{e}"
+        );
+        let e = implementation(&libc_path, meta.dev(), meta.ino(), "tk_no_such", None).unwrap_err();
+        assert!(
+            e.contains("the dynamic linker does not resolve it here"),
+            "{e}"
+        );
     }
 }

@@ -251,7 +251,13 @@ fn ifunc_target(bin: &Binary, f: &Func) -> Result<u64, String> {
                 .to_string(),
         );
     };
-    ifunc::implementation(bin.dev, bin.ino, &name.name, name.version.as_deref())
+    ifunc::implementation(
+        &bin.path,
+        bin.dev,
+        bin.ino,
+        &name.name,
+        name.version.as_deref(),
+    )
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

@@ -5,10 +5,12 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 
-/// Compiling BPF C and the vendored libbpf.
+/// Compiling BPF C and the vendored libbpf; libc6-dev has the libc.a the tools
+/// link statically.
 pub const BUILD: &[&str] = &[
     "clang",
     "gcc",
+    "libc6-dev",
     "make",
     "pkg-config",
     "libelf-dev",

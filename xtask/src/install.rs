@@ -41,7 +41,7 @@ use anyhow::{bail, ensure, Context, Result};
 use crate::{cargo, deps, status};
 
 /// The package whose binaries are the tools.
-const PACKAGE: &str = "tracekit";
+pub const PACKAGE: &str = "tracekit";
 /// Where `install` records what it created, relative to the prefix.
 pub const MANIFEST: &str = "share/tracekit/install-manifest";
 /// cargo-deb, pinned: `cargo xtask deb` installs this version when cargo has none.
@@ -147,9 +147,8 @@ pub fn files(pkg: &Package, layout: Layout) -> Result<Vec<File>> {
             "{tool} has no man page: add man/{tool}.8 (every installed tool has one)"
         );
     }
-    let mut build = cargo();
-    build.args(["build", "--release", "--quiet", "-p", PACKAGE, "--bins"]);
-    status(build)?;
+    let tools: Vec<&str> = pkg.tools.iter().map(String::as_str).collect();
+    crate::build_tools(&tools)?;
     let [sbin, man8, bash, zsh, fish] = dirs(layout);
     let mut files = Vec::new();
     for tool in &pkg.tools {

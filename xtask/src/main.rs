@@ -174,9 +174,7 @@ fn run_tool(args: &[String]) -> Result<()> {
         bail!("usage: cargo xtask run TOOL [ARGS...]");
     };
     deps::ensure(deps::BUILD)?;
-    let mut build = cargo();
-    build.args(["build", "--release", "--quiet", "--bin", tool]);
-    status(build)?;
+    build_tools(&[tool.as_str()])?;
     let bin = Path::new("target/release").join(tool);
     use std::os::unix::process::CommandExt;
     let err = Command::new(&bin).args(&args[1..]).exec();
@@ -214,9 +212,52 @@ fn guest_tests(filter: &[String]) -> Result<()> {
     guest::run_all(&script, GUEST_TIMEOUT)
 }
 
-/// Builds release artifacts quietly (`--bin X` / `--example Y` arguments).
+/// Builds release artifacts quietly (`--bin X` / `--example Y` arguments): the
+/// tools as [`build_tools`] does, the test programs as any program is built.
 pub fn build_release(targets: &[&str]) -> Result<()> {
-    let mut c = cargo();
-    c.args(["build", "--release", "--quiet"]).args(targets);
-    status(c)
+    let (mut tools, mut examples) = (Vec::new(), Vec::new());
+    for pair in targets.chunks(2) {
+        match pair {
+            ["--bin", tool] => tools.push(*tool),
+            [flag @ "--example", name] => examples.extend([*flag, *name]),
+            _ => bail!("build_release: {pair:?} is not --bin X or --example Y"),
+        }
+    }
+    if !examples.is_empty() {
+        let mut c = cargo();
+        c.args(["build", "--release", "--quiet"]).args(&examples);
+        status(c)?;
+    }
+    build_tools(&tools)
+}
+
+/// Builds the release binaries of `tools`, linked statically (static-pie, glibc's
+/// `libc.a`): an exec then maps one file and relocates it itself, with no dynamic
+/// loader, no libc.so and no libgcc_s to map and bind. That is 20-30 ms of a run
+/// under the guest's emulation (`cargo xtask bench-ab`, every row), 0.5 ms on the
+/// host; and the tools run in any container or distribution, whatever C library
+/// it has, or none.
+///
+/// `crt-static` goes to each tool's final crate only (`cargo rustc`): given to the
+/// whole build it would also make the test programs static, and tests trace their
+/// calls into the system's libc.so; and cargo refuses it for proc-macro crates.
+/// std decides how it links libc at the final link, so the dependencies are the
+/// same compiled crates as in a dynamic build. What a static tool cannot do
+/// itself, ask a dynamic linker which implementation an IFUNC (libc's strlen)
+/// picks, it asks of a small dynamic helper it embeds (common/src/ifunc.rs).
+pub fn build_tools(tools: &[&str]) -> Result<()> {
+    for tool in tools {
+        let mut c = cargo();
+        c.args([
+            "rustc",
+            "--release",
+            "--quiet",
+            "--package",
+            install::PACKAGE,
+        ])
+        .args(["--bin", tool])
+        .args(["--", "-C", "target-feature=+crt-static"]);
+        status(c)?;
+    }
+    Ok(())
 }
