@@ -22,9 +22,12 @@ pub fn target_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// A tool binary of this package (built by cargo for integration tests).
+/// A tool binary of this package: the one cargo built for these tests, or the one
+/// in `TRACEKIT_TOOL_DIR` (`cargo xtask test` runs the host tests again against
+/// the static release tools, the binaries users get).
 pub fn tool(name: &str) -> PathBuf {
-    let p = target_dir().join(name);
+    let dir = std::env::var_os("TRACEKIT_TOOL_DIR").map_or_else(target_dir, PathBuf::from);
+    let p = dir.join(name);
     assert!(p.exists(), "{} is not built", p.display());
     p
 }

@@ -193,6 +193,15 @@ fn test(args: &[String]) -> Result<()> {
     // Builds the test programs (examples) without running them as tests.
     t.args(["test", "--workspace"]);
     status(t)?;
+    // The host tests again, against the release tools users get: linked
+    // statically, unlike the debug builds above, so anything that depends on the
+    // tool's own libc (ifunc.rs's helper) is tested as shipped.
+    let tools = install::package()?.tools;
+    build_tools(&tools.iter().map(String::as_str).collect::<Vec<_>>())?;
+    let mut t = cargo();
+    t.args(["test", "--workspace", "--tests", "--quiet"])
+        .env("TRACEKIT_TOOL_DIR", workspace_root().join("target/release"));
+    status(t)?;
     install_test::run()?;
     if guest {
         guest_tests(&[])?;
