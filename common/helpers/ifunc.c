@@ -1,6 +1,8 @@
-/* tracekit's IFUNC helper: `ifunc PATH NAME [VERSION]` prints the address that the
- * dynamic linker resolves NAME (at VERSION) of the already loaded library PATH to,
- * in hex on the first line, then this process's /proc/self/maps.
+/* tracekit's IFUNC helper: `ifunc PATH NAME[@VERSION]...` prints, for each NAME
+ * (at VERSION) of the already loaded library PATH, the address the dynamic linker
+ * resolves it to, in hex, or `not-resolved REASON`, a line each; then a line
+ * `maps` and this process's /proc/self/maps. If PATH is not loaded here it prints
+ * only `not-loaded`.
  *
  * The tools are linked statically, so they have no dynamic linker to ask which
  * implementation an IFUNC (glibc's strlen, memcpy, ...) picks on this machine; this
@@ -11,26 +13,33 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
+#include <string.h>
 
 int main(int argc, char **argv)
 {
-	if (argc != 3 && argc != 4) {
-		fprintf(stderr, "usage: %s PATH NAME [VERSION]\n", argv[0]);
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s PATH NAME[@VERSION]...\n", argv[0]);
 		return 2;
 	}
 	void *h = dlopen(argv[1], RTLD_NOW | RTLD_NOLOAD);
 	if (!h) {
-		const char *e = dlerror();
-		printf("not-loaded %s\n", e ? e : "");
-		return 0;
+		printf("not-loaded\n");
+		return fflush(stdout) != 0;
 	}
-	void *p = argc == 4 ? dlvsym(h, argv[2], argv[3]) : dlsym(h, argv[2]);
-	if (!p) {
-		const char *e = dlerror();
-		printf("not-resolved %s\n", e ? e : "");
-		return 0;
+	for (int i = 2; i < argc; i++) {
+		char *version = strchr(argv[i], '@');
+		if (version)
+			*version++ = '\0';
+		dlerror();
+		void *p = version ? dlvsym(h, argv[i], version) : dlsym(h, argv[i]);
+		if (p) {
+			printf("%lx\n", (unsigned long)p);
+		} else {
+			const char *e = dlerror();
+			printf("not-resolved %s\n", e ? e : "");
+		}
 	}
-	printf("%lx\n", (unsigned long)p);
+	printf("maps\n");
 	FILE *maps = fopen("/proc/self/maps", "r");
 	if (!maps)
 		return 1;

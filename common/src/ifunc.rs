@@ -62,61 +62,75 @@ fn parse_line(line: &str) -> Option<Mapping> {
     })
 }
 
-/// The file offset of the implementation that IFUNC `name` (at `version`, when the
-/// symbol is versioned) of the file at `path` (`dev`/`ino`) resolves to on this
-/// machine, or why that cannot be known.
-pub fn implementation(
+/// For each IFUNC (name, version when the symbol is versioned) of the file at
+/// `path` (`dev`/`ino`), the file offset of the implementation it resolves to on
+/// this machine, or why that cannot be known; one helper run for them all.
+pub fn implementations(
     path: &Path,
     dev: u64,
     ino: u64,
-    name: &str,
-    version: Option<&str>,
-) -> Result<u64, String> {
+    names: &[(&str, Option<&str>)],
+) -> Vec<Result<u64, String>> {
     const WHY: &str = "an IFUNC whose implementation is chosen when the program loads";
-    let out = ask_helper(path, name, version)
-        .map_err(|e| format!("{WHY}, and the helper that looks it up could not run ({e})"))?;
-    let mut lines = out.lines();
-    let first = lines.next().unwrap_or("");
-    if first.starts_with("not-loaded") {
-        return Err(format!(
+    let not_loaded = || {
+        format!(
             "{WHY}, and only the implementations of the libraries every program loads (libc) \
              can be looked up; trace the implementation by its own name"
-        ));
-    }
-    if let Some(e) = first.strip_prefix("not-resolved") {
-        let e = e.trim();
-        let e = if e.is_empty() {
-            String::new()
-        } else {
-            format!(" ({e})")
-        };
-        return Err(format!(
-            "{WHY}, and the dynamic linker does not resolve it here{e}"
-        ));
-    }
-    let Ok(addr) = u64::from_str_radix(first, 16) else {
-        return Err(format!("{WHY}, and its helper answered {first:?}"));
+        )
     };
-    let maps: Vec<Mapping> = lines.filter_map(parse_line).collect();
-    // The resolver may pick code of another file; the probe goes where the code is.
-    match maps.iter().find(|m| addr >= m.start && addr < m.end) {
-        Some(m) if m.dev == dev && m.ino == ino => Ok(addr - m.start + m.offset),
-        Some(m) if maps.iter().any(|o| o.dev == dev && o.ino == ino) => Err(format!(
-            "{WHY}, and here it resolves to code in another file ({})",
-            m.path
-        )),
-        // dlopen found the library by its path, but the file loaded is another
-        // one (replaced since, or another copy): what it says is not about `path`.
-        Some(_) => Err(format!(
-            "{WHY}, and only the implementations of the libraries every program loads (libc) \
-             can be looked up; trace the implementation by its own name"
-        )),
-        None => Err(format!("{WHY}, and here it resolves outside any file")),
+    if names.is_empty() {
+        return Vec::new();
     }
+    let queries = names.iter().map(|(n, v)| match v {
+        Some(v) => format!("{n}@{v}"),
+        None => n.to_string(),
+    });
+    let out = match ask_helper(path, queries) {
+        Ok(out) => out,
+        Err(e) => {
+            let e = format!("{WHY}, and the helper that looks it up could not run ({e})");
+            return vec![Err(e); names.len()];
+        }
+    };
+    let mut lines = out.lines();
+    let answers: Vec<&str> = lines.by_ref().take_while(|l| *l != "maps").collect();
+    if answers.first() == Some(&"not-loaded") {
+        return vec![Err(not_loaded()); names.len()];
+    }
+    let maps: Vec<Mapping> = lines.filter_map(parse_line).collect();
+    let ours = maps.iter().any(|m| m.dev == dev && m.ino == ino);
+    let one = |answer: Option<&&str>| -> Result<u64, String> {
+        let answer = answer.copied().unwrap_or("");
+        if let Some(e) = answer.strip_prefix("not-resolved") {
+            let e = match e.trim() {
+                "" => String::new(),
+                e => format!(" ({e})"),
+            };
+            return Err(format!(
+                "{WHY}, and the dynamic linker does not resolve it here{e}"
+            ));
+        }
+        let Ok(addr) = u64::from_str_radix(answer, 16) else {
+            return Err(format!("{WHY}, and its helper answered {answer:?}"));
+        };
+        // The resolver may pick code of another file; the probe goes where the code is.
+        match maps.iter().find(|m| addr >= m.start && addr < m.end) {
+            Some(m) if m.dev == dev && m.ino == ino => Ok(addr - m.start + m.offset),
+            Some(m) if ours => Err(format!(
+                "{WHY}, and here it resolves to code in another file ({})",
+                m.path
+            )),
+            // dlopen found a library by this path, but another file (replaced
+            // since, or another copy): what it says is not about `path`.
+            Some(_) => Err(not_loaded()),
+            None => Err(format!("{WHY}, and here it resolves outside any file")),
+        }
+    };
+    (0..names.len()).map(|i| one(answers.get(i))).collect()
 }
 
 /// Runs the embedded helper from a memfd and returns what it printed.
-fn ask_helper(path: &Path, name: &str, version: Option<&str>) -> Result<String, String> {
+fn ask_helper(path: &Path, queries: impl Iterator<Item = String>) -> Result<String, String> {
     const MFD_EXEC: libc::c_uint = 0x10; // Linux 6.3+; refused as unknown before.
     let memfd = |flags| {
         // SAFETY: a valid C string and flags; the result is checked.
@@ -127,16 +141,21 @@ fn ask_helper(path: &Path, name: &str, version: Option<&str>) -> Result<String, 
     let fd = memfd(libc::MFD_CLOEXEC | MFD_EXEC)
         .or_else(|| memfd(libc::MFD_CLOEXEC))
         .ok_or_else(|| format!("memfd_create: {}", std::io::Error::last_os_error()))?;
-    let mut file = fs::File::from(fd);
-    file.write_all(HELPER)
+    let mut writer = fs::File::from(fd);
+    writer
+        .write_all(HELPER)
         .map_err(|e| format!("writing the memfd: {e}"))?;
-    // Exec'd by its /proc/self/fd path, which the child still has open at exec
+    // Exec'd through a read-only descriptor, the writable one closed first: exec
+    // refuses a file that is open for writing (ETXTBSY) where that is counted.
+    let file = fs::File::open(format!("/proc/self/fd/{}", writer.as_raw_fd()))
+        .map_err(|e| format!("reopening the memfd: {e}"))?;
+    drop(writer);
+    // By its /proc/self/fd path, which the child still has open at exec
     // (close-on-exec closes it only once the exec has succeeded).
     let exe = format!("/proc/self/fd/{}", file.as_raw_fd());
     let out = Command::new(&exe)
         .arg(path)
-        .arg(name)
-        .args(version)
+        .args(queries)
         .stdin(Stdio::null())
         .stderr(Stdio::piped())
         .output()
@@ -175,14 +194,20 @@ mod tests {
     fn libc_strlen_is_what_this_process_calls() {
         let libc_path = crate::ufuncs::resolve("c", None).unwrap();
         let meta = fs::metadata(&libc_path).unwrap();
-        let off = implementation(
+        let [strlen, nosuch] = &implementations(
             &libc_path,
             meta.dev(),
             meta.ino(),
-            "strlen",
-            Some("GLIBC_2.2.5"),
-        )
-        .unwrap();
+            &[("strlen", Some("GLIBC_2.2.5")), ("tk_no_such", None)],
+        )[..] else {
+            panic!("two answers")
+        };
+        let off = *strlen.as_ref().unwrap();
+        let e = nosuch.as_ref().unwrap_err();
+        assert!(
+            e.contains("the dynamic linker does not resolve it here"),
+            "{e}"
+        );
         // Our own strlen (through the PLT, resolved the same way) is at that offset.
         let ours = libc::strlen as *const () as u64;
         let maps = own_mappings();
@@ -207,15 +232,10 @@ mod tests {
         // A library the helper has not loaded is not asked about.
         let zlib = crate::ufuncs::resolve("z", None).unwrap();
         let z = fs::metadata(&zlib).unwrap();
-        let e = implementation(&zlib, z.dev(), z.ino(), "crc32", None).unwrap_err();
+        let e = implementations(&zlib, z.dev(), z.ino(), &[("crc32", None)]);
         assert!(
-            e.contains("only the implementations of the libraries every program loads"),
-            "{e}"
-        );
-        let e = implementation(&libc_path, meta.dev(), meta.ino(), "tk_no_such", None).unwrap_err();
-        assert!(
-            e.contains("the dynamic linker does not resolve it here"),
-            "{e}"
+            matches!(&e[..], [Err(e)] if e.contains("only the implementations of the libraries every program loads")),
+            "{e:?}"
         );
     }
 }

@@ -185,13 +185,15 @@ pub fn functions(bin: &Binary, m: &Matcher) -> Found {
     };
     let mut at: BTreeMap<u64, Vec<&Name>> = BTreeMap::new();
     let mut found = Found::default();
+    let mut ifuncs = ifunc_targets(bin, candidates.iter().filter(|f| f.ifunc)).into_iter();
     for f in candidates {
+        let ifunc = f.ifunc.then(|| ifuncs.next().expect("an answer per IFUNC"));
         let matched: Vec<&Name> = f.names.iter().filter(|n| m.is_match(&n.name)).collect();
         let Some(label) = elf::preferred(matched.iter().copied()) else {
             continue;
         };
-        let offset = if f.ifunc {
-            ifunc_target(bin, f)
+        let offset = if let Some(target) = ifunc {
+            target
         } else {
             f.offset
                 .ok_or_else(|| "its address is not in an executable segment of the file".into())
@@ -242,22 +244,33 @@ pub fn functions(bin: &Binary, m: &Matcher) -> Found {
     found
 }
 
-/// The file offset an IFUNC's calls go to on this machine.
-fn ifunc_target(bin: &Binary, f: &Func) -> Result<u64, String> {
-    let Some(name) = elf::preferred(f.names.iter().filter(|n| n.exported)) else {
-        return Err(
-            "an IFUNC whose implementation is chosen when the program loads, and it is not \
-             exported, so which one cannot be looked up; trace the implementation by its own name"
-                .to_string(),
-        );
-    };
-    ifunc::implementation(
-        &bin.path,
-        bin.dev,
-        bin.ino,
-        &name.name,
-        name.version.as_deref(),
-    )
+/// The file offsets the IFUNCs `funcs` lead to on this machine, in order; all
+/// looked up together (one helper run, see [`ifunc`]).
+fn ifunc_targets<'a>(
+    bin: &Binary,
+    funcs: impl Iterator<Item = &'a &'a Func>,
+) -> Vec<Result<u64, String>> {
+    let names: Vec<Option<&Name>> = funcs
+        .map(|f| elf::preferred(f.names.iter().filter(|n| n.exported)))
+        .collect();
+    let queries: Vec<(&str, Option<&str>)> = names
+        .iter()
+        .flatten()
+        .map(|n| (n.name.as_str(), n.version.as_deref()))
+        .collect();
+    let mut answers = ifunc::implementations(&bin.path, bin.dev, bin.ino, &queries).into_iter();
+    names
+        .iter()
+        .map(|n| match n {
+            Some(_) => answers.next().expect("an answer per query"),
+            None => Err(
+                "an IFUNC whose implementation is chosen when the program loads, and it is \
+                 not exported, so which one cannot be looked up; trace the implementation by \
+                 its own name"
+                    .to_string(),
+            ),
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
