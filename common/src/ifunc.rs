@@ -32,14 +32,6 @@ struct Mapping {
     path: String,
 }
 
-#[cfg(test)]
-fn own_mappings() -> Vec<Mapping> {
-    let Ok(maps) = fs::read_to_string("/proc/self/maps") else {
-        return Vec::new();
-    };
-    maps.lines().filter_map(parse_line).collect()
-}
-
 fn parse_line(line: &str) -> Option<Mapping> {
     let mut f = line.split_whitespace();
     let (start, end) = f.next()?.split_once('-')?;
@@ -62,6 +54,9 @@ fn parse_line(line: &str) -> Option<Mapping> {
     })
 }
 
+/// How every reason an IFUNC cannot be traced begins.
+pub(crate) const WHY: &str = "an IFUNC whose implementation is chosen when the program loads";
+
 /// For each IFUNC (name, version when the symbol is versioned) of the file at
 /// `path` (`dev`/`ino`), the file offset of the implementation it resolves to on
 /// this machine, or why that cannot be known; one helper run for them all.
@@ -71,7 +66,6 @@ pub fn implementations(
     ino: u64,
     names: &[(&str, Option<&str>)],
 ) -> Vec<Result<u64, String>> {
-    const WHY: &str = "an IFUNC whose implementation is chosen when the program loads";
     let not_loaded = || {
         format!(
             "{WHY}, and only the implementations of the libraries every program loads (libc) \
@@ -174,6 +168,12 @@ fn ask_helper(path: &Path, queries: impl Iterator<Item = String>) -> Result<Stri
 mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
+
+    /// This test process's file mappings.
+    fn own_mappings() -> Vec<Mapping> {
+        let maps = fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines().filter_map(parse_line).collect()
+    }
 
     #[test]
     fn maps_lines() {

@@ -263,12 +263,11 @@ fn ifunc_targets<'a>(
         .iter()
         .map(|n| match n {
             Some(_) => answers.next().expect("an answer per query"),
-            None => Err(
-                "an IFUNC whose implementation is chosen when the program loads, and it is \
-                 not exported, so which one cannot be looked up; trace the implementation by \
-                 its own name"
-                    .to_string(),
-            ),
+            None => Err(format!(
+                "{}, and it is not exported, so which one cannot be looked up; trace the \
+                 implementation by its own name",
+                ifunc::WHY
+            )),
         })
         .collect()
 }

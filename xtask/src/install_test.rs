@@ -220,10 +220,9 @@ fn check_counts(funccount: &Path) -> Result<()> {
         let _ = tool.kill();
         let _ = tool.wait();
     }
-    let status = ended;
     // Its stdout and stderr are closed now: this takes every line left.
     let out: Vec<String> = lines.iter().collect();
-    let status = status.with_context(|| format!("funccount printed {out:?}"))?;
+    let status = ended.with_context(|| format!("funccount printed {out:?}"))?;
     ensure!(
         status.success(),
         "funccount -p ended with {status}: {out:?}"
