@@ -59,8 +59,10 @@ impl Plan {
     }
 
     fn attach_all(&self, obj: &Object, stop: &Stop) -> Result<Attached> {
+        // The loaded ones: a kind the plan did not load is not attached.
         let progs: BTreeMap<ProgKind, ProgramMut> = obj
             .progs_mut()
+            .filter(|p| p.autoload())
             .filter_map(|p| {
                 let kind = p.section().to_str().and_then(ProgKind::of)?;
                 Some((kind, p))
@@ -205,6 +207,10 @@ impl Plan {
         let mut raw = Vec::new();
         let mut perf = Vec::new();
         let raw_program = progs.contains_key(&ProgKind::RawTracepoint);
+        let one = progs
+            .get(&ProgKind::RawTracepointOne)
+            .and_then(|p| Some((p, self.raw_tp_one()?)));
+        let mut raw_one = None;
         for &(i, t, label) in tps {
             let raw_ok = raw_program && self.raw_attachable.get(i).copied().unwrap_or(false);
             let sys = syscall_event(t).filter(|(exit, _)| {
@@ -218,6 +224,8 @@ impl Plan {
                 syscalls.push(attach::SyscallSite { probe: i, nr, exit });
             } else if raw_ok {
                 raw.push((i, t, label));
+            } else if one.is_some_and(|(_, probe)| probe == i) {
+                raw_one = Some((i, t, label));
             } else {
                 perf.push((i, t, label));
             }
@@ -248,6 +256,11 @@ impl Plan {
             let refused =
                 attach::raw_tracepoints(&progs[&ProgKind::RawTracepoint], &sites, stop, out);
             perf.extend(refused.into_iter().map(|k| raw[k]));
+        }
+        if let (Some((prog, _)), Some((i, t, label))) = (one, raw_one) {
+            if stop.is_set() || !attach::raw_tracepoint_one(prog, i, &t.event, out) {
+                perf.push((i, t, label));
+            }
         }
         if !perf.is_empty() {
             let sites: Vec<(usize, &str, &str, &str)> = perf

@@ -200,14 +200,22 @@ fn uprobe_link(ty: sys::bpf_attach_type) -> bool {
 /// Whether raw tracepoint links take a BPF cookie (Linux 6.10+), found by loading a
 /// raw tracepoint program that reads its cookie and opening a link with one (to a
 /// tracepoint that does not exist, else to one every kernel has, for the moment
-/// of the probe).
+/// of the probe). TRACEKIT_NO_RAW_TP_COOKIE=1 answers no (to test, on any
+/// kernel, the paths of kernels before 6.10).
 pub fn raw_tp_cookie() -> bool {
     *RAW_TP_COOKIE.get_or_init(|| crate::timing::span("features", raw_tp_cookie_probe))
 }
 
 static RAW_TP_COOKIE: OnceLock<bool> = OnceLock::new();
 
+fn raw_tp_cookie_forced_off() -> bool {
+    std::env::var_os("TRACEKIT_NO_RAW_TP_COOKIE").is_some_and(|v| v != "0")
+}
+
 fn raw_tp_cookie_probe() -> bool {
+    if raw_tp_cookie_forced_off() {
+        return false;
+    }
     match raw_tp_cookie_untried() {
         Some(answer) => answer,
         None => raw_tp_cookie_trial(),
@@ -252,7 +260,7 @@ pub fn answer_ahead(kernel_reads: bool, raw_tp_cookie: bool) {
     if kernel_reads {
         let _ = KERNEL_READS.get_or_init(kernel_reads_probe);
     }
-    if raw_tp_cookie {
+    if raw_tp_cookie && !raw_tp_cookie_forced_off() {
         if let Some(answer) = raw_tp_cookie_untried() {
             let _ = RAW_TP_COOKIE.set(answer);
         }

@@ -32,6 +32,10 @@ pub enum ProgKind {
     /// Raw tracepoint links with cookies (Linux 6.10+), for tools whose BPF object
     /// has such a program (`SEC("raw_tp")`); others use perf-event tracepoints.
     RawTracepoint,
+    /// One raw tracepoint link without a cookie (before Linux 6.10), whose
+    /// program counts the probe its object's `raw_tp_probe` global names
+    /// (`SEC("raw_tracepoint")`, [`Plan::raw_tp_one`]).
+    RawTracepointOne,
     /// The raw `sys_enter` / `sys_exit` tracepoints serving every
     /// syscalls:sys_enter_* / sys_exit_* event (`SEC("raw_tp/sys_enter")`, ...).
     SyscallEnter,
@@ -51,7 +55,8 @@ impl ProgKind {
         match prog_section {
             "raw_tp/sys_enter" => return Some(ProgKind::SyscallEnter),
             "raw_tp/sys_exit" => return Some(ProgKind::SyscallExit),
-            "raw_tp" | "raw_tracepoint" => return Some(ProgKind::RawTracepoint),
+            "raw_tp" => return Some(ProgKind::RawTracepoint),
+            "raw_tracepoint" => return Some(ProgKind::RawTracepointOne),
             _ => {}
         }
         Some(match prog_section.split('/').next()? {
@@ -341,8 +346,18 @@ impl Plan {
             && features::raw_tp_cookie()
         {
             kinds.push(ProgKind::RawTracepoint);
+        } else if present(ProgKind::RawTracepointOne) && self.raw_tp_one().is_some() {
+            kinds.push(ProgKind::RawTracepointOne);
         }
         kinds
+    }
+
+    /// Without raw tracepoint cookies, the probe the cookie-less raw tracepoint
+    /// program serves: the first tracepoint a raw link may serve (the others
+    /// are perf events). None with cookies, or no such tracepoint.
+    pub fn raw_tp_one(&self) -> Option<usize> {
+        let first = self.raw_attachable.iter().position(|&ok| ok)?;
+        (!features::raw_tp_cookie()).then_some(first)
     }
 
     /// Whether the plan traces syscall events (`syscalls:sys_enter_*`/`sys_exit_*`),

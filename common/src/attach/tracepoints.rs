@@ -1,5 +1,5 @@
-//! Tracepoints: perf-event tracepoint links, raw tracepoint links with cookies,
-//! and the syscall events served by one raw sys_enter and one sys_exit link.
+//! Tracepoints: perf-event tracepoint links, raw tracepoint links (with
+//! cookies, or one without), and the syscall events served by one raw sys_enter and one sys_exit link.
 
 use std::ffi::CString;
 
@@ -71,6 +71,32 @@ pub(crate) fn raw_tracepoints(
         }
     }
     refused
+}
+
+/// The tracepoint `name` (probe `probe`) as a raw tracepoint link without a
+/// cookie: its program knows the probe. False when the kernel refused it, for
+/// a perf-event tracepoint to try.
+pub(crate) fn raw_tracepoint_one(
+    prog: &Program,
+    probe: usize,
+    name: &str,
+    out: &mut Attached,
+) -> bool {
+    let Ok(name) = CString::new(name) else {
+        return false;
+    };
+    // SAFETY: name outlives the call.
+    let link = take_link(unsafe {
+        sys::bpf_program__attach_raw_tracepoint(Prog::of(prog).ptr(), name.as_ptr())
+    });
+    match link {
+        Ok(link) => {
+            out.add(link, [probe as u64]);
+            out.raw_tracepoint_links += 1;
+            true
+        }
+        Err(_) => false,
+    }
 }
 
 /// A syscalls:sys_enter_* / sys_exit_* event served by the raw syscall links.
