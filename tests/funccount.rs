@@ -130,15 +130,19 @@ fn timing_line_names_every_phase() {
     let mut cmd = Command::new(funccount());
     cmd.args(["-d", "0.2", "t:sched:sched_switch"])
         .env("TRACEKIT_TIMING", "1");
-    let out = spawn_cmd(cmd).finish(T);
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    let line = out
-        .stderr
+    // Waited for, not polled: the wall time is the run's.
+    let t0 = std::time::Instant::now();
+    let out = cmd.output().unwrap();
+    let wall = t0.elapsed().as_secs_f64() * 1000.0;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stderr: {stderr}");
+    let line = stderr
         .lines()
         .find(|l| l.starts_with("timing: "))
-        .unwrap_or_else(|| panic!("no timing line in {}", out.stderr));
+        .unwrap_or_else(|| panic!("no timing line in {stderr}"));
     for phase in [
         "exec ",
+        "options ",
         "tables ",
         "features ",
         "load ",
@@ -150,6 +154,15 @@ fn timing_line_names_every_phase() {
     ] {
         assert!(line.contains(phase), "{phase:?} missing: {line}");
     }
+    // The phases are parts of the run: together no longer than it took from
+    // spawn to exit here (printed to 0.1 ms under 10 ms, else to 1 ms).
+    let ms = |name: &str| -> f64 {
+        let at = line.find(&format!("{name} ")).unwrap() + name.len() + 1;
+        line[at..].split(' ').next().unwrap().parse().unwrap()
+    };
+    let (traced, overhead) = (ms("traced"), ms("overhead"));
+    assert!(traced >= 200.0, "{line}");
+    assert!(traced + overhead <= wall + 1.0, "{line}, in {wall:.1} ms");
     // Without TRACEKIT_TIMING or --debug: no timing line.
     let out = run(&funccount(), &["-d", "0.1", "t:sched:sched_switch"], T);
     assert!(!out.stderr.contains("timing:"), "{}", out.stderr);

@@ -41,6 +41,7 @@ macro_rules! entry {
 
 /// The body of [`crate::entry!`]'s `main`.
 pub fn run(main: fn()) -> ! {
+    crate::timing::entered();
     standard_fds();
     // SAFETY: setting a signal's disposition to SIG_IGN has no memory effects.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };

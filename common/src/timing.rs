@@ -6,8 +6,11 @@
 //!   traced 1000 ms, first summary 0.3 ms, detach 2 ms; overhead 45 ms
 //! ```
 //!
-//! - `exec`: process start (fork/exec, dynamic loading) to the session's start,
-//!   from /proc/self/stat (10 ms resolution), read when the line is printed;
+//! - `exec`: fork and exec, to the tool's `main`: the CPU time the process had
+//!   used by then ([`entered`]), or, when it also waited (a binary read from
+//!   disk), from its start time in /proc/self/stat (10 ms resolution);
+//! - `options`: from `main` to the session's start (parsing the options,
+//!   starting the thread that opens the BPF object);
 //! - `tables`: reading what patterns are matched against (the kernel's traceable
 //!   functions, binaries' symbols, tracepoint lists), with a note of the source;
 //! - `features`: kernel feature probes, wherever they ran;
@@ -23,7 +26,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Sums per phase, and notes (`tables`: where the table came from).
@@ -69,20 +72,59 @@ pub fn requested() -> bool {
 /// The time since boot (CLOCK_BOOTTIME, the clock of /proc/self/stat's start
 /// time).
 fn boottime() -> Option<Duration> {
+    clock(libc::CLOCK_BOOTTIME)
+}
+
+/// The tool's `main` entry: when, since boot too, and the CPU time the process
+/// had used by then (its fork and exec: a new task's count starts at fork).
+struct Entry {
+    at: Instant,
+    boot: Option<Duration>,
+    cpu: Option<Duration>,
+}
+
+static ENTRY: OnceLock<Entry> = OnceLock::new();
+
+/// Records the entry of the tool's `main` (first thing in [`crate::entry::run`]):
+/// two clock reads, for every run, so that the `exec` and `options` phases can
+/// be told apart when a line is printed.
+pub fn entered() {
+    let _ = ENTRY.set(Entry {
+        at: Instant::now(),
+        boot: boottime(),
+        cpu: clock(libc::CLOCK_PROCESS_CPUTIME_ID),
+    });
+}
+
+/// The time of `main`'s entry since the process started. The CPU time used by
+/// then is exact when the exec only computed; the start time in clock ticks
+/// bounds a longer wait (for a binary read from disk, say) to within a tick.
+fn exec_time(e: &Entry, process_start: Option<(Duration, Duration)>) -> Option<Duration> {
+    let waited = e
+        .boot
+        .zip(process_start)
+        .and_then(|(at, (start, tick))| at.checked_sub(start)?.checked_sub(tick));
+    match (e.cpu, waited) {
+        (Some(cpu), Some(w)) => Some(cpu.max(w)),
+        (cpu, w) => cpu.or(w),
+    }
+}
+
+fn clock(id: libc::clockid_t) -> Option<Duration> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: ts is a valid timespec for the call.
-    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
+    if unsafe { libc::clock_gettime(id, &mut ts) } != 0 {
         return None;
     }
     Some(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
 }
 
-/// When this process started (fork/exec), since boot: /proc/self/stat's start
-/// time in clock ticks.
-fn process_start() -> Option<Duration> {
+/// When this process started (fork/exec), since boot, rounded down to a clock
+/// tick, and the tick: /proc/self/stat's start time in clock ticks.
+fn process_start() -> Option<(Duration, Duration)> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     // The command name may hold spaces and parentheses: fields follow the last ')'.
     let rest = &stat[stat.rfind(')')? + 2..];
@@ -93,8 +135,9 @@ fn process_start() -> Option<Duration> {
     if hz <= 0 {
         return None;
     }
-    Some(Duration::from_nanos(
-        ticks.saturating_mul(1_000_000_000) / hz as u64,
+    Some((
+        Duration::from_nanos(ticks.saturating_mul(1_000_000_000) / hz as u64),
+        Duration::from_nanos(1_000_000_000 / hz as u64),
     ))
 }
 
@@ -191,11 +234,20 @@ impl Marks {
             }
             s.push(',');
         };
-        let exec = self
+        if let Some(e) = ENTRY.get() {
+            if let Some(exec) = exec_time(e, process_start()) {
+                item(&mut s, "exec", exec, None);
+                overhead += exec;
+            }
+            let options = self.start.saturating_duration_since(e.at);
+            item(&mut s, "options", options, None);
+            overhead += options;
+        } else if let Some(e) = self
             .started
             .zip(process_start())
-            .and_then(|(now, start)| now.checked_sub(start));
-        if let Some(e) = exec {
+            .and_then(|(now, (start, _))| now.checked_sub(start))
+        {
+            // No entry recorded (not a tool's binary): exec to the session.
             item(&mut s, "exec", e, None);
             overhead += e;
         }
@@ -233,9 +285,32 @@ mod tests {
 
     #[test]
     fn process_start_is_in_the_past() {
-        let start = process_start().expect("readable /proc/self/stat");
+        let (start, _) = process_start().expect("readable /proc/self/stat");
         let d = boottime().expect("CLOCK_BOOTTIME") - start;
         assert!(d < Duration::from_secs(24 * 3600), "{d:?}");
+    }
+
+    #[test]
+    fn exec_is_the_cpu_time_unless_the_start_time_says_it_waited() {
+        let ms = Duration::from_millis;
+        let entry = |boot: u64, cpu: u64| Entry {
+            at: Instant::now(),
+            boot: Some(ms(boot)),
+            cpu: Some(ms(cpu)),
+        };
+        // Started at 1000 ms since boot (rounded down to a 10 ms tick).
+        let start = Some((ms(1000), ms(10)));
+        // Entered 8 ms after the start tick, 3 ms of CPU: within a tick, the CPU time.
+        assert_eq!(exec_time(&entry(1008, 3), start), Some(ms(3)));
+        // Entered 250 ms after it: it waited, at least 240 ms.
+        assert_eq!(exec_time(&entry(1250, 3), start), Some(ms(240)));
+        // No start time: the CPU time; no CPU time: the start time's bound.
+        assert_eq!(exec_time(&entry(1250, 3), None), Some(ms(3)));
+        let no_cpu = Entry {
+            cpu: None,
+            ..entry(1250, 0)
+        };
+        assert_eq!(exec_time(&no_cpu, start), Some(ms(240)));
     }
 
     #[test]
