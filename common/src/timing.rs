@@ -87,7 +87,7 @@ struct Entry {
 static ENTRY: OnceLock<Entry> = OnceLock::new();
 
 /// Records the entry of the tool's `main` (first thing in [`crate::entry::run`]):
-/// two clock reads, for every run, so that the `exec` and `options` phases can
+/// three clock reads, for every run, so that the `exec` and `options` phases can
 /// be told apart when a line is printed.
 pub fn entered() {
     let _ = ENTRY.set(Entry {
