@@ -98,18 +98,30 @@ int count_raw_tp(struct bpf_raw_tracepoint_args *ctx)
 	return count(bpf_get_attach_cookie(ctx));
 }
 
-/* Before 6.10 a raw tracepoint link has no cookie. One tracepoint of a run
- * still gets a raw link, through this program, which counts the probe named
- * here: closing a perf-event tracepoint waits out RCU grace periods
- * (tracepoint_synchronize_unregister; 80 ms of a 6.1 run under emulation),
- * closing a raw link does not. */
-const volatile __u32 raw_tp_probe = 0;
+/* Before 6.10 a raw tracepoint link has no cookie. A run's first tracepoints
+ * still get raw links, through these programs: the nth counts the probe
+ * raw_tp_probes[n] names (userspace loads as many as it uses, in this order).
+ * Closing a perf-event tracepoint waits out RCU grace periods
+ * (tracepoint_synchronize_unregister, one event at a time: 75 ms each on the
+ * host, 80 under emulation); closing a raw link does not. */
+#define RAW_TP_ONES 8
+const volatile __u32 raw_tp_probes[RAW_TP_ONES] = {};
 
-SEC("raw_tracepoint")
-int count_raw_tp_one(struct bpf_raw_tracepoint_args *ctx)
-{
-	return count(raw_tp_probe);
-}
+#define COUNT_RAW_TP_ONE(n)						\
+	SEC("raw_tracepoint")						\
+	int count_raw_tp_one_##n(struct bpf_raw_tracepoint_args *ctx)	\
+	{								\
+		return count(raw_tp_probes[n]);				\
+	}
+
+COUNT_RAW_TP_ONE(0)
+COUNT_RAW_TP_ONE(1)
+COUNT_RAW_TP_ONE(2)
+COUNT_RAW_TP_ONE(3)
+COUNT_RAW_TP_ONE(4)
+COUNT_RAW_TP_ONE(5)
+COUNT_RAW_TP_ONE(6)
+COUNT_RAW_TP_ONE(7)
 
 /* The syscalls:sys_enter_* and sys_exit_* events are ftrace events on top of the
  * raw_syscalls sys_enter/sys_exit tracepoints: one raw link on each serves all of

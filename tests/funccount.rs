@@ -1266,20 +1266,22 @@ fn raw_tracepoint_counted_exactly() {
 }
 
 #[test]
-fn one_raw_tracepoint_without_cookies() {
-    // Before Linux 6.10 (forced here) raw tracepoint links take no cookie: one
-    // tracepoint still gets a raw link, through the program that counts the
-    // probe its global names (task_rename is probe 1, after the syscall
-    // event), and the others go on perf events. Both events count exactly.
+fn raw_tracepoints_without_cookies() {
+    // Before Linux 6.10 (forced here) raw tracepoint links take no cookie: the
+    // first 8 tracepoints still get raw links, one program each, which counts
+    // the probe its slot of a global names; the others go on perf events.
     let tool = funccount();
+    let via = ["env", "TRACEKIT_NO_RAW_TP_COOKIE=1", tool.to_str().unwrap()];
+    // task_rename is probe 3, the third program's, after the syscall event.
     let out = trace_workload_via(
-        &["env", "TRACEKIT_NO_RAW_TP_COOKIE=1", tool.to_str().unwrap()],
+        &via,
         Workload::start(&workload(), &["rename", "345"]),
         &[
             "-D",
             "t:syscalls:sys_enter_prctl",
-            "t:task:task_rename",
             "t:sched:sched_process_exec",
+            "t:sched:sched_process_fork",
+            "t:task:task_rename",
         ],
         T,
     );
@@ -1289,7 +1291,34 @@ fn one_raw_tracepoint_without_cookies() {
     );
     assert_eq!(
         tracepoint_mechanisms(&out.stderr),
-        "tracepoints: 1 as raw tracepoint links, 1 syscall events through 1 raw sys_enter/sys_exit link, 1 as perf events"
+        "tracepoints: 3 as raw tracepoint links, 1 syscall events through 1 raw sys_enter/sys_exit link, 0 as perf events"
+    );
+    // Past 8: task_rename, after the timer events, is a perf event (its
+    // cookie the probe), still counted exactly.
+    let out = trace_workload_via(
+        &via,
+        Workload::start(&workload(), &["rename", "345"]),
+        &["-D", "t:timer:*", "t:task:task_rename"],
+        T,
+    );
+    let timers: usize = out
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("pattern \"t:timer:*\": "))
+        .and_then(|l| l.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no match count in {}", out.stderr));
+    assert!(timers >= 8, "{}", out.stderr);
+    assert!(
+        last_table(&out.stdout).contains(&("task:task_rename".to_string(), 345)),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(
+        tracepoint_mechanisms(&out.stderr),
+        format!(
+            "tracepoints: 8 as raw tracepoint links, 0 syscall events through 0 raw sys_enter/sys_exit links, {} as perf events",
+            timers + 1 - 8
+        )
     );
 }
 

@@ -59,15 +59,19 @@ impl Plan {
     }
 
     fn attach_all(&self, obj: &Object, stop: &Stop) -> Result<Attached> {
-        // The loaded ones: a kind the plan did not load is not attached.
-        let progs: BTreeMap<ProgKind, ProgramMut> = obj
-            .progs_mut()
-            .filter(|p| p.autoload())
-            .filter_map(|p| {
-                let kind = p.section().to_str().and_then(ProgKind::of)?;
-                Some((kind, p))
-            })
-            .collect();
+        // The loaded ones: a kind the plan did not load is not attached. Of the
+        // cookie-less raw tracepoint programs, several, in order.
+        let mut progs: BTreeMap<ProgKind, ProgramMut> = BTreeMap::new();
+        let mut raw_ones = Vec::new();
+        for p in obj.progs_mut().filter(|p| p.autoload()) {
+            match p.section().to_str().and_then(ProgKind::of) {
+                Some(ProgKind::RawTracepointOne) => raw_ones.push(p),
+                Some(kind) => {
+                    progs.insert(kind, p);
+                }
+                None => {}
+            }
+        }
         let prog = |k: ProgKind| {
             progs
                 .get(&k)
@@ -161,7 +165,7 @@ impl Plan {
             })
             .collect();
         if !tps.is_empty() {
-            self.attach_tracepoints(&progs, &tps, obj, stop, &mut out)?;
+            self.attach_tracepoints(&progs, &raw_ones, &tps, obj, stop, &mut out)?;
         }
 
         let usdts: Vec<(usize, &std::path::Path, &str, &str)> = self
@@ -198,6 +202,7 @@ impl Plan {
     fn attach_tracepoints(
         &self,
         progs: &BTreeMap<ProgKind, ProgramMut>,
+        raw_ones: &[ProgramMut],
         tps: &[(usize, &Tracepoint, &str)],
         obj: &Object,
         stop: &Stop,
@@ -207,10 +212,13 @@ impl Plan {
         let mut raw = Vec::new();
         let mut perf = Vec::new();
         let raw_program = progs.contains_key(&ProgKind::RawTracepoint);
-        let one = progs
-            .get(&ProgKind::RawTracepointOne)
-            .and_then(|p| Some((p, self.raw_tp_one()?)));
-        let mut raw_one = None;
+        // Probe i on the nth cookie-less program when ones[n] is i.
+        let ones = if raw_ones.is_empty() {
+            Vec::new()
+        } else {
+            self.raw_tp_ones()
+        };
+        let mut raw_one = Vec::new();
         for &(i, t, label) in tps {
             let raw_ok = raw_program && self.raw_attachable.get(i).copied().unwrap_or(false);
             let sys = syscall_event(t).filter(|(exit, _)| {
@@ -224,8 +232,12 @@ impl Plan {
                 syscalls.push(attach::SyscallSite { probe: i, nr, exit });
             } else if raw_ok {
                 raw.push((i, t, label));
-            } else if one.is_some_and(|(_, probe)| probe == i) {
-                raw_one = Some((i, t, label));
+            } else if let Some(n) = ones
+                .iter()
+                .position(|&p| p == i)
+                .filter(|&n| n < raw_ones.len())
+            {
+                raw_one.push((n, (i, t, label)));
             } else {
                 perf.push((i, t, label));
             }
@@ -257,8 +269,8 @@ impl Plan {
                 attach::raw_tracepoints(&progs[&ProgKind::RawTracepoint], &sites, stop, out);
             perf.extend(refused.into_iter().map(|k| raw[k]));
         }
-        if let (Some((prog, _)), Some((i, t, label))) = (one, raw_one) {
-            if stop.is_set() || !attach::raw_tracepoint_one(prog, i, &t.event, out) {
+        for (n, (i, t, label)) in raw_one {
+            if stop.is_set() || !attach::raw_tracepoint_one(&raw_ones[n], i, &t.event, out) {
                 perf.push((i, t, label));
             }
         }

@@ -32,9 +32,9 @@ pub enum ProgKind {
     /// Raw tracepoint links with cookies (Linux 6.10+), for tools whose BPF object
     /// has such a program (`SEC("raw_tp")`); others use perf-event tracepoints.
     RawTracepoint,
-    /// One raw tracepoint link without a cookie (before Linux 6.10), whose
-    /// program counts the probe its object's `raw_tp_probe` global names
-    /// (`SEC("raw_tracepoint")`, [`Plan::raw_tp_one`]).
+    /// Raw tracepoint links without a cookie (before Linux 6.10), one program
+    /// each: the object's nth `SEC("raw_tracepoint")` program counts the probe
+    /// its `raw_tp_probes[n]` global names ([`Plan::raw_tp_ones`]).
     RawTracepointOne,
     /// The raw `sys_enter` / `sys_exit` tracepoints serving every
     /// syscalls:sys_enter_* / sys_exit_* event (`SEC("raw_tp/sys_enter")`, ...).
@@ -110,6 +110,11 @@ impl ProgKind {
         }
     }
 }
+
+/// How many cookie-less raw tracepoint programs an object has at most
+/// (`RAW_TP_ONES` in bpf/funccount.bpf.c); an object with fewer serves fewer
+/// probes, the others are perf events.
+pub const RAW_TP_ONES: usize = 8;
 
 /// Writes a [`Filter`] into a skeleton's `.rodata` (the globals of bpf/filter.h).
 #[macro_export]
@@ -211,11 +216,24 @@ impl Plan {
             Site::Kernel(f) if self.kernel_via == Some(Via::Trampoline) => Some(f.name.clone()),
             _ => None,
         });
+        // As many of the cookie-less raw tracepoint programs as probes use them,
+        // from the first.
+        let mut raw_ones = if need.contains(&ProgKind::RawTracepointOne) {
+            self.raw_tp_ones().len()
+        } else {
+            0
+        };
         for mut prog in obj.progs_mut() {
             let Some(kind) = prog.section().to_str().and_then(ProgKind::of) else {
                 continue;
             };
-            let on = need.contains(&kind);
+            let on = if kind == ProgKind::RawTracepointOne {
+                let on = raw_ones > 0;
+                raw_ones = raw_ones.saturating_sub(1);
+                on
+            } else {
+                need.contains(&kind)
+            };
             prog.set_autoload(on);
             if on {
                 have.insert(kind);
@@ -346,18 +364,22 @@ impl Plan {
             && features::raw_tp_cookie()
         {
             kinds.push(ProgKind::RawTracepoint);
-        } else if present(ProgKind::RawTracepointOne) && self.raw_tp_one().is_some() {
+        } else if present(ProgKind::RawTracepointOne) && !self.raw_tp_ones().is_empty() {
             kinds.push(ProgKind::RawTracepointOne);
         }
         kinds
     }
 
-    /// Without raw tracepoint cookies, the probe the cookie-less raw tracepoint
-    /// program serves: the first tracepoint a raw link may serve (the others
-    /// are perf events). None with cookies, or no such tracepoint.
-    pub fn raw_tp_one(&self) -> Option<usize> {
-        let first = self.raw_attachable.iter().position(|&ok| ok)?;
-        (!features::raw_tp_cookie()).then_some(first)
+    /// Without raw tracepoint cookies, the probes the cookie-less raw tracepoint
+    /// programs serve, the nth program the nth probe: the first [`RAW_TP_ONES`]
+    /// tracepoints a raw link may serve (the others are perf events). Empty
+    /// with cookies.
+    pub fn raw_tp_ones(&self) -> Vec<usize> {
+        if !self.raw_attachable.contains(&true) || features::raw_tp_cookie() {
+            return Vec::new();
+        }
+        let ones = self.raw_attachable.iter().enumerate().filter(|(_, &ok)| ok);
+        ones.map(|(i, _)| i).take(RAW_TP_ONES).collect()
     }
 
     /// Whether the plan traces syscall events (`syscalls:sys_enter_*`/`sys_exit_*`),

@@ -81,7 +81,9 @@ fn run(mut args: Args, ahead: OpenAhead<skel::FunccountSkelBuilder>) -> Result<(
     let mut open = common::open_skeleton!(ahead, plan, args.common.cpu, |rodata| {
         rodata.kernel_reads = common::features::kernel_reads();
         rodata.remember_nr = plan.remember_syscall_nrs();
-        rodata.raw_tp_probe = plan.raw_tp_one().unwrap_or(0) as u32;
+        for (slot, probe) in rodata.raw_tp_probes.iter_mut().zip(plan.raw_tp_ones()) {
+            *slot = probe as u32;
+        }
         // Only the syscall programs read it, and finding it may parse the
         // kernel's BTF (once per boot).
         if rodata.kernel_reads && plan.has_syscall_events() {

@@ -1,6 +1,6 @@
 //! Tracepoints: perf-event tracepoint links, raw tracepoint links (with
-//! cookies, or one without), and the syscall events served by one raw
-//! sys_enter and one sys_exit link.
+//! cookies, or without, a program each), and the syscall events served by one
+//! raw sys_enter and one sys_exit link.
 
 use std::ffi::CString;
 
