@@ -1235,6 +1235,9 @@ fn syscall_exit_counted_exactly_without_kernel_reads() {
 
 #[test]
 fn raw_tracepoint_counted_exactly() {
+    // It adds an event named task_rename below: no other test attaches the
+    // tracepoint meanwhile.
+    let _lock = rename_event_lock(true);
     // task:task_rename fires once per prctl(PR_SET_NAME) of the workload.
     let out = count_with_pid(&["rename", "345"], &["-D", "t:task:task_rename"]);
     assert_eq!(last_table(&out.stdout), rows(&[("task:task_rename", 345)]));
@@ -1270,6 +1273,7 @@ fn raw_tracepoints_without_cookies() {
     // Before Linux 6.10 (forced here) raw tracepoint links take no cookie: the
     // first 8 tracepoints still get raw links, one program each, which counts
     // the probe its slot of a global names; the others go on perf events.
+    let _lock = rename_event_lock(false);
     let tool = funccount();
     let via = ["env", "TRACEKIT_NO_RAW_TP_COOKIE=1", tool.to_str().unwrap()];
     // task_rename is probe 3, the third program's, after the syscall event.

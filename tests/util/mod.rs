@@ -13,6 +13,31 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+/// A lock on how `task:task_rename` attaches, across test processes (nextest runs
+/// each test in its own): a test that adds a tracefs event of that name in
+/// another group (which makes the name ambiguous, so the tracepoint goes on a
+/// perf event, not a raw link) holds it exclusively, tests that expect a raw
+/// link hold it shared. Released when dropped.
+pub struct RenameEventLock(std::fs::File);
+
+pub fn rename_event_lock(exclusive: bool) -> RenameEventLock {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(std::env::temp_dir().join("tracekit-test-task-rename.lock"))
+        .expect("lock file");
+    let how = if exclusive {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_SH
+    };
+    // SAFETY: flock on an open descriptor.
+    assert_eq!(unsafe { libc::flock(f.as_raw_fd(), how) }, 0, "flock");
+    RenameEventLock(f)
+}
+
 /// target/<profile>/, found from this test executable (target/<profile>/deps/x).
 pub fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
