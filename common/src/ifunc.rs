@@ -9,9 +9,9 @@
 //!
 //! The tools are linked statically, with no dynamic linker of their own, so they
 //! ask a small dynamically linked helper (`helpers/ifunc.c`, built by build.rs and
-//! embedded here), run from a memfd: one short process per IFUNC traced. It asks
-//! only about libraries it has loaded anyway (libc), so no library's constructors
-//! run for the question.
+//! embedded here), run from a memfd: one short process for all the IFUNCs a
+//! pattern matches in a file. It asks only about libraries it has loaded anyway
+//! (libc), so no library's constructors run for the question.
 
 use std::fs;
 use std::io::Write as _;

@@ -145,10 +145,6 @@ fn process_start() -> Option<(Duration, Duration)> {
 /// The marks a session sets as it goes (see the module comment).
 #[derive(Debug, Clone)]
 pub struct Marks {
-    /// When the session started, since boot: `exec` is from the process's start
-    /// to it, worked out when the line is printed (reading /proc/self/stat is
-    /// no work for a run that prints no line).
-    started: Option<Duration>,
     start: Instant,
     /// `features` recorded before the session began (none, usually).
     features_before: Duration,
@@ -165,7 +161,6 @@ pub struct Marks {
 impl Marks {
     pub fn start() -> Marks {
         Marks {
-            started: boottime(),
             start: Instant::now(),
             features_before: total("features"),
             attach_start: None,
@@ -235,6 +230,7 @@ impl Marks {
             }
             s.push(',');
         };
+        // Every tool's entry records it (a unit test's process has none).
         if let Some(e) = ENTRY.get() {
             if let Some(exec) = exec_time(e, process_start()) {
                 item(&mut s, "exec", exec, None);
@@ -243,14 +239,6 @@ impl Marks {
             let options = self.start.saturating_duration_since(e.at);
             item(&mut s, "options", options, None);
             overhead += options;
-        } else if let Some(e) = self
-            .started
-            .zip(process_start())
-            .and_then(|(now, (start, _))| now.checked_sub(start))
-        {
-            // No entry recorded (not a tool's binary): exec to the session.
-            item(&mut s, "exec", e, None);
-            overhead += e;
         }
         let tables = self.tables_at_attach;
         let features = self.features_at_attach.saturating_sub(self.features_before);
