@@ -211,16 +211,23 @@ impl Plan {
         let mut syscalls = Vec::new();
         let mut raw = Vec::new();
         let mut perf = Vec::new();
-        let raw_program = progs.contains_key(&ProgKind::RawTracepoint);
+        let cookie_program = progs.get(&ProgKind::RawTracepoint);
         // Probe i on the nth cookie-less program when ones[n] is i.
         let ones = if raw_ones.is_empty() {
             Vec::new()
         } else {
             self.raw_tp_ones()
         };
-        let mut raw_one = Vec::new();
         for &(i, t, label) in tps {
-            let raw_ok = raw_program && self.raw_attachable.get(i).copied().unwrap_or(false);
+            // The program for a raw link, and whether it takes the cookie.
+            let raw_prog = match cookie_program {
+                Some(p) if self.raw_attachable.get(i).copied().unwrap_or(false) => Some((p, true)),
+                _ => ones
+                    .iter()
+                    .position(|&p| p == i)
+                    .and_then(|n| raw_ones.get(n))
+                    .map(|p| (p, false)),
+            };
             let sys = syscall_event(t).filter(|(exit, _)| {
                 progs.contains_key(if *exit {
                     &ProgKind::SyscallExit
@@ -230,14 +237,8 @@ impl Plan {
             });
             if let Some((exit, nr)) = sys {
                 syscalls.push(attach::SyscallSite { probe: i, nr, exit });
-            } else if raw_ok {
-                raw.push((i, t, label));
-            } else if let Some(n) = ones
-                .iter()
-                .position(|&p| p == i)
-                .filter(|&n| n < raw_ones.len())
-            {
-                raw_one.push((n, (i, t, label)));
+            } else if let Some(prog) = raw_prog {
+                raw.push((prog, (i, t, label)));
             } else {
                 perf.push((i, t, label));
             }
@@ -261,18 +262,17 @@ impl Plan {
             }));
         }
         if !raw.is_empty() {
-            let sites: Vec<(usize, &str, &str)> = raw
+            let sites: Vec<attach::RawSite> = raw
                 .iter()
-                .map(|(i, t, l)| (*i, t.event.as_str(), *l))
+                .map(|&((prog, cookie), (i, t, _))| attach::RawSite {
+                    prog,
+                    probe: i,
+                    name: &t.event,
+                    cookie,
+                })
                 .collect();
-            let refused =
-                attach::raw_tracepoints(&progs[&ProgKind::RawTracepoint], &sites, stop, out);
-            perf.extend(refused.into_iter().map(|k| raw[k]));
-        }
-        for (n, (i, t, label)) in raw_one {
-            if stop.is_set() || !attach::raw_tracepoint_one(&raw_ones[n], i, &t.event, out) {
-                perf.push((i, t, label));
-            }
+            let refused = attach::raw_tracepoints(&sites, stop, out);
+            perf.extend(refused.into_iter().map(|k| raw[k].1));
         }
         if !perf.is_empty() {
             let sites: Vec<(usize, &str, &str, &str)> = perf

@@ -20,9 +20,7 @@ use crate::run::{Phase, Stop};
 mod tracepoints;
 mod uprobe_groups;
 
-pub(crate) use tracepoints::{
-    raw_tracepoint_one, raw_tracepoints, syscalls, tracepoints, SyscallSite,
-};
+pub(crate) use tracepoints::{raw_tracepoints, syscalls, tracepoints, RawSite, SyscallSite};
 use uprobe_groups::remove_uprobe_events;
 pub(crate) use uprobe_groups::uprobe_groups;
 

@@ -40,20 +40,28 @@ pub(crate) fn tracepoints(
     out.perf_tracepoints += out.links() - before;
 }
 
-/// Raw tracepoint sites: probe index, tracepoint name, label. Returns the indices
-/// (into `sites`) of those the kernel refused, for perf-event tracepoints to try.
-pub(crate) fn raw_tracepoints(
-    prog: &Program,
-    sites: &[(usize, &str, &str)],
-    stop: &Stop,
-    out: &mut Attached,
-) -> Vec<usize> {
-    let prog = Prog::of(prog);
-    let results = parallel(sites, ATTACH_THREADS, stop, |&(i, name, _)| {
+/// A tracepoint as a raw tracepoint link: the program, the probe index, the
+/// tracepoint's name, and whether the link carries the probe index as its
+/// cookie (Linux 6.10+; a cookie-less program knows its probe itself).
+pub(crate) struct RawSite<'a, 'p> {
+    pub prog: &'a Program<'p>,
+    pub probe: usize,
+    pub name: &'a str,
+    pub cookie: bool,
+}
+
+/// Attaches raw tracepoint sites. Returns the indices (into `sites`) of those the
+/// kernel refused, for perf-event tracepoints to try.
+pub(crate) fn raw_tracepoints(sites: &[RawSite], stop: &Stop, out: &mut Attached) -> Vec<usize> {
+    let sites: Vec<(Prog, usize, &str, bool)> = sites
+        .iter()
+        .map(|s| (Prog::of(s.prog), s.probe, s.name, s.cookie))
+        .collect();
+    let results = parallel(&sites, ATTACH_THREADS, stop, |&(prog, i, name, cookie)| {
         let name = CString::new(name).map_err(|_| libc::EINVAL)?;
         let mut opts = sys::bpf_raw_tracepoint_opts {
             sz: size_of::<sys::bpf_raw_tracepoint_opts>() as _,
-            cookie: i as u64,
+            cookie: if cookie { i as u64 } else { 0 },
         };
         // SAFETY: name and opts outlive the call.
         take_link(unsafe {
@@ -64,7 +72,7 @@ pub(crate) fn raw_tracepoints(
     for (k, r) in results.into_iter().enumerate() {
         match r {
             Some(Ok(link)) => {
-                out.add(link, [sites[k].0 as u64]);
+                out.add(link, [sites[k].1 as u64]);
                 out.raw_tracepoint_links += 1;
             }
             Some(Err(_)) => refused.push(k),
@@ -72,32 +80,6 @@ pub(crate) fn raw_tracepoints(
         }
     }
     refused
-}
-
-/// The tracepoint `name` (probe `probe`) as a raw tracepoint link without a
-/// cookie: its program knows the probe. False when the kernel refused it, for
-/// a perf-event tracepoint to try.
-pub(crate) fn raw_tracepoint_one(
-    prog: &Program,
-    probe: usize,
-    name: &str,
-    out: &mut Attached,
-) -> bool {
-    let Ok(name) = CString::new(name) else {
-        return false;
-    };
-    // SAFETY: name outlives the call.
-    let link = take_link(unsafe {
-        sys::bpf_program__attach_raw_tracepoint(Prog::of(prog).ptr(), name.as_ptr())
-    });
-    match link {
-        Ok(link) => {
-            out.add(link, [probe as u64]);
-            out.raw_tracepoint_links += 1;
-            true
-        }
-        Err(_) => false,
-    }
 }
 
 /// A syscalls:sys_enter_* / sys_exit_* event served by the raw syscall links.
