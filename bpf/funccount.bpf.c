@@ -98,30 +98,23 @@ int count_raw_tp(struct bpf_raw_tracepoint_args *ctx)
 	return count(bpf_get_attach_cookie(ctx));
 }
 
-/* Before 6.10 a raw tracepoint link has no cookie. A run's first tracepoints
- * still get raw links, through these programs: the nth counts the probe
- * raw_tp_probes[n] names (userspace loads as many as it uses, in this order).
- * Closing a perf-event tracepoint waits out RCU grace periods
+/* Before 6.10 a raw tracepoint link has no cookie. Tracepoints still get raw
+ * links then, through clones of this program, one per tracepoint: userspace
+ * takes its final instructions from libbpf (bpf_program__insns) and loads a
+ * copy per probe with bpf_prog_load, the nth copy reading raw_tp_probes[n]
+ * (the offset of the one load from this section's map is patched), which
+ * names its probe. Closing a perf-event tracepoint waits out RCU grace periods
  * (tracepoint_synchronize_unregister, one event at a time: 75 ms each on the
- * host, 80 under emulation); closing a raw link does not. */
-#define RAW_TP_ONES 8
-const volatile __u32 raw_tp_probes[RAW_TP_ONES] = {};
+ * host, 80 under emulation); closing a raw link does not. The array is a
+ * section of its own so that the load is the only reference to its map. */
+#define RAW_TP_CLONES 1024
+const volatile __u32 raw_tp_probes[RAW_TP_CLONES] SEC(".rodata.raw_tp") = {};
 
-#define COUNT_RAW_TP_ONE(n)						\
-	SEC("raw_tracepoint")						\
-	int count_raw_tp_one_##n(struct bpf_raw_tracepoint_args *ctx)	\
-	{								\
-		return count(raw_tp_probes[n]);				\
-	}
-
-COUNT_RAW_TP_ONE(0)
-COUNT_RAW_TP_ONE(1)
-COUNT_RAW_TP_ONE(2)
-COUNT_RAW_TP_ONE(3)
-COUNT_RAW_TP_ONE(4)
-COUNT_RAW_TP_ONE(5)
-COUNT_RAW_TP_ONE(6)
-COUNT_RAW_TP_ONE(7)
+SEC("raw_tracepoint")
+int count_raw_tp_clone(struct bpf_raw_tracepoint_args *ctx)
+{
+	return count(raw_tp_probes[0]);
+}
 
 /* The syscalls:sys_enter_* and sys_exit_* events are ftrace events on top of the
  * raw_syscalls sys_enter/sys_exit tracepoints: one raw link on each serves all of

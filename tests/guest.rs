@@ -540,8 +540,9 @@ fn funclatency_leaves_nothing_after_sigterm_and_kill() {
 fn uprobe_groups_and_raw_syscall_links_on_older_kernels() {
     // Debian 12's 6.1 has no uprobe_multi and no raw tracepoint cookies: user
     // functions go into tracefs uprobe groups, syscall events through the raw
-    // sys_enter/sys_exit links (no cookie needed), and one other tracepoint
-    // through the raw tracepoint program that needs no cookie.
+    // sys_enter/sys_exit links (no cookie needed), and other tracepoints
+    // through the raw tracepoint program that needs no cookie and its clones
+    // (task_rename on the third, a clone).
     let dir = Scratch::new();
     let bin = dir.copy(&prog("workload"));
     let w = Workload::start(&bin, &["funcs", "100"]);
@@ -572,6 +573,8 @@ fn uprobe_groups_and_raw_syscall_links_on_older_kernels() {
             "-D",
             "t:syscalls:sys_enter_prctl",
             "t:syscalls:sys_exit_prctl",
+            "t:sched:sched_process_exec",
+            "t:sched:sched_process_fork",
             "t:task:task_rename",
         ],
         T,
@@ -586,7 +589,7 @@ fn uprobe_groups_and_raw_syscall_links_on_older_kernels() {
     );
     assert!(
         out.stderr.contains(
-            "tracepoints: 1 as raw tracepoint links, 2 syscall events through 2 raw sys_enter/sys_exit links, 0 as perf events\n"
+            "tracepoints: 3 as raw tracepoint links, 2 syscall events through 2 raw sys_enter/sys_exit links, 0 as perf events\n"
         ),
         "{}",
         out.stderr

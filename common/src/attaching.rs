@@ -59,17 +59,11 @@ impl Plan {
     }
 
     fn attach_all(&self, obj: &Object, stop: &Stop) -> Result<Attached> {
-        // The loaded ones: a kind the plan did not load is not attached. Of the
-        // cookie-less raw tracepoint programs, several, in order.
+        // The loaded ones: a kind the plan did not load is not attached.
         let mut progs: BTreeMap<ProgKind, ProgramMut> = BTreeMap::new();
-        let mut raw_ones = Vec::new();
         for p in obj.progs_mut().filter(|p| p.autoload()) {
-            match p.section().to_str().and_then(ProgKind::of) {
-                Some(ProgKind::RawTracepointOne) => raw_ones.push(p),
-                Some(kind) => {
-                    progs.insert(kind, p);
-                }
-                None => {}
+            if let Some(kind) = p.section().to_str().and_then(ProgKind::of) {
+                progs.insert(kind, p);
             }
         }
         let prog = |k: ProgKind| {
@@ -165,7 +159,7 @@ impl Plan {
             })
             .collect();
         if !tps.is_empty() {
-            self.attach_tracepoints(&progs, &raw_ones, &tps, obj, stop, &mut out)?;
+            self.attach_tracepoints(&progs, &tps, obj, stop, &mut out)?;
         }
 
         let usdts: Vec<(usize, &std::path::Path, &str, &str)> = self
@@ -202,7 +196,6 @@ impl Plan {
     fn attach_tracepoints(
         &self,
         progs: &BTreeMap<ProgKind, ProgramMut>,
-        raw_ones: &[ProgramMut],
         tps: &[(usize, &Tracepoint, &str)],
         obj: &Object,
         stop: &Stop,
@@ -210,24 +203,17 @@ impl Plan {
     ) -> Result<()> {
         let mut syscalls = Vec::new();
         let mut raw = Vec::new();
+        let mut clones = Vec::new();
         let mut perf = Vec::new();
         let cookie_program = progs.get(&ProgKind::RawTracepoint);
-        // Probe i on the nth cookie-less program when ones[n] is i.
-        let ones = if raw_ones.is_empty() {
-            Vec::new()
+        // Probe i on the nth clone of the cookie-less program when slots[n] is i.
+        let slots = if progs.contains_key(&ProgKind::RawTracepointClone) {
+            self.raw_tp_clones()
         } else {
-            self.raw_tp_ones()
+            Vec::new()
         };
         for &(i, t, label) in tps {
-            // The program for a raw link, and whether it takes the cookie.
-            let raw_prog = match cookie_program {
-                Some(p) if self.raw_attachable.get(i).copied().unwrap_or(false) => Some((p, true)),
-                _ => ones
-                    .iter()
-                    .position(|&p| p == i)
-                    .and_then(|n| raw_ones.get(n))
-                    .map(|p| (p, false)),
-            };
+            let raw_ok = self.raw_attachable.get(i).copied().unwrap_or(false);
             let sys = syscall_event(t).filter(|(exit, _)| {
                 progs.contains_key(if *exit {
                     &ProgKind::SyscallExit
@@ -237,8 +223,10 @@ impl Plan {
             });
             if let Some((exit, nr)) = sys {
                 syscalls.push(attach::SyscallSite { probe: i, nr, exit });
-            } else if let Some(prog) = raw_prog {
+            } else if let (Some(prog), true) = (cookie_program, raw_ok) {
                 raw.push((prog, (i, t, label)));
+            } else if let Some(slot) = slots.iter().position(|&p| p == i) {
+                clones.push((slot, (i, t, label)));
             } else {
                 perf.push((i, t, label));
             }
@@ -264,15 +252,31 @@ impl Plan {
         if !raw.is_empty() {
             let sites: Vec<attach::RawSite> = raw
                 .iter()
-                .map(|&((prog, cookie), (i, t, _))| attach::RawSite {
+                .map(|&(prog, (i, t, _))| attach::RawSite {
                     prog,
                     probe: i,
                     name: &t.event,
-                    cookie,
                 })
                 .collect();
             let refused = attach::raw_tracepoints(&sites, stop, out);
             perf.extend(refused.into_iter().map(|k| raw[k].1));
+        }
+        if let (Some(prog), false) = (progs.get(&ProgKind::RawTracepointClone), clones.is_empty()) {
+            let slot_map = obj
+                .maps()
+                .find(|m| m.name() == ".rodata.raw_tp")
+                .context("internal error: the BPF object has no .rodata.raw_tp map")?;
+            let sites: Vec<attach::CloneSite> = clones
+                .iter()
+                .map(|&(slot, (i, t, _))| attach::CloneSite {
+                    probe: i,
+                    name: &t.event,
+                    slot,
+                })
+                .collect();
+            let slot_map = std::os::fd::AsFd::as_fd(&slot_map);
+            let refused = attach::raw_tracepoint_clones(prog, slot_map, &sites, stop, out);
+            perf.extend(refused.into_iter().map(|k| clones[k].1));
         }
         if !perf.is_empty() {
             let sites: Vec<(usize, &str, &str, &str)> = perf

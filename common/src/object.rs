@@ -32,10 +32,11 @@ pub enum ProgKind {
     /// Raw tracepoint links with cookies (Linux 6.10+), for tools whose BPF object
     /// has such a program (`SEC("raw_tp")`); others use perf-event tracepoints.
     RawTracepoint,
-    /// Raw tracepoint links without a cookie (before Linux 6.10), one program
-    /// each: the object's nth `SEC("raw_tracepoint")` program counts the probe
-    /// its `raw_tp_probes[n]` global names ([`Plan::raw_tp_ones`]).
-    RawTracepointOne,
+    /// Raw tracepoint links without a cookie (before Linux 6.10): the object's
+    /// `SEC("raw_tracepoint")` program, cloned per probe
+    /// ([`crate::attach::raw_tracepoint_clones`]), the nth clone counting the
+    /// probe its `raw_tp_probes[n]` global names ([`Plan::raw_tp_clones`]).
+    RawTracepointClone,
     /// The raw `sys_enter` / `sys_exit` tracepoints serving every
     /// syscalls:sys_enter_* / sys_exit_* event (`SEC("raw_tp/sys_enter")`, ...).
     SyscallEnter,
@@ -56,7 +57,7 @@ impl ProgKind {
             "raw_tp/sys_enter" => return Some(ProgKind::SyscallEnter),
             "raw_tp/sys_exit" => return Some(ProgKind::SyscallExit),
             "raw_tp" => return Some(ProgKind::RawTracepoint),
-            "raw_tracepoint" => return Some(ProgKind::RawTracepointOne),
+            "raw_tracepoint" => return Some(ProgKind::RawTracepointClone),
             _ => {}
         }
         Some(match prog_section.split('/').next()? {
@@ -111,10 +112,10 @@ impl ProgKind {
     }
 }
 
-/// How many cookie-less raw tracepoint programs an object has at most
-/// (`RAW_TP_ONES` in bpf/funccount.bpf.c); an object with fewer serves fewer
-/// probes, the others are perf events.
-pub const RAW_TP_ONES: usize = 8;
+/// How many clones of its cookie-less raw tracepoint program an object serves
+/// at most (`RAW_TP_CLONES` in bpf/funccount.bpf.c, the length of its
+/// `raw_tp_probes`); further tracepoints are perf events.
+pub const RAW_TP_CLONES: usize = 1024;
 
 /// Writes a [`Filter`] into a skeleton's `.rodata` (the globals of bpf/filter.h).
 #[macro_export]
@@ -216,24 +217,11 @@ impl Plan {
             Site::Kernel(f) if self.kernel_via == Some(Via::Trampoline) => Some(f.name.clone()),
             _ => None,
         });
-        // As many of the cookie-less raw tracepoint programs as probes use them,
-        // from the first.
-        let mut raw_ones = if need.contains(&ProgKind::RawTracepointOne) {
-            self.raw_tp_ones().len()
-        } else {
-            0
-        };
         for mut prog in obj.progs_mut() {
             let Some(kind) = prog.section().to_str().and_then(ProgKind::of) else {
                 continue;
             };
-            let on = if kind == ProgKind::RawTracepointOne {
-                let on = raw_ones > 0;
-                raw_ones = raw_ones.saturating_sub(1);
-                on
-            } else {
-                need.contains(&kind)
-            };
+            let on = need.contains(&kind);
             prog.set_autoload(on);
             if on {
                 have.insert(kind);
@@ -277,6 +265,8 @@ impl Plan {
                 // Threads in a syscall at once; only needed to remember numbers.
                 Some("syscall_nrs") => !self.remember_syscall_nrs(),
                 Some("syscall_probes") => !syscalls,
+                // Read only by the cookie-less raw tracepoint program.
+                Some(".rodata.raw_tp") => !have.contains(&ProgKind::RawTracepointClone),
                 // libbpf's usdt.bpf.h, whose LINUX_HAS_BPF_COOKIE is the
                 // objects' only kconfig extern.
                 Some("__bpf_usdt_specs" | "__bpf_usdt_ip_to_spec_id") => usdt == 0,
@@ -364,22 +354,22 @@ impl Plan {
             && features::raw_tp_cookie()
         {
             kinds.push(ProgKind::RawTracepoint);
-        } else if present(ProgKind::RawTracepointOne) && !self.raw_tp_ones().is_empty() {
-            kinds.push(ProgKind::RawTracepointOne);
+        } else if present(ProgKind::RawTracepointClone) && !self.raw_tp_clones().is_empty() {
+            kinds.push(ProgKind::RawTracepointClone);
         }
         kinds
     }
 
-    /// Without raw tracepoint cookies, the probes the cookie-less raw tracepoint
-    /// programs serve, the nth program the nth probe: the first [`RAW_TP_ONES`]
-    /// tracepoints a raw link may serve (the others are perf events). Empty
-    /// with cookies.
-    pub fn raw_tp_ones(&self) -> Vec<usize> {
+    /// Without raw tracepoint cookies, the probes the clones of the cookie-less
+    /// raw tracepoint program serve, the nth clone the nth probe: the first
+    /// [`RAW_TP_CLONES`] tracepoints a raw link may serve (the others are perf
+    /// events). Empty with cookies.
+    pub fn raw_tp_clones(&self) -> Vec<usize> {
         if !self.raw_attachable.contains(&true) || features::raw_tp_cookie() {
             return Vec::new();
         }
         let ones = self.raw_attachable.iter().enumerate().filter(|(_, &ok)| ok);
-        ones.map(|(i, _)| i).take(RAW_TP_ONES).collect()
+        ones.map(|(i, _)| i).take(RAW_TP_CLONES).collect()
     }
 
     /// Whether the plan traces syscall events (`syscalls:sys_enter_*`/`sys_exit_*`),

@@ -81,15 +81,20 @@ fn run(mut args: Args, ahead: OpenAhead<skel::FunccountSkelBuilder>) -> Result<(
     let mut open = common::open_skeleton!(ahead, plan, args.common.cpu, |rodata| {
         rodata.kernel_reads = common::features::kernel_reads();
         rodata.remember_nr = plan.remember_syscall_nrs();
-        for (slot, probe) in rodata.raw_tp_probes.iter_mut().zip(plan.raw_tp_ones()) {
-            *slot = probe as u32;
-        }
         // Only the syscall programs read it, and finding it may parse the
         // kernel's BTF (once per boot).
         if rodata.kernel_reads && plan.has_syscall_events() {
             rodata.task_status_off = common::features::task_status_offset().unwrap_or(0);
         }
     });
+    // Without raw tracepoint cookies, the probe each clone of the cookie-less
+    // raw tracepoint program counts (the array is as long as common expects).
+    if let Some(clones) = open.maps.rodata_raw_tp_data.as_deref_mut() {
+        let slots: &mut [u32; common::object::RAW_TP_CLONES] = &mut clones.raw_tp_probes;
+        for (slot, probe) in slots.iter_mut().zip(plan.raw_tp_clones()) {
+            *slot = probe as u32;
+        }
+    }
     open.maps.counts.set_max_entries(plan.probes.len() as u32)?;
     let skel = open.load().context("loading the BPF programs")?;
     let labels: Vec<String> = plan.probes.iter().map(|p| p.label.clone()).collect();

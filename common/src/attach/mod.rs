@@ -20,7 +20,9 @@ use crate::run::{Phase, Stop};
 mod tracepoints;
 mod uprobe_groups;
 
-pub(crate) use tracepoints::{raw_tracepoints, syscalls, tracepoints, RawSite, SyscallSite};
+pub(crate) use tracepoints::{
+    raw_tracepoint_clones, raw_tracepoints, syscalls, tracepoints, CloneSite, RawSite, SyscallSite,
+};
 use uprobe_groups::remove_uprobe_events;
 pub(crate) use uprobe_groups::uprobe_groups;
 
@@ -43,7 +45,7 @@ pub struct Skipped {
 /// Everything a plan attached. Dropping it detaches, in parallel when there are
 /// many links (each perf-event probe costs an RCU grace period to remove).
 pub struct Attached {
-    links: Vec<Link>,
+    links: Vec<Held>,
     attached: Vec<bool>,
     pub skipped: Vec<Skipped>,
     /// Number of kprobe_multi links and the kernel functions they cover.
@@ -107,10 +109,16 @@ impl Attached {
     }
 
     fn add(&mut self, link: Link, cookies: impl IntoIterator<Item = u64>) {
-        self.links.push(link);
+        self.links.push(Held::Libbpf(link));
         for c in cookies {
             self.attached[c as usize] = true;
         }
+    }
+
+    /// A link for one probe, libbpf's or a bare descriptor.
+    fn add_held(&mut self, link: Held, probe: u64) {
+        self.links.push(link);
+        self.attached[probe as usize] = true;
     }
 
     fn add_uprobe_multi(&mut self, link: Link, sites: &[UserSite<'_>]) {
@@ -167,12 +175,28 @@ impl Attached {
         let per = links.len().div_ceil(DETACH_THREADS);
         let mut links = links.into_iter();
         thread::scope(|s| loop {
-            let chunk: Vec<Link> = links.by_ref().take(per).collect();
+            let chunk: Vec<Held> = links.by_ref().take(per).collect();
             if chunk.is_empty() {
                 break;
             }
             s.spawn(move || drop(chunk));
         });
+    }
+}
+
+/// A link: libbpf's, or the bare descriptor of one made without libbpf (a
+/// cloned program's, [`raw_tracepoint_clones`]). Closing either detaches.
+pub(crate) enum Held {
+    Libbpf(Link),
+    Fd(std::os::fd::OwnedFd),
+}
+
+impl std::os::fd::AsFd for Held {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            Held::Libbpf(l) => l.as_fd(),
+            Held::Fd(f) => f.as_fd(),
+        }
     }
 }
 
@@ -383,14 +407,14 @@ fn bisect<'a>(
 
 /// Runs `attach` over `items` on several threads, stopping early on a stop request.
 /// Results come back in item order; items never tried (stopped) are `None`.
-fn parallel<T: Sync>(
+fn parallel<T: Sync, L: Send>(
     items: &[T],
     threads: usize,
     stop: &Stop,
-    attach: impl Fn(&T) -> Result<Link, i32> + Sync,
-) -> Vec<Option<Result<Link, i32>>> {
+    attach: impl Fn(&T) -> Result<L, i32> + Sync,
+) -> Vec<Option<Result<L, i32>>> {
     let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<Link, i32>>>> =
+    let results: Mutex<Vec<Option<Result<L, i32>>>> =
         Mutex::new((0..items.len()).map(|_| None).collect());
     let threads = threads.min(items.len()).max(1);
     if threads == 1 {

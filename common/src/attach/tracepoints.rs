@@ -1,13 +1,14 @@
 //! Tracepoints: perf-event tracepoint links, raw tracepoint links (with
-//! cookies, or without, a program each), and the syscall events served by one
-//! raw sys_enter and one sys_exit link.
+//! cookies, or without, a clone of the program each), and the syscall events
+//! served by one raw sys_enter and one sys_exit link.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use libbpf_rs::{Link, ProgramMut as Program};
 use libbpf_sys as sys;
 
-use super::{collect, parallel, take_link, Attached, Prog, ATTACH_THREADS};
+use super::{collect, parallel, take_link, Attached, Held, Prog, ATTACH_THREADS};
 use crate::run::Stop;
 
 /// Tracepoint sites: probe index, category, event, label.
@@ -40,28 +41,26 @@ pub(crate) fn tracepoints(
     out.perf_tracepoints += out.links() - before;
 }
 
-/// A tracepoint as a raw tracepoint link: the program, the probe index, the
-/// tracepoint's name, and whether the link carries the probe index as its
-/// cookie (Linux 6.10+; a cookie-less program knows its probe itself).
+/// A tracepoint as a raw tracepoint link carrying the probe index as its
+/// cookie (Linux 6.10+): the program, the probe index, the tracepoint's name.
 pub(crate) struct RawSite<'a, 'p> {
     pub prog: &'a Program<'p>,
     pub probe: usize,
     pub name: &'a str,
-    pub cookie: bool,
 }
 
 /// Attaches raw tracepoint sites. Returns the indices (into `sites`) of those the
 /// kernel refused, for perf-event tracepoints to try.
 pub(crate) fn raw_tracepoints(sites: &[RawSite], stop: &Stop, out: &mut Attached) -> Vec<usize> {
-    let sites: Vec<(Prog, usize, &str, bool)> = sites
+    let sites: Vec<(Prog, usize, &str)> = sites
         .iter()
-        .map(|s| (Prog::of(s.prog), s.probe, s.name, s.cookie))
+        .map(|s| (Prog::of(s.prog), s.probe, s.name))
         .collect();
-    let results = parallel(&sites, ATTACH_THREADS, stop, |&(prog, i, name, cookie)| {
+    let results = parallel(&sites, ATTACH_THREADS, stop, |&(prog, i, name)| {
         let name = CString::new(name).map_err(|_| libc::EINVAL)?;
         let mut opts = sys::bpf_raw_tracepoint_opts {
             sz: size_of::<sys::bpf_raw_tracepoint_opts>() as _,
-            cookie: if cookie { i as u64 } else { 0 },
+            cookie: i as u64,
         };
         // SAFETY: name and opts outlive the call.
         take_link(unsafe {
@@ -80,6 +79,124 @@ pub(crate) fn raw_tracepoints(sites: &[RawSite], stop: &Stop, out: &mut Attached
         }
     }
     refused
+}
+
+/// A tracepoint as a raw tracepoint link without a cookie (before Linux 6.10):
+/// the probe index, the tracepoint's name, and which clone of the cookie-less
+/// program counts it (the one whose `raw_tp_probes` slot names the probe).
+pub(crate) struct CloneSite<'a> {
+    pub probe: usize,
+    pub name: &'a str,
+    pub slot: usize,
+}
+
+/// Attaches cookie-less raw tracepoint sites: slot 0 through `prog` itself,
+/// the others through clones of it, each loaded with `bpf_prog_load` from
+/// the instructions libbpf loaded `prog` with (`bpf_program__insns`, libbpf's
+/// way to clone a program after it has resolved maps and relocations), with
+/// its one load from the `slots` map (the `raw_tp_probes` array) moved to
+/// its slot. Returns the indices (into `sites`) of those not attached, for
+/// perf-event tracepoints to try.
+pub(crate) fn raw_tracepoint_clones(
+    prog: &Program,
+    slots: BorrowedFd<'_>,
+    sites: &[CloneSite],
+    stop: &Stop,
+    out: &mut Attached,
+) -> Vec<usize> {
+    let prog = Prog::of(prog);
+    // SAFETY: a loaded program's instructions stay until its object closes,
+    // after the attach.
+    let insns = unsafe {
+        let (p, n) = (
+            sys::bpf_program__insns(prog.ptr()),
+            sys::bpf_program__insn_cnt(prog.ptr()),
+        );
+        if p.is_null() {
+            &[]
+        } else {
+            std::slice::from_raw_parts(p, n as usize)
+        }
+    };
+    let slot_load = slot_load(insns, slots.as_raw_fd());
+    // SAFETY: a loaded program's name is a NUL-terminated string it owns.
+    let name = unsafe { CStr::from_ptr(sys::bpf_program__name(prog.ptr())) };
+    let results = parallel(sites, ATTACH_THREADS, stop, |site| {
+        let tp = CString::new(site.name).map_err(|_| libc::EINVAL)?;
+        if site.slot == 0 {
+            // SAFETY: tp outlives the call.
+            let link = take_link(unsafe {
+                sys::bpf_program__attach_raw_tracepoint(prog.ptr(), tp.as_ptr())
+            })?;
+            return Ok(Held::Libbpf(link));
+        }
+        let at = slot_load.ok_or(libc::ENOTSUP)?;
+        let mut copy = insns.to_vec();
+        let offset = site.slot * size_of::<u32>();
+        copy[at + 1].imm = i32::try_from(offset).map_err(|_| libc::E2BIG)?;
+        let clone = load_raw_tracepoint(name, &copy)?;
+        // SAFETY: tp outlives the call; the link holds the clone from now on.
+        let link = unsafe { sys::bpf_raw_tracepoint_open(tp.as_ptr(), clone.as_raw_fd()) };
+        if link < 0 {
+            return Err(-link);
+        }
+        // SAFETY: a new link descriptor, ours alone.
+        Ok(Held::Fd(unsafe { OwnedFd::from_raw_fd(link) }))
+    });
+    let mut refused = Vec::new();
+    for (k, r) in results.into_iter().enumerate() {
+        match r {
+            Some(Ok(link)) => {
+                out.add_held(link, sites[k].probe as u64);
+                out.raw_tracepoint_links += 1;
+            }
+            Some(Err(_)) => refused.push(k),
+            None => {}
+        }
+    }
+    refused
+}
+
+/// The index of the one 64-bit load of an address in the map `fd`'s value, at
+/// its start (`&raw_tp_probes[0]`), in a loaded program's instructions; None
+/// when there is not exactly one (then no clone is made).
+fn slot_load(insns: &[sys::bpf_insn], fd: RawFd) -> Option<usize> {
+    const LD_IMM64: u8 = (sys::BPF_LD | sys::BPF_IMM | sys::BPF_DW) as u8;
+    let mut found = insns.windows(2).enumerate().filter(|(_, w)| {
+        w[0].code == LD_IMM64
+            && u32::from(w[0].src_reg()) == sys::BPF_PSEUDO_MAP_VALUE
+            && w[0].imm == fd
+    });
+    match (found.next(), found.next()) {
+        (Some((at, w)), None) if w[1].imm == 0 => Some(at),
+        _ => None,
+    }
+}
+
+/// Loads `insns` as a raw tracepoint program named `name`.
+fn load_raw_tracepoint(name: &CStr, insns: &[sys::bpf_insn]) -> Result<OwnedFd, i32> {
+    let mut opts = sys::bpf_prog_load_opts {
+        sz: size_of::<sys::bpf_prog_load_opts>() as _,
+        ..Default::default()
+    };
+    // SAFETY: the strings, instructions and opts outlive the call. The
+    // license is the one the objects declare (helpers such as
+    // bpf_probe_read_kernel need a GPL-compatible one).
+    let fd = unsafe {
+        sys::bpf_prog_load(
+            sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
+            name.as_ptr(),
+            c"Dual BSD/GPL".as_ptr(),
+            insns.as_ptr(),
+            insns.len() as _,
+            &mut opts,
+        )
+    };
+    if fd < 0 {
+        return Err(-fd);
+    }
+    // SAFETY: a new program descriptor, ours alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// A syscalls:sys_enter_* / sys_exit_* event served by the raw syscall links.
@@ -164,4 +281,46 @@ pub(crate) fn syscalls(
         }
     }
     refused
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 64-bit load of `src` (a pseudo source) `imm` at `off` into the value,
+    /// its second half, and a plain load.
+    fn ld_imm64(src: u32, imm: i32, off: i32) -> [sys::bpf_insn; 3] {
+        let mut first = sys::bpf_insn {
+            code: (sys::BPF_LD | sys::BPF_IMM | sys::BPF_DW) as u8,
+            imm,
+            ..Default::default()
+        };
+        first.set_src_reg(src as u8);
+        let second = sys::bpf_insn {
+            imm: off,
+            ..Default::default()
+        };
+        let ldx = sys::bpf_insn {
+            code: (sys::BPF_LDX | sys::BPF_MEM | sys::BPF_W) as u8,
+            ..Default::default()
+        };
+        [first, second, ldx]
+    }
+
+    #[test]
+    fn the_slot_load_is_the_one_load_of_the_maps_value_start() {
+        let value = sys::BPF_PSEUDO_MAP_VALUE;
+        let insns: Vec<_> = [ld_imm64(value, 5, 12), ld_imm64(value, 7, 0)].concat();
+        assert_eq!(slot_load(&insns, 7), Some(3));
+        // Another map's load only, or none at all.
+        assert_eq!(slot_load(&insns, 9), None);
+        assert_eq!(slot_load(&insns[..3], 7), None);
+        // Not at the array's start: not the load to move.
+        assert_eq!(slot_load(&ld_imm64(value, 7, 4), 7), None);
+        // Two loads of the map: which one names the slot is unknown.
+        let twice: Vec<_> = [ld_imm64(value, 7, 0), ld_imm64(value, 7, 0)].concat();
+        assert_eq!(slot_load(&twice, 7), None);
+        // A map's address (not its value's) with the same descriptor.
+        assert_eq!(slot_load(&ld_imm64(sys::BPF_PSEUDO_MAP_FD, 7, 0), 7), None);
+    }
 }
