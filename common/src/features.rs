@@ -1,7 +1,7 @@
 //! Kernel feature probes that must run before a program is loaded: a program's
 //! expected attach type (multi or single) is fixed at load time.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr;
 use std::sync::OnceLock;
@@ -34,19 +34,31 @@ fn load(
         // SAFETY: bpf_insn is a plain 8-byte struct; these are its wire encodings.
         .map(|i| unsafe { std::mem::transmute::<[u8; 8], sys::bpf_insn>(*i) })
         .collect();
-    let license = CString::new("GPL").expect("no NUL");
+    load_insns(ty, None, expected, attach_btf_id, &insns)
+}
+
+/// Loads `insns` as a program of type `ty` (a GPL one) with libbpf's
+/// low-level `bpf_prog_load`: these probes, and copies of loaded programs
+/// ([`crate::attach`]'s raw tracepoint clones).
+pub(crate) fn load_insns(
+    ty: sys::bpf_prog_type,
+    name: Option<&CStr>,
+    expected: sys::bpf_attach_type,
+    attach_btf_id: u32,
+    insns: &[sys::bpf_insn],
+) -> Result<OwnedFd, i32> {
     let mut opts = sys::bpf_prog_load_opts {
         sz: size_of::<sys::bpf_prog_load_opts>() as _,
         expected_attach_type: expected,
         attach_btf_id,
         ..Default::default()
     };
-    // SAFETY: insns and license outlive the call; opts is a valid, sized struct.
+    // SAFETY: insns and the strings outlive the call; opts is a valid, sized struct.
     let fd = unsafe {
         sys::bpf_prog_load(
             ty,
-            ptr::null(),
-            license.as_ptr(),
+            name.map_or(ptr::null(), CStr::as_ptr),
+            c"GPL".as_ptr(),
             insns.as_ptr(),
             insns.len() as _,
             &mut opts,

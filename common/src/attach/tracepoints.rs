@@ -134,7 +134,13 @@ pub(crate) fn raw_tracepoint_clones(
         let mut copy = insns.to_vec();
         let offset = site.slot * size_of::<u32>();
         copy[at + 1].imm = i32::try_from(offset).map_err(|_| libc::E2BIG)?;
-        let clone = load_raw_tracepoint(name, &copy)?;
+        let clone = crate::features::load_insns(
+            sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
+            Some(name),
+            0,
+            0,
+            &copy,
+        )?;
         // SAFETY: tp outlives the call; the link holds the clone from now on.
         let link = unsafe { sys::bpf_raw_tracepoint_open(tp.as_ptr(), clone.as_raw_fd()) };
         if link < 0 {
@@ -171,32 +177,6 @@ fn slot_load(insns: &[sys::bpf_insn], fd: RawFd) -> Option<usize> {
         (Some((at, w)), None) if w[1].imm == 0 => Some(at),
         _ => None,
     }
-}
-
-/// Loads `insns` as a raw tracepoint program named `name`.
-fn load_raw_tracepoint(name: &CStr, insns: &[sys::bpf_insn]) -> Result<OwnedFd, i32> {
-    let mut opts = sys::bpf_prog_load_opts {
-        sz: size_of::<sys::bpf_prog_load_opts>() as _,
-        ..Default::default()
-    };
-    // SAFETY: the strings, instructions and opts outlive the call. The
-    // license is the one the objects declare (helpers such as
-    // bpf_probe_read_kernel need a GPL-compatible one).
-    let fd = unsafe {
-        sys::bpf_prog_load(
-            sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
-            name.as_ptr(),
-            c"Dual BSD/GPL".as_ptr(),
-            insns.as_ptr(),
-            insns.len() as _,
-            &mut opts,
-        )
-    };
-    if fd < 0 {
-        return Err(-fd);
-    }
-    // SAFETY: a new program descriptor, ours alone.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// A syscalls:sys_enter_* / sys_exit_* event served by the raw syscall links.
