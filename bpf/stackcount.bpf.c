@@ -128,6 +128,17 @@ int stack_tracepoint(void *ctx)
 	return record(ctx, false);
 }
 
+/* Tracepoints as raw tracepoint links where their program may be given a
+ * cookie (Linux 6.10+; this one ignores it): they detach without the per-event
+ * RCU waits of perf events. The kernel stack taken here begins in this program
+ * and bpf_trace_run*; user space leaves those frames out
+ * (common/src/stacks.rs). */
+SEC("raw_tp")
+int stack_raw_tp(void *ctx)
+{
+	return record(ctx, false);
+}
+
 SEC("usdt")
 int stack_usdt(struct pt_regs *ctx)
 {

@@ -79,11 +79,19 @@ pub struct Resolved {
 }
 
 impl Resolved {
+    /// A kernel stack's frames, innermost first. A stack taken in a raw
+    /// tracepoint program begins inside that program and the kernel code that
+    /// runs it (`bpf_prog_<tag>_<name>`, `bpf_trace_run2`, and on some kernels
+    /// `__bpf_trace_<event>` and `__traceiter_<event>`): those frames are left
+    /// out, so that it begins where the tracepoint fired, as one taken in a
+    /// perf-event tracepoint program does.
     pub fn kernel(&self, addrs: &[u64]) -> Vec<Frame> {
-        addrs
+        let mut frames: Vec<Frame> = addrs
             .iter()
             .map(|a| lookup(self.kernel.get(a), *a))
-            .collect()
+            .collect();
+        frames.drain(..raw_tracepoint_frames(&frames));
+        frames
     }
 
     pub fn user(&self, pid: u32, addrs: &[u64]) -> Vec<Frame> {
@@ -93,6 +101,31 @@ impl Resolved {
             .map(|a| lookup(m.and_then(|m| m.get(a)), *a))
             .collect()
     }
+}
+
+/// How many of a kernel stack's innermost frames are a raw tracepoint program's
+/// and its caller's (see [`Resolved::kernel`]): none unless the stack begins in
+/// a BPF program (named, or unnamed where JIT images are not in kallsyms but
+/// called by `bpf_trace_run*`). A probe on `bpf_trace_run2` itself begins there,
+/// not in a program, and keeps its frames.
+fn raw_tracepoint_frames(frames: &[Frame]) -> usize {
+    let name = |i: usize| frames.get(i).and_then(|f| f.name.as_deref());
+    let runner = |n: &str| n.starts_with("bpf_trace_run");
+    let in_program = match name(0) {
+        Some(n) => n.starts_with("bpf_prog_"),
+        None => name(1).is_some_and(runner),
+    };
+    if !in_program {
+        return 0;
+    }
+    1 + frames[1..]
+        .iter()
+        .take_while(|f| {
+            f.name.as_deref().is_some_and(|n| {
+                runner(n) || n.starts_with("__bpf_trace_") || n.starts_with("__traceiter_")
+            })
+        })
+        .count()
 }
 
 fn lookup(f: Option<&Frame>, addr: u64) -> Frame {
@@ -166,6 +199,38 @@ mod tests {
             offset: 0,
             inlined: Vec::new(),
         }
+    }
+
+    #[test]
+    fn raw_tracepoint_program_frames_are_left_out() {
+        let names = |fs: &[Frame]| -> Vec<String> {
+            fs[raw_tracepoint_frames(fs)..]
+                .iter()
+                .map(|f| f.name.clone().unwrap_or_default())
+                .collect()
+        };
+        let fired = ["__set_task_comm", "__do_sys_prctl"].map(f);
+        let raw = [
+            f("bpf_prog_84f9cd2868a98e44_stack_raw_tp"),
+            f("bpf_trace_run2"),
+            f("__bpf_trace_task_rename"),
+            f("__traceiter_task_rename"),
+        ];
+        let want = vec!["__set_task_comm", "__do_sys_prctl"];
+        assert_eq!(names(&[&raw[..], &fired].concat()), want);
+        assert_eq!(names(&[&raw[..2], &fired].concat()), want);
+        // The program's image not in kallsyms.
+        let mut unnamed = raw.clone();
+        unnamed[0].name = None;
+        assert_eq!(names(&[&unnamed[..], &fired].concat()), want);
+        // Stacks of other programs, and a probe on the runner itself, are whole.
+        assert_eq!(names(&fired), want);
+        let on_runner = [f("bpf_trace_run2"), f("__bpf_trace_task_rename")];
+        assert_eq!(names(&on_runner).len(), 2);
+        let mut unknown_top = fired.clone();
+        unknown_top[0].name = None;
+        assert_eq!(names(&unknown_top).len(), 2);
+        assert!(names(&[]).is_empty());
     }
 
     #[test]

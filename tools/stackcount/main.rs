@@ -154,7 +154,10 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
     let mut session = Session::prepare(
         std::slice::from_ref(&spec),
         &mut args.common,
-        How::default(),
+        How {
+            raw_tracepoints: true,
+            ..How::default()
+        },
         args.debug,
     )?;
     // Fail on an unwritable SVG path now, not after the whole trace.
