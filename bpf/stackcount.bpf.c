@@ -128,9 +128,9 @@ int stack_tracepoint(void *ctx)
 	return record(ctx, false);
 }
 
-/* Tracepoints as raw tracepoint links where their program may be given a
- * cookie (Linux 6.10+; this one ignores it): they detach without the per-event
- * RCU waits of perf events. The kernel stack taken here begins in this program
+/* Tracepoints as raw tracepoint links, on any kernel: this program serves every
+ * tracepoint alike, so it needs no cookie (6.10+). Raw links detach without the
+ * per-event RCU waits of perf events. The kernel stack taken here begins in this program
  * and bpf_trace_run*; user space leaves those frames out
  * (common/src/stacks.rs). */
 SEC("raw_tp")

@@ -345,6 +345,43 @@ fn stackcount_shows_the_caller_of_vfs_read() {
     assert_nothing_left("stackcount");
 }
 
+#[test]
+#[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
+fn stackcount_raw_tracepoint_stacks_begin_where_it_fired() {
+    // A raw tracepoint link on every kernel (6.1: without a cookie), whose
+    // program's own frames (and those of the kernel code running it, which
+    // differ between kernels) are left out of its stacks.
+    let w = Workload::start(&prog("workload"), &["rename", "60"]);
+    let out = trace_workload(
+        &tool("stackcount"),
+        w,
+        &["--debug", "-K", "t:task:task_rename"],
+        T,
+    );
+    assert!(
+        out.stderr.contains(
+            "tracepoints: 1 as raw tracepoint links, 0 syscall events through 0 raw sys_enter/sys_exit links, 0 as perf events\n"
+        ),
+        "{}",
+        out.stderr
+    );
+    let stacks = parse_stacks(&out.stdout);
+    let frames = &stacks.first().expect("a stack").0;
+    assert!(stacks.iter().all(|(f, _)| f == frames), "{}", out.stdout);
+    assert_eq!(
+        stacks.iter().map(|(_, n)| n).sum::<u64>(),
+        60,
+        "{}",
+        out.stdout
+    );
+    assert_eq!(frames[0], "__set_task_comm", "{frames:?}");
+    let names = kernel_symbols();
+    for f in frames {
+        assert!(names.contains(f), "{f} is not a kernel symbol");
+    }
+    assert_nothing_left("stackcount");
+}
+
 fn funclatency() -> PathBuf {
     tool("funclatency")
 }

@@ -15,8 +15,8 @@ use crate::mechanism::Via;
 use crate::object::ProgKind;
 use crate::plan::{perf_uprobes, syscall_event, Plan, Site};
 use crate::run::{Phase, Stop};
-use crate::system;
 use crate::tracepoints::Tracepoint;
+use crate::{features, system};
 
 /// Fails on a kernel function named exactly that the kernel did not attach (no
 /// table was read to check it first), with the words a table check would give.
@@ -250,12 +250,16 @@ impl Plan {
             }));
         }
         if !raw.is_empty() {
+            // Before 6.10 a link takes no cookie: only for a program that
+            // serves every tracepoint alike.
+            let cookie = features::raw_tp_cookie();
             let sites: Vec<attach::RawSite> = raw
                 .iter()
                 .map(|&(prog, (i, t, _))| attach::RawSite {
                     prog,
                     probe: i,
                     name: &t.event,
+                    cookie,
                 })
                 .collect();
             let refused = attach::raw_tracepoints(&sites, stop, out);

@@ -10,7 +10,7 @@ use libbpf_rs::OpenObject;
 use crate::attach;
 use crate::features;
 use crate::mechanism::{Hooks, Via};
-use crate::plan::{syscall_event, Plan, Site};
+use crate::plan::{syscall_event, Plan, RawTracepoints, Site};
 use crate::system::{self, PidNs};
 
 /// The kinds of BPF program a plan needs, named by their ELF section.
@@ -29,12 +29,13 @@ pub enum ProgKind {
     Uprobe,
     Uretprobe,
     Tracepoint,
-    /// Raw tracepoint links with cookies (Linux 6.10+), for tools whose BPF object
-    /// has such a program (`SEC("raw_tp")`); others use perf-event tracepoints.
+    /// Raw tracepoint links (`SEC("raw_tp")`), with the probe as cookie (Linux
+    /// 6.10+), or without for a program that serves every tracepoint alike
+    /// ([`RawTracepoints`]); tools without one use perf-event tracepoints.
     RawTracepoint,
     /// Raw tracepoint links without a cookie (before Linux 6.10): the object's
-    /// `SEC("raw_tracepoint")` program, cloned per probe
-    /// ([`crate::attach::raw_tracepoint_clones`]), the nth clone counting the
+    /// `SEC("raw_tracepoint")` program, cloned per probe at attach (from the
+    /// instructions libbpf loaded it with), the nth clone counting the
     /// probe its `raw_tp_probes[n]` global names ([`Plan::raw_tp_clones`]).
     RawTracepointClone,
     /// The raw `sys_enter` / `sys_exit` tracepoints serving every
@@ -349,10 +350,9 @@ impl Plan {
         {
             kinds.push(ProgKind::SyscallEnter);
         }
-        if present(ProgKind::RawTracepoint)
-            && tps().any(|t| t.category != "syscalls")
-            && features::raw_tp_cookie()
-        {
+        // A program that serves every tracepoint alike needs no cookie.
+        let cookies = self.raw_tracepoints == RawTracepoints::Alike || features::raw_tp_cookie();
+        if present(ProgKind::RawTracepoint) && tps().any(|t| t.category != "syscalls") && cookies {
             kinds.push(ProgKind::RawTracepoint);
         } else if present(ProgKind::RawTracepointClone) && !self.raw_tp_clones().is_empty() {
             kinds.push(ProgKind::RawTracepointClone);
@@ -365,7 +365,10 @@ impl Plan {
     /// [`RAW_TP_CLONES`] tracepoints a raw link may serve (the others are perf
     /// events). Empty with cookies.
     pub fn raw_tp_clones(&self) -> Vec<usize> {
-        if !self.raw_attachable.contains(&true) || features::raw_tp_cookie() {
+        if self.raw_tracepoints != RawTracepoints::ByCookie
+            || !self.raw_attachable.contains(&true)
+            || features::raw_tp_cookie()
+        {
             return Vec::new();
         }
         let ones = self.raw_attachable.iter().enumerate().filter(|(_, &ok)| ok);

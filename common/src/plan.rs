@@ -48,9 +48,26 @@ pub struct Options {
     /// The tool's object has fentry/fexit programs: use them for a plan of a
     /// single kernel function when the kernel allows it.
     pub trampoline: bool,
-    /// The tool's object has a raw tracepoint program: the plan says which of its
-    /// tracepoints it may serve.
-    pub raw_tracepoints: bool,
+    /// Whether the tool's tracepoints may be raw tracepoint links: the plan says
+    /// which of them its program may serve.
+    pub raw_tracepoints: RawTracepoints,
+}
+
+/// Whether a tool's tracepoints may be raw tracepoint links, through its
+/// object's `SEC("raw_tp")` program, and what that program needs to know
+/// which probe fired.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RawTracepoints {
+    /// No: perf-event tracepoints.
+    #[default]
+    No,
+    /// The probe, from the link's cookie (Linux 6.10+); before 6.10, clones of
+    /// the object's cookie-less `SEC("raw_tracepoint")` program if it has one
+    /// (funccount).
+    ByCookie,
+    /// Nothing: one program serves every tracepoint alike (stackcount keys by
+    /// stack), so raw links on any kernel, cookie-less before 6.10.
+    Alike,
 }
 
 pub struct Plan {
@@ -78,6 +95,7 @@ pub struct Plan {
     /// built, where it overlaps the object's opening ahead, rather than at
     /// attach: it stats the event's name in every tracefs category.
     pub(crate) raw_attachable: Vec<bool>,
+    pub(crate) raw_tracepoints: RawTracepoints,
 }
 
 impl Plan {
@@ -157,7 +175,7 @@ impl Plan {
         } else if by_name {
             crate::timing::note("tables", "none: kernel functions by name");
         }
-        let raw_attachable = if opts.raw_tracepoints {
+        let raw_attachable = if opts.raw_tracepoints != RawTracepoints::No {
             raw_attachable(&probes)
         } else {
             Vec::new()
@@ -168,6 +186,7 @@ impl Plan {
             kernel_table: kfuncs.map(|k| (k.source.clone(), k.len(), k.removed)),
             kernel_by_name: by_name,
             raw_attachable,
+            raw_tracepoints: opts.raw_tracepoints,
             probes,
             matches,
             pid: opts.pid,

@@ -20,7 +20,7 @@ use crate::attach::Attached;
 use crate::cli::{self, CommonArgs};
 use crate::events::Events;
 use crate::output;
-use crate::plan::{self, Hooks, Plan};
+use crate::plan::{self, Hooks, Plan, RawTracepoints};
 use crate::run::{self, Schedule, Stop, StopReason};
 use crate::serve::{Reply, Request, Served, Server};
 use crate::spec::ProbeSpec;
@@ -34,8 +34,8 @@ pub struct How {
     pub hooks: Hooks,
     /// The tool's object has fentry/fexit programs for a single kernel function.
     pub trampoline: bool,
-    /// The tool's object has a raw tracepoint program for tracepoints.
-    pub raw_tracepoints: bool,
+    /// Whether tracepoints may be raw tracepoint links (see [`RawTracepoints`]).
+    pub raw_tracepoints: RawTracepoints,
 }
 
 pub struct Session {

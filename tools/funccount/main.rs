@@ -12,6 +12,7 @@ use common::cli::{parse_secs, CommonArgs, SummaryArgs};
 use common::counters::PerCpuCounters;
 use common::metrics::{label, Metrics};
 use common::output::{emit, timestamp, unix_time};
+use common::plan::RawTracepoints;
 use common::run::Schedule;
 use common::serve::Served;
 use common::session::{How, Session};
@@ -72,7 +73,7 @@ fn main() {
 fn run(mut args: Args, ahead: OpenAhead<skel::FunccountSkelBuilder>) -> Result<()> {
     let specs = ProbeSpec::parse_all(&args.patterns, args.summary.regexp)?;
     let how = How {
-        raw_tracepoints: true,
+        raw_tracepoints: RawTracepoints::ByCookie,
         ..How::default()
     };
     let mut session = Session::prepare(&specs, &mut args.common, how, args.debug)?;

@@ -16,7 +16,7 @@ use common::cli::{self, parse_secs, warn, CommonArgs, SummaryArgs};
 use common::counters::PerCpuCounters;
 use common::metrics::Metrics;
 use common::output::{emit, timestamp, unix_time};
-use common::plan::Site;
+use common::plan::{RawTracepoints, Site};
 use common::run::Schedule;
 use common::serve::Served;
 use common::session::{How, Session};
@@ -155,7 +155,8 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
         std::slice::from_ref(&spec),
         &mut args.common,
         How {
-            raw_tracepoints: true,
+            // Stacks are counted alike whichever tracepoint took them.
+            raw_tracepoints: RawTracepoints::Alike,
             ..How::default()
         },
         args.debug,

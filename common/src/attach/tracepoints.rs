@@ -41,26 +41,28 @@ pub(crate) fn tracepoints(
     out.perf_tracepoints += out.links() - before;
 }
 
-/// A tracepoint as a raw tracepoint link carrying the probe index as its
-/// cookie (Linux 6.10+): the program, the probe index, the tracepoint's name.
+/// A tracepoint as a raw tracepoint link: the program, the probe index, the
+/// tracepoint's name, and whether the link carries the probe index as its
+/// cookie (Linux 6.10+; without, the program serves every tracepoint alike).
 pub(crate) struct RawSite<'a, 'p> {
     pub prog: &'a Program<'p>,
     pub probe: usize,
     pub name: &'a str,
+    pub cookie: bool,
 }
 
 /// Attaches raw tracepoint sites. Returns the indices (into `sites`) of those the
 /// kernel refused, for perf-event tracepoints to try.
 pub(crate) fn raw_tracepoints(sites: &[RawSite], stop: &Stop, out: &mut Attached) -> Vec<usize> {
-    let sites: Vec<(Prog, usize, &str)> = sites
+    let sites: Vec<(Prog, usize, &str, bool)> = sites
         .iter()
-        .map(|s| (Prog::of(s.prog), s.probe, s.name))
+        .map(|s| (Prog::of(s.prog), s.probe, s.name, s.cookie))
         .collect();
-    let results = parallel(&sites, ATTACH_THREADS, stop, |&(prog, i, name)| {
+    let results = parallel(&sites, ATTACH_THREADS, stop, |&(prog, i, name, cookie)| {
         let name = CString::new(name).map_err(|_| libc::EINVAL)?;
         let mut opts = sys::bpf_raw_tracepoint_opts {
             sz: size_of::<sys::bpf_raw_tracepoint_opts>() as _,
-            cookie: i as u64,
+            cookie: if cookie { i as u64 } else { 0 },
         };
         // SAFETY: name and opts outlive the call.
         take_link(unsafe {
