@@ -375,6 +375,27 @@ pub fn parse_stacks(stdout: &str) -> Vec<(Vec<String>, u64)> {
     out
 }
 
+/// The kernel stack of `stackcount --debug -K t:task:task_rename` over the
+/// workload's `rename N`, asserted: the tracepoint on a raw link, and one stack
+/// (counted per command name, which the workload changes: -p keys stacks per
+/// process, as -P) beginning where the tracepoint fired, `count` times in all.
+pub fn rename_stack(out: &Output, count: u64) -> Vec<String> {
+    assert!(
+        out.stderr.contains(
+            "tracepoints: 1 as raw tracepoint links, 0 syscall events through 0 raw sys_enter/sys_exit links, 0 as perf events\n"
+        ),
+        "{}",
+        out.stderr
+    );
+    let stacks = parse_stacks(&out.stdout);
+    let frames = stacks.first().expect("a stack").0.clone();
+    assert!(stacks.iter().all(|(f, _)| *f == frames), "{}", out.stdout);
+    let total: u64 = stacks.iter().map(|(_, n)| n).sum();
+    assert_eq!(total, count, "{}", out.stdout);
+    assert_eq!(frames[0], "__set_task_comm", "{frames:?}");
+    frames
+}
+
 /// Asserts that `tool args` exits 1 with exactly `tool: error: message` on stderr.
 pub fn fails_with(tool_bin: &Path, args: &[&str], message: &str) {
     let name = tool_bin.file_name().unwrap().to_str().unwrap().to_string();
