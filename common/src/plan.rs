@@ -95,6 +95,7 @@ pub struct Plan {
     /// built, where it overlaps the object's opening ahead, rather than at
     /// attach: it stats the event's name in every tracefs category.
     pub(crate) raw_attachable: Vec<bool>,
+    /// What the tool's raw tracepoint program needs ([`Options::raw_tracepoints`]).
     pub(crate) raw_tracepoints: RawTracepoints,
 }
 
