@@ -206,7 +206,8 @@ impl Plan {
         let mut clones = Vec::new();
         let mut perf = Vec::new();
         let cookie_program = progs.get(&ProgKind::RawTracepoint);
-        // Probe i on the nth clone of the cookie-less program when slots[n] is i.
+        // Probe i on the nth clone of the cookie-less program when slots[n] is i
+        // (slots ascending).
         let slots = if progs.contains_key(&ProgKind::RawTracepointClone) {
             self.raw_tp_clones()
         } else {
@@ -223,9 +224,9 @@ impl Plan {
             });
             if let Some((exit, nr)) = sys {
                 syscalls.push(attach::SyscallSite { probe: i, nr, exit });
-            } else if let (Some(prog), true) = (cookie_program, raw_ok) {
-                raw.push((prog, (i, t, label)));
-            } else if let Some(slot) = slots.iter().position(|&p| p == i) {
+            } else if cookie_program.is_some() && raw_ok {
+                raw.push((i, t, label));
+            } else if let Ok(slot) = slots.binary_search(&i) {
                 clones.push((slot, (i, t, label)));
             } else {
                 perf.push((i, t, label));
@@ -249,21 +250,14 @@ impl Plan {
                 (*i, *t, *l)
             }));
         }
-        if !raw.is_empty() {
+        if let (Some(prog), false) = (cookie_program, raw.is_empty()) {
             // Before 6.10 a link takes no cookie: only for a program that
             // serves every tracepoint alike.
             let cookie = features::raw_tp_cookie();
-            let sites: Vec<attach::RawSite> = raw
-                .iter()
-                .map(|&(prog, (i, t, _))| attach::RawSite {
-                    prog,
-                    probe: i,
-                    name: &t.event,
-                    cookie,
-                })
-                .collect();
-            let refused = attach::raw_tracepoints(&sites, stop, out);
-            perf.extend(refused.into_iter().map(|k| raw[k].1));
+            let sites: Vec<(usize, &str)> =
+                raw.iter().map(|(i, t, _)| (*i, t.event.as_str())).collect();
+            let refused = attach::raw_tracepoints(prog, cookie, &sites, stop, out);
+            perf.extend(refused.into_iter().map(|k| raw[k]));
         }
         if let (Some(prog), false) = (progs.get(&ProgKind::RawTracepointClone), clones.is_empty()) {
             let slot_map = obj

@@ -361,9 +361,9 @@ impl Plan {
     }
 
     /// Without raw tracepoint cookies, the probes the clones of the cookie-less
-    /// raw tracepoint program serve, the nth clone the nth probe: the first
-    /// [`RAW_TP_CLONES`] tracepoints a raw link may serve (the others are perf
-    /// events). Empty with cookies.
+    /// raw tracepoint program serve, ascending, the nth clone the nth probe: the
+    /// first [`RAW_TP_CLONES`] tracepoints a raw link may serve (the others are
+    /// perf events). Empty with cookies.
     pub fn raw_tp_clones(&self) -> Vec<usize> {
         if self.raw_tracepoints != RawTracepoints::ByCookie
             || !self.raw_attachable.contains(&true)

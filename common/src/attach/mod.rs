@@ -21,7 +21,7 @@ mod tracepoints;
 mod uprobe_groups;
 
 pub(crate) use tracepoints::{
-    raw_tracepoint_clones, raw_tracepoints, syscalls, tracepoints, CloneSite, RawSite, SyscallSite,
+    raw_tracepoint_clones, raw_tracepoints, syscalls, tracepoints, CloneSite, SyscallSite,
 };
 use uprobe_groups::remove_uprobe_events;
 pub(crate) use uprobe_groups::uprobe_groups;

@@ -41,24 +41,19 @@ pub(crate) fn tracepoints(
     out.perf_tracepoints += out.links() - before;
 }
 
-/// A tracepoint as a raw tracepoint link: the program, the probe index, the
-/// tracepoint's name, and whether the link carries the probe index as its
-/// cookie (Linux 6.10+; without, the program serves every tracepoint alike).
-pub(crate) struct RawSite<'a, 'p> {
-    pub prog: &'a Program<'p>,
-    pub probe: usize,
-    pub name: &'a str,
-    pub cookie: bool,
-}
-
-/// Attaches raw tracepoint sites. Returns the indices (into `sites`) of those the
-/// kernel refused, for perf-event tracepoints to try.
-pub(crate) fn raw_tracepoints(sites: &[RawSite], stop: &Stop, out: &mut Attached) -> Vec<usize> {
-    let sites: Vec<(Prog, usize, &str, bool)> = sites
-        .iter()
-        .map(|s| (Prog::of(s.prog), s.probe, s.name, s.cookie))
-        .collect();
-    let results = parallel(&sites, ATTACH_THREADS, stop, |&(prog, i, name, cookie)| {
+/// Raw tracepoint sites (probe index, tracepoint name) on `prog`, each link
+/// carrying its probe index as cookie when `cookie` (Linux 6.10+; without, the
+/// program serves every tracepoint alike). Returns the indices (into `sites`)
+/// of those the kernel refused, for perf-event tracepoints to try.
+pub(crate) fn raw_tracepoints(
+    prog: &Program,
+    cookie: bool,
+    sites: &[(usize, &str)],
+    stop: &Stop,
+    out: &mut Attached,
+) -> Vec<usize> {
+    let prog = Prog::of(prog);
+    let results = parallel(sites, ATTACH_THREADS, stop, |&(i, name)| {
         let name = CString::new(name).map_err(|_| libc::EINVAL)?;
         let mut opts = sys::bpf_raw_tracepoint_opts {
             sz: size_of::<sys::bpf_raw_tracepoint_opts>() as _,
@@ -68,19 +63,9 @@ pub(crate) fn raw_tracepoints(sites: &[RawSite], stop: &Stop, out: &mut Attached
         take_link(unsafe {
             sys::bpf_program__attach_raw_tracepoint_opts(prog.ptr(), name.as_ptr(), &mut opts)
         })
+        .map(Held::Libbpf)
     });
-    let mut refused = Vec::new();
-    for (k, r) in results.into_iter().enumerate() {
-        match r {
-            Some(Ok(link)) => {
-                out.add(link, [sites[k].1 as u64]);
-                out.raw_tracepoint_links += 1;
-            }
-            Some(Err(_)) => refused.push(k),
-            None => {}
-        }
-    }
-    refused
+    keep_raw_links(results, |k| sites[k].0, out)
 }
 
 /// A tracepoint as a raw tracepoint link without a cookie (before Linux 6.10):
@@ -151,11 +136,21 @@ pub(crate) fn raw_tracepoint_clones(
         // SAFETY: a new link descriptor, ours alone.
         Ok(Held::Fd(unsafe { OwnedFd::from_raw_fd(link) }))
     });
+    keep_raw_links(results, |k| sites[k].probe, out)
+}
+
+/// Keeps the raw tracepoint links made for sites in order (`probe(k)`: the
+/// kth site's probe); returns the indices of the sites refused.
+fn keep_raw_links(
+    results: Vec<Option<Result<Held, i32>>>,
+    probe: impl Fn(usize) -> usize,
+    out: &mut Attached,
+) -> Vec<usize> {
     let mut refused = Vec::new();
     for (k, r) in results.into_iter().enumerate() {
         match r {
             Some(Ok(link)) => {
-                out.add_held(link, sites[k].probe as u64);
+                out.add_held(link, probe(k) as u64);
                 out.raw_tracepoint_links += 1;
             }
             Some(Err(_)) => refused.push(k),
