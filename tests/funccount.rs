@@ -1169,14 +1169,6 @@ fn soft_file_limit_is_raised_to_the_hard_limit() {
     );
 }
 
-/// The `-D` line saying how tracepoints were attached.
-fn tracepoint_mechanisms(stderr: &str) -> &str {
-    stderr
-        .lines()
-        .find(|l| l.starts_with("tracepoints: "))
-        .unwrap_or_else(|| panic!("no tracepoints line in:\n{stderr}"))
-}
-
 #[test]
 fn syscall_events_share_one_raw_link_per_direction() {
     let out = count_with_pid(

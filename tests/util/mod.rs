@@ -375,17 +375,22 @@ pub fn parse_stacks(stdout: &str) -> Vec<(Vec<String>, u64)> {
     out
 }
 
+/// The `--debug` line saying how tracepoints were attached.
+pub fn tracepoint_mechanisms(stderr: &str) -> &str {
+    stderr
+        .lines()
+        .find(|l| l.starts_with("tracepoints: "))
+        .unwrap_or_else(|| panic!("no tracepoints line in:\n{stderr}"))
+}
+
 /// The kernel stack of `stackcount --debug -K t:task:task_rename` over the
 /// workload's `rename N`, asserted: the tracepoint on a raw link, and one stack
 /// (counted per command name, which the workload changes: -p keys stacks per
 /// process, as -P) beginning where the tracepoint fired, `count` times in all.
 pub fn rename_stack(out: &Output, count: u64) -> Vec<String> {
-    assert!(
-        out.stderr.contains(
-            "tracepoints: 1 as raw tracepoint links, 0 syscall events through 0 raw sys_enter/sys_exit links, 0 as perf events\n"
-        ),
-        "{}",
-        out.stderr
+    assert_eq!(
+        tracepoint_mechanisms(&out.stderr),
+        "tracepoints: 1 as raw tracepoint links, 0 syscall events through 0 raw sys_enter/sys_exit links, 0 as perf events"
     );
     let stacks = parse_stacks(&out.stdout);
     let frames = stacks.first().expect("a stack").0.clone();
