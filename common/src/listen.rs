@@ -43,6 +43,7 @@ impl Session {
             return self.run(schedule, |last| tool.borrow_mut().print(last));
         };
         run::run_loop_with(
+            self.tracing_since(),
             schedule,
             |deadline| {
                 self.stop.poll_until(deadline, |t| {
@@ -68,6 +69,7 @@ impl Session {
             return self.run_polling(schedule, poll, |last| tool.borrow_mut().print(last));
         };
         run::run_loop_with(
+            self.tracing_since(),
             schedule,
             |deadline| {
                 self.stop.poll_until(deadline, |t| {

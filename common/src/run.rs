@@ -199,23 +199,34 @@ pub struct Schedule {
 
 /// Runs until stopped, calling `summary(is_final)` at each interval and once at the
 /// end. With only a duration there is one summary, at its end (BCC semantics).
+///
+/// Intervals and the duration count from `since`, when tracing began (the end of
+/// attaching): `-d 1` counts events for one second, not one second plus the time
+/// it took to print the banner.
 pub fn run_loop(
+    since: Instant,
     schedule: Schedule,
     stop: &Stop,
     summary: impl FnMut(bool) -> Result<()>,
 ) -> Result<StopReason> {
-    run_loop_with(schedule, |deadline| stop.wait_until(deadline), summary)
+    run_loop_with(
+        since,
+        schedule,
+        |deadline| stop.wait_until(deadline),
+        summary,
+    )
 }
 
 /// [`run_loop`] with the waiting done by `wait(deadline)`, which must return at the
 /// deadline (`None`) or on a stop request (its reason); tools use it to serve a
 /// ring buffer meanwhile (see [`Stop::poll_until`]).
 pub fn run_loop_with(
+    since: Instant,
     schedule: Schedule,
     mut wait: impl FnMut(Option<Instant>) -> Option<StopReason>,
     mut summary: impl FnMut(bool) -> Result<()>,
 ) -> Result<StopReason> {
-    let start = Instant::now();
+    let start = since;
     let end = schedule.duration.map(|d| start + d);
     let mut next = schedule.interval.map(|i| start + i);
     loop {
@@ -276,6 +287,7 @@ mod tests {
         let stop = Stop::new();
         let mut finals = Vec::new();
         let why = run_loop(
+            Instant::now(),
             Schedule {
                 interval: Some(Duration::from_millis(30)),
                 duration: Some(Duration::from_millis(100)),

@@ -123,13 +123,22 @@ impl Session {
         output::status(self.json, line)
     }
 
+    /// When tracing began: the end of attaching (now, before it), which the
+    /// duration and intervals count from.
+    pub fn tracing_since(&self) -> Instant {
+        self.marks
+            .borrow()
+            .attached_at()
+            .unwrap_or_else(Instant::now)
+    }
+
     /// The summary loop (see [`run::run_loop`]).
     pub fn run(
         &self,
         schedule: Schedule,
         mut summary: impl FnMut(bool) -> Result<()>,
     ) -> Result<StopReason> {
-        run::run_loop(schedule, self.stop, |last| {
+        run::run_loop(self.tracing_since(), schedule, self.stop, |last| {
             self.marks.borrow_mut().summary(|| summary(last))
         })
     }
@@ -142,6 +151,7 @@ impl Session {
         mut summary: impl FnMut(bool) -> Result<()>,
     ) -> Result<StopReason> {
         run::run_loop_with(
+            self.tracing_since(),
             schedule,
             |deadline: Option<Instant>| self.stop.poll_until(deadline, &mut poll),
             |last| self.marks.borrow_mut().summary(|| summary(last)),
@@ -270,7 +280,7 @@ impl Session {
         } else {
             std::time::Duration::from_millis(100)
         };
-        let end = duration.map(|d| Instant::now() + d);
+        let end = duration.map(|d| self.tracing_since() + d);
         let why = loop {
             if let Some(r) = self.stop.reason() {
                 break r;

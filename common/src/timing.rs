@@ -186,6 +186,11 @@ impl Marks {
         self.attach_end = Some(Instant::now());
     }
 
+    /// When attaching ended, if it did.
+    pub fn attached_at(&self) -> Option<Instant> {
+        self.attach_end
+    }
+
     /// Attaching happened inside the load phase, `d` in all (tools with fixed
     /// programs load and attach trial by trial).
     pub fn attached_within(&mut self, d: Duration) {
