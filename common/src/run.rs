@@ -302,4 +302,29 @@ mod tests {
         assert_eq!(why, StopReason::Duration);
         assert_eq!(finals, vec![false, false, false, true]);
     }
+
+    #[test]
+    fn duration_and_intervals_count_from_when_tracing_began() {
+        // Tracing began 95 ms ago: of the 30 ms ticks, those at 30, 60 and 90 ms
+        // have passed (one summary for them, as for ticks missed while printing),
+        // and the 100 ms duration ends 5 ms from now.
+        let stop = Stop::new();
+        let since = Instant::now() - Duration::from_millis(95);
+        let mut finals = Vec::new();
+        let why = run_loop(
+            since,
+            Schedule {
+                interval: Some(Duration::from_millis(30)),
+                duration: Some(Duration::from_millis(100)),
+            },
+            &stop,
+            |f| {
+                finals.push(f);
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!(why, StopReason::Duration);
+        assert_eq!(finals, vec![false, true]);
+    }
 }
