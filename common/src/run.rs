@@ -282,12 +282,13 @@ impl Stop {
 mod tests {
     use super::*;
 
-    #[test]
-    fn interval_and_duration_give_exact_summary_count() {
+    /// Which summaries a run with 30 ms intervals and a 100 ms duration prints
+    /// (`true`: the final one) when tracing began `ago`.
+    fn summaries(ago: Duration) -> Vec<bool> {
         let stop = Stop::new();
         let mut finals = Vec::new();
         let why = run_loop(
-            Instant::now(),
+            Instant::now() - ago,
             Schedule {
                 interval: Some(Duration::from_millis(30)),
                 duration: Some(Duration::from_millis(100)),
@@ -300,7 +301,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(why, StopReason::Duration);
-        assert_eq!(finals, vec![false, false, false, true]);
+        finals
+    }
+
+    #[test]
+    fn interval_and_duration_give_exact_summary_count() {
+        assert_eq!(summaries(Duration::ZERO), vec![false, false, false, true]);
     }
 
     #[test]
@@ -308,23 +314,6 @@ mod tests {
         // Tracing began 95 ms ago: of the 30 ms ticks, those at 30, 60 and 90 ms
         // have passed (one summary for them, as for ticks missed while printing),
         // and the 100 ms duration ends 5 ms from now.
-        let stop = Stop::new();
-        let since = Instant::now() - Duration::from_millis(95);
-        let mut finals = Vec::new();
-        let why = run_loop(
-            since,
-            Schedule {
-                interval: Some(Duration::from_millis(30)),
-                duration: Some(Duration::from_millis(100)),
-            },
-            &stop,
-            |f| {
-                finals.push(f);
-                Ok(())
-            },
-        )
-        .unwrap();
-        assert_eq!(why, StopReason::Duration);
-        assert_eq!(finals, vec![false, true]);
+        assert_eq!(summaries(Duration::from_millis(95)), vec![false, true]);
     }
 }
