@@ -150,6 +150,25 @@ fn measure(
                 }
             }
         };
+        // A cached run's cache is filled first, as the first wildcard run after a
+        // boot would (the no-cache runs empty it); a function named exactly reads
+        // no table, so its row's fill is a wildcard.
+        let fill_cache = |tool: &str| {
+            if tool != "tracekit (cached)" || version || pattern.starts_with("t:") {
+                return;
+            }
+            let fill = if pattern.contains('*') {
+                pattern.to_string()
+            } else {
+                format!("{pattern}*")
+            };
+            let _ = Command::new(funccount)
+                .args(["-d", "0.01", &fill])
+                .env("TRACEKIT_CACHE_DIR", CACHE)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        };
         let traced = if version { 0.0 } else { 1.0 };
         let mut runs: Vec<Vec<f64>> = vec![Vec::new(); tools.len()];
         let mut timing: Vec<Option<String>> = vec![None; tools.len()];
@@ -161,22 +180,7 @@ fn measure(
                 if error[i].is_some() || slow || (warm_up && tool == "bcc") {
                     continue;
                 }
-                if tool == "tracekit (cached)" && !version && !pattern.starts_with("t:") {
-                    // Fills the cache, as the first wildcard run after a boot
-                    // would (the no-cache runs empty it); a function named
-                    // exactly reads no table, so its row's fill is a wildcard.
-                    let fill = if pattern.contains('*') {
-                        pattern.to_string()
-                    } else {
-                        format!("{pattern}*")
-                    };
-                    let _ = Command::new(funccount)
-                        .args(["-d", "0.01", &fill])
-                        .env("TRACEKIT_CACHE_DIR", CACHE)
-                        .stdout(Stdio::null())
-                        .stderr(Stdio::null())
-                        .status();
-                }
+                fill_cache(tool);
                 match run(cmd(tool, false), traced) {
                     Ok(_) if warm_up => {}
                     Ok((s, _)) => runs[i].push(s),
@@ -188,6 +192,7 @@ fn measure(
         // Where tracekit's time went, from one more (unmeasured) run.
         for (i, &tool) in tools.iter().enumerate() {
             if tool.starts_with("tracekit") && !version && error[i].is_none() {
+                fill_cache(tool);
                 timing[i] = run(cmd(tool, true), traced).ok().and_then(|(_, t)| t);
                 wait_clean().map_err(anyhow::Error::msg)?;
             }
