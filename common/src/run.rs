@@ -226,9 +226,8 @@ pub fn run_loop_with(
     mut wait: impl FnMut(Option<Instant>) -> Option<StopReason>,
     mut summary: impl FnMut(bool) -> Result<()>,
 ) -> Result<StopReason> {
-    let start = since;
-    let end = schedule.duration.map(|d| start + d);
-    let mut next = schedule.interval.map(|i| start + i);
+    let end = schedule.duration.map(|d| since + d);
+    let mut next = schedule.interval.map(|i| since + i);
     loop {
         let wake = match (next, end) {
             (Some(n), Some(e)) => Some(n.min(e)),
