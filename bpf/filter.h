@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
-/* Process and CPU filters shared by every tool. The values are .rodata set by
- * userspace before load, so the verifier prunes the branches a run does not use. */
+/* Process, CPU and cgroup filters shared by every tool. The values are .rodata
+ * set by userspace before load, so the verifier prunes the branches a run does
+ * not use. */
 #ifndef TRACEKIT_FILTER_H
 #define TRACEKIT_FILTER_H
 
@@ -11,6 +12,17 @@ const volatile __u64 filter_pidns_dev = 0;
 const volatile __u64 filter_pidns_ino = 0;
 /* CPU to keep, -1 for all. */
 const volatile __s32 filter_cpu = -1;
+/* Keep only tasks in the cgroup v2 that userspace put in filter_cgroups[0], or
+ * in any cgroup below it (BCC trace's -c). Without the filter the map is not
+ * created: libbpf poisons its references, in code the verifier never reaches. */
+const volatile bool filter_cgroup = false;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_CGROUP_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} filter_cgroups SEC(".maps");
 
 /* struct bpf_pidns_info is uapi (fixed layout): declared here, after vmlinux.h,
  * it needs no CO-RE relocation, and an object without relocations loads without
@@ -25,6 +37,9 @@ struct tk_pidns_info {
 static __always_inline bool filtered_out_id(__u64 pid_tgid)
 {
 	if (filter_cpu >= 0 && bpf_get_smp_processor_id() != (__u32)filter_cpu)
+		return true;
+	/* 1: under it; 0: not; negative: no cgroup in the map (not yet armed). */
+	if (filter_cgroup && bpf_current_task_under_cgroup(&filter_cgroups, 0) != 1)
 		return true;
 	if (!filter_tgid)
 		return false;

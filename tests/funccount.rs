@@ -120,6 +120,61 @@ fn pid_filter_counts_only_that_process() {
 }
 
 #[test]
+fn cgroup_filter_counts_only_tasks_in_it_and_below() {
+    // Three processes of the same binary: one in a cgroup below the one
+    // filtered (counted), one in a sibling cgroup and one in ours (not).
+    let top = Cgroup::new("cg-count");
+    let below = Cgroup::new("cg-count/below");
+    let sibling = Cgroup::new("cg-sibling");
+    let inside = Workload::start(&workload(), &["funcs", "100"]);
+    let beside = Workload::start(&workload(), &["funcs", "77"]);
+    let outside = Workload::start(&workload(), &["funcs", "55"]);
+    below.adopt(inside.pid);
+    sibling.adopt(beside.pid);
+    let spec = format!("{}:tk_*", workload().display());
+    let mut t = spawn(&funccount(), &["--cgroup", &top.rel, &spec]);
+    t.wait_ready();
+    for w in [&beside, &outside, &inside] {
+        w.go();
+    }
+    for w in [beside, outside, inside] {
+        assert!(w.wait().success());
+    }
+    t.signal(libc::SIGINT);
+    let out = t.finish(T);
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert_eq!(
+        last_table(&out.stdout),
+        rows(&[("tk_alpha", 100), ("tk_beta", 200), ("tk_gamma", 300)])
+    );
+}
+
+#[test]
+fn cgroup_that_is_not_a_cgroup_v2_directory() {
+    let dir = Scratch::new();
+    let d = dir.0.display().to_string();
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let at = mounts
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&"cgroup2")).then(|| f[1].to_string())
+        })
+        .unwrap();
+    let pattern = "t:sched:sched_switch";
+    fails_with(
+        &["--cgroup", &d, pattern],
+        &format!("--cgroup {d}: not a cgroup v2 directory (cgroup v2 is mounted at {at})"),
+    );
+    fails_with(
+        &["--cgroup", "/nonexistent-cgroup", pattern],
+        &format!(
+            "--cgroup /nonexistent-cgroup: no such directory; give a cgroup v2 directory (cgroup v2 is mounted at {at})"
+        ),
+    );
+}
+
+#[test]
 fn libc_function_with_pid() {
     let out = count_with_pid(&["getpid", "4321"], &["c:getpid"]);
     assert_eq!(last_table(&out.stdout), rows(&[("getpid", 4321)]));

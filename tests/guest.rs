@@ -437,6 +437,56 @@ fn funclatency_times_every_read() {
 
 #[test]
 #[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
+fn cgroup_filter_with_every_kernel_mechanism() {
+    // --cgroup in each kind of program that serves kernel functions (the
+    // verifier must take the helper in each): only the reads of the process in
+    // a cgroup below the one named are seen, not those of another reading the
+    // same file outside it, nor the rest of the system's.
+    let dir = Scratch::new();
+    let file = data_file(&dir);
+    let top = Cgroup::new("cg-kernel");
+    let below = Cgroup::new("cg-kernel/below");
+    let mut runs = vec![
+        (funccount(), "single"),
+        (funclatency(), "single"),
+        (funclatency(), "fentry"),
+    ];
+    if expect_kprobe_multi() {
+        runs.extend([
+            (funccount(), "multi"),
+            (funclatency(), "multi"),
+            (funclatency(), "session"),
+        ]);
+    }
+    for (tool, mode) in runs {
+        let what = format!("{} --attach-mode {mode}", tool.display());
+        let reads =
+            |n: &str| Workload::start(&prog("workload"), &["read", n, file.to_str().unwrap()]);
+        let (inside, outside) = (reads("300"), reads("200"));
+        below.adopt(inside.pid);
+        let mut t = spawn(
+            &tool,
+            &["--cgroup", &top.rel, "--attach-mode", mode, "vfs_read"],
+        );
+        t.wait_ready();
+        outside.go();
+        inside.go();
+        assert!(outside.wait().success() && inside.wait().success());
+        t.signal(libc::SIGINT);
+        let out = t.finish(T);
+        assert_eq!(out.code(), 0, "{what}: {}", out.stderr);
+        let seen = if tool == funccount() {
+            vfs_read_count(&out)
+        } else {
+            hist_total(&out.stdout)
+        };
+        assert_eq!(seen, 300, "{what}: {}", out.stdout);
+        assert_nothing_left(&what);
+    }
+}
+
+#[test]
+#[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
 fn funclatency_times_nested_functions() {
     // rw_verify_area runs inside vfs_read: with both traced, each call of each is
     // timed (keying by thread alone would lose every vfs_read).

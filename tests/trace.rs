@@ -279,6 +279,32 @@ fn user_stack_named_after_the_process_exits() {
 }
 
 #[test]
+fn dash_c_is_bcc_cgroup_path() {
+    // BCC's `trace -c CGROUP_PATH`: only the process in the cgroup is traced,
+    // as in the man page's example with a path below the cgroup2 mount.
+    let cg = Cgroup::new("cg-trace");
+    let inside = Workload::start(&traced(), &["calls", "3"]);
+    let outside = Workload::start(&traced(), &["calls", "2"]);
+    cg.adopt(inside.pid);
+    let spec = format!(r#"{}:tt_args "%d", arg1"#, bin());
+    let mut t = spawn(&trace(), &["-c", &cg.path.display().to_string(), &spec]);
+    t.wait_line(|l| l.starts_with("PID "), T);
+    outside.go();
+    inside.go();
+    let pid = inside.pid;
+    assert!(outside.wait().success() && inside.wait().success());
+    t.signal(libc::SIGINT);
+    let out = t.finish(T);
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let seen: Vec<(u32, String)> = events(&out.stdout)
+        .into_iter()
+        .map(|e| (e.0, e.4))
+        .collect();
+    let want: Vec<(u32, String)> = (0..3).map(|i| (pid, i.to_string())).collect();
+    assert_eq!(seen, want, "{}", out.stdout);
+}
+
+#[test]
 fn user_stack_named_when_the_process_exited_before_its_record_was_read() {
     // No -p: nothing is known of the process before its record. trace is
     // stopped while the program calls tt_args once and exits, so the record is

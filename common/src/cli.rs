@@ -154,6 +154,11 @@ pub struct CommonArgs {
     #[arg(short, long, value_name = "CPU", value_parser = parse_cpu, allow_hyphen_values = true)]
     pub cpu: Option<u32>,
 
+    /// Trace only tasks in this cgroup v2 or below it: a directory, or a path
+    /// under the cgroup2 mount (system.slice/cron.service)
+    #[arg(long, value_name = "PATH", visible_alias = "cgroup-path")]
+    pub cgroup: Option<std::path::PathBuf>,
+
     /// Print one JSON object per summary instead of text
     #[arg(long)]
     pub json: bool,
@@ -177,9 +182,10 @@ pub struct CommonArgs {
 }
 
 impl CommonArgs {
-    /// Validates the flags against this machine: the CPU exists, and the PID names
-    /// a process. A thread id is resolved to its process (thread group), which is
-    /// what the filters compare, saying so on stderr.
+    /// Validates the flags against this machine: the CPU exists, the PID names a
+    /// process, and the cgroup is a cgroup v2 (its filter is armed here). A thread
+    /// id is resolved to its process (thread group), which is what the filters
+    /// compare, saying so on stderr.
     pub fn check(&mut self) -> Result<()> {
         if let Some(cpu) = self.cpu {
             let cpus = libbpf_rs::num_possible_cpus()?;
@@ -202,6 +208,9 @@ impl CommonArgs {
                 ));
                 self.pid = Some(tgid);
             }
+        }
+        if let Some(path) = &self.cgroup {
+            crate::cgroup::arm(path)?;
         }
         if self.listen.is_some() {
             crate::serve::check_tool(TOOL.get().copied().unwrap_or("tracekit"))?;

@@ -5,6 +5,7 @@
 pub mod ahead;
 pub mod attach;
 pub mod attaching;
+pub mod cgroup;
 pub mod cli;
 pub mod counters;
 pub mod elf;

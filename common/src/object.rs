@@ -127,6 +127,7 @@ macro_rules! set_filter {
         r.filter_pidns_dev = f.pidns_dev;
         r.filter_pidns_ino = f.pidns_ino;
         r.filter_cpu = f.cpu;
+        r.filter_cgroup = f.cgroup.is_some();
     }};
 }
 
@@ -154,19 +155,26 @@ macro_rules! open_fixed_skeleton {
 }
 
 /// The part of [`open_skeleton!`] and [`open_fixed_skeleton!`] after opening:
-/// `$what.configure(..)`, filters and the tool's globals.
+/// `$what.configure(..)`, filters and the tool's globals. The cgroup filter's
+/// map is the one [`crate::cgroup`] armed, or none is created.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! configure_open {
     ($open:expr, $what:expr, $filter:expr, |$rodata:ident| $body:block) => {{
         let mut open = $open;
+        let filter: $crate::object::Filter = $filter;
         $what.configure(open.open_object_mut())?;
+        match filter.cgroup {
+            Some(fd) => open.maps.filter_cgroups.reuse_fd(fd),
+            None => open.maps.filter_cgroups.set_autocreate(false),
+        }
+        .context("setting up the cgroup filter's map")?;
         let $rodata = open
             .maps
             .rodata_data
             .as_deref_mut()
             .context("BPF object has no .rodata")?;
-        $crate::set_filter!(&mut *$rodata, $filter);
+        $crate::set_filter!(&mut *$rodata, filter);
         $body
         open
     }};
@@ -179,6 +187,8 @@ pub struct Filter {
     pub pidns_dev: u64,
     pub pidns_ino: u64,
     pub cpu: i32,
+    /// The `--cgroup` filter's map ([`crate::cgroup::map`]).
+    pub cgroup: Option<std::os::fd::BorrowedFd<'static>>,
 }
 
 impl Plan {
@@ -397,7 +407,7 @@ impl Plan {
     }
 
     /// Filter values for bpf/filter.h: the target PID (in our pid namespace when we
-    /// run in a container) and CPU.
+    /// run in a container), CPU and cgroup.
     pub fn filter(&self, cpu: Option<u32>) -> Filter {
         let ns: Option<PidNs> = self.pid.and_then(|_| system::own_pidns());
         Filter {
@@ -405,6 +415,7 @@ impl Plan {
             pidns_dev: ns.map_or(0, |n| n.dev),
             pidns_ino: ns.map_or(0, |n| n.ino),
             cpu: cpu.map_or(-1, |c| c as i32),
+            cgroup: crate::cgroup::map(),
         }
     }
 }

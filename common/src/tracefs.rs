@@ -60,7 +60,7 @@ fn is_mounted_at(path: &str, magic: i64) -> bool {
     unsafe { libc::statfs(path.as_ptr(), &mut st) == 0 && st.f_type as i64 == magic }
 }
 
-fn mount_point(fstype: &str) -> Option<PathBuf> {
+pub(crate) fn mount_point(fstype: &str) -> Option<PathBuf> {
     let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
     mounts.lines().find_map(|l| {
         let mut f = l.split_whitespace();

@@ -97,6 +97,51 @@ impl Drop for Scratch {
     }
 }
 
+/// A cgroup v2 made for one test under the cgroup2 mount (`name` relative to
+/// it, parents first), removed on drop once its processes are gone.
+pub struct Cgroup {
+    /// Its path below the cgroup2 mount, as `--cgroup` takes it.
+    pub rel: String,
+    pub path: PathBuf,
+}
+
+impl Cgroup {
+    pub fn new(name: &str) -> Cgroup {
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+        let mount = mounts
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
+            })
+            .expect("no cgroup2 mount");
+        let rel = format!("tracekit-test-{}/{name}", std::process::id());
+        let path = mount.join(&rel);
+        std::fs::create_dir_all(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        Cgroup { rel, path }
+    }
+
+    /// Moves process `pid` into this cgroup.
+    pub fn adopt(&self, pid: u32) {
+        std::fs::write(self.path.join("cgroup.procs"), pid.to_string()).unwrap();
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        // A just-reaped process can take a moment to leave the cgroup.
+        for _ in 0..100 {
+            if std::fs::remove_dir(&self.path).is_ok() {
+                break;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        if let Some(parent) = self.path.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
+    }
+}
+
 pub fn kill(pid: u32, sig: i32) {
     // SAFETY: plain kill(2).
     unsafe { libc::kill(pid as i32, sig) };

@@ -54,12 +54,16 @@ const EXAMPLES: &str = r#"Examples:
   trace 'u:pthread:pthread_create (arg4 != 0)'
   trace -p 2740 'p:c:malloc "%d bytes", arg1' -U
   trace -M 10 -A 'p:c:write "%d", arg3'    # count identical events after 10
-  trace 'c:malloc "%d", arg1' --json       # one JSON object per event"#;
+  trace 'c:malloc "%d", arg1' --json       # one JSON object per event
+  trace -c system.slice/cron.service 'p::do_sys_openat2'  # only tasks of that cgroup"#;
 
 /// Trace function calls, returns, tracepoints and USDT probes with a printf-style
 /// message per event; predicates are evaluated in the kernel.
 #[derive(Parser, Debug)]
 #[command(name = "trace", version, after_help = EXAMPLES)]
+// BCC's trace spells the cgroup filter -c; its CPU filter (BCC's trace has
+// none) keeps only the long --cpu.
+#[command(mut_arg("cpu", |a| a.short(None)), mut_arg("cgroup", |a| a.short('c')))]
 struct Args {
     #[command(flatten)]
     common: CommonArgs,

@@ -325,6 +325,8 @@ mount -t tmpfs run /newroot/run
 mount -t tracefs nodev /newroot/sys/kernel/tracing
 mount -t debugfs nodev /newroot/sys/kernel/debug
 mount -t bpf bpf /newroot/sys/fs/bpf
+# As systemd mounts it (the --cgroup tests make cgroups in it).
+mount -t cgroup2 nodev /newroot/sys/fs/cgroup
 # The workspace may lie under a directory masked above (a CI clone in /tmp): show
 # the host's copy again at the same path.
 mkdir -p '/newroot{workspace}' && mount -o bind '/hostroot{workspace}' '/newroot{workspace}'
