@@ -52,6 +52,32 @@ fn getrandom_calls_exactly() {
 }
 
 #[test]
+fn cgroup_filter_in_a_tool_with_fixed_programs() {
+    // --cgroup through the objects a fixed tool opens one per trial: only the
+    // 5 calls of the process in the cgroup are printed, none of the other's 3.
+    let cg = Cgroup::new("cg-random");
+    let inside = Workload::start(&prog("random"), &["getrandom", "5", "32"]);
+    let outside = Workload::start(&prog("random"), &["getrandom", "3", "100"]);
+    cg.adopt(inside.pid);
+    let mut t = spawn(&urandomread(), &["--cgroup", &cg.rel]);
+    t.wait_line(header_or_tracing, T);
+    outside.go();
+    inside.go();
+    let pid = inside.pid.to_string();
+    assert!(outside.wait().success() && inside.wait().success());
+    t.signal(libc::SIGINT);
+    let out = t.finish(T);
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let rows: Vec<(String, String)> = out
+        .stdout
+        .lines()
+        .skip(1)
+        .map(|r| (r[36..42].trim_end().to_string(), r[43..].to_string()))
+        .collect();
+    assert_eq!(rows, vec![(pid, "256".to_string()); 5], "{}", out.stdout);
+}
+
+#[test]
 fn wide_and_json() {
     let bin = urandomread();
     let w = Workload::start(&prog("random"), &["getrandom", "7", "100"]);
