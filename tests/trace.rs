@@ -279,6 +279,51 @@ fn user_stack_named_after_the_process_exits() {
 }
 
 #[test]
+fn sym_file_list_names_frames_of_a_stripped_program() {
+    // BCC's -s: a stripped program's frames get their names from the unstripped
+    // build, found by build ID. Frame pointers, and no inlining, so that a
+    // frame of the program is in the stack at snprintf's entry.
+    let dir = Scratch::new();
+    let full = build_userfuncs(&dir, "uf", &["-fno-omit-frame-pointer", "-fno-inline"]);
+    let stripped = stripped_copy(&dir, &full, "uf-stripped");
+    let frame = |extra: &[&str]| -> String {
+        let w = Workload::start(&stripped, &["victim", "1"]);
+        let pid = w.pid.to_string();
+        let mut args = vec!["-U", "-M", "1", "-p", &pid];
+        args.extend_from_slice(extra);
+        args.push("c:snprintf");
+        let mut t = spawn(&trace(), &args);
+        t.wait_line(|l| l.starts_with("PID "), T);
+        w.go();
+        let out = t.finish(T);
+        assert!(w.wait().success(), "the program failed");
+        assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+        let lines: Vec<&str> = out.stdout.lines().collect();
+        assert_eq!(
+            lines[2], "        snprintf+0x0 [libc.so.6]",
+            "{}",
+            out.stdout
+        );
+        lines[3].to_string()
+    };
+    assert_eq!(frame(&[]), "        [unknown] [uf-stripped]");
+    let named = frame(&["-s", full.to_str().unwrap()]);
+    assert!(
+        named.starts_with("        main+0x") && named.ends_with(" [uf]"),
+        "{named}"
+    );
+    let text = dir.0.join("notes.txt");
+    std::fs::write(&text, "not an ELF file\n").unwrap();
+    let text = text.to_str().unwrap();
+    let out = run(&trace(), &["-s", text, "c:snprintf"], T);
+    assert_eq!(out.code(), 1);
+    assert_eq!(
+        out.stderr,
+        format!("trace: error: -s {text}: the file has no build ID (.note.gnu.build-id), by which user stack frames name their files\n")
+    );
+}
+
+#[test]
 fn dash_c_is_bcc_cgroup_path() {
     // BCC's `trace -c CGROUP_PATH`: only the process in the cgroup is traced,
     // as in the man page's example with a path below the cgroup2 mount.

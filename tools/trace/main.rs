@@ -128,6 +128,17 @@ struct Args {
     #[arg(short = 'a', long)]
     address: bool,
 
+    /// Files that name user stack frames, found by build ID before any other
+    /// (comma-separated): the unstripped build of a stripped program, say
+    #[arg(
+        short = 's',
+        long = "sym_file_list",
+        visible_alias = "sym-file-list",
+        value_name = "FILES",
+        value_delimiter = ','
+    )]
+    sym_files: Vec<std::path::PathBuf>,
+
     /// Count identical events and print the counts at the end (or after -M)
     #[arg(short = 'A', long)]
     aggregate: bool,
@@ -177,6 +188,15 @@ struct Compiled {
 fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     if !args.include.is_empty() {
         warn("-I is not needed: struct layouts come from the kernel's BTF");
+    }
+    for f in &args.sym_files {
+        let shown = escape(&f.display().to_string());
+        if !f.is_file() {
+            bail!("-s {shown}: no such file");
+        }
+        if common::elf::build_id(f).is_none() {
+            bail!("-s {shown}: the file has no build ID (.note.gnu.build-id), by which user stack frames name their files");
+        }
     }
     let mut parsed = Vec::new();
     for text in &args.probes {
@@ -463,6 +483,10 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
         json,
         str_size: args.string_size as usize,
     });
+    // Files named with -s come first among those build IDs are looked up in.
+    for f in &args.sym_files {
+        r.add_file(f);
+    }
     // The traced process's map is taken now: its records may arrive after it
     // exited (BCC #2014), and then /proc no longer has it.
     if let (Some(pid), true) = (args.common.pid, args.user_stack || uses_u(&compiled)) {
