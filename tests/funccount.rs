@@ -153,14 +153,7 @@ fn cgroup_filter_counts_only_tasks_in_it_and_below() {
 fn cgroup_that_is_not_a_cgroup_v2_directory() {
     let dir = Scratch::new();
     let d = dir.0.display().to_string();
-    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
-    let at = mounts
-        .lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.get(2) == Some(&"cgroup2")).then(|| f[1].to_string())
-        })
-        .unwrap();
+    let at = cgroup2_mount().display().to_string();
     let pattern = "t:sched:sched_switch";
     fails_with(
         &["--cgroup", &d, pattern],

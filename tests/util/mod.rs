@@ -105,16 +105,21 @@ pub struct Cgroup {
     pub path: PathBuf,
 }
 
+/// Where the cgroup v2 file system is mounted.
+pub fn cgroup2_mount() -> PathBuf {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    mounts
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
+        })
+        .expect("no cgroup2 mount")
+}
+
 impl Cgroup {
     pub fn new(name: &str) -> Cgroup {
-        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
-        let mount = mounts
-            .lines()
-            .find_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
-            })
-            .expect("no cgroup2 mount");
+        let mount = cgroup2_mount();
         let rel = format!("tracekit-test-{}/{name}", std::process::id());
         let path = mount.join(&rel);
         std::fs::create_dir_all(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
