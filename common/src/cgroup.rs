@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use anyhow::{anyhow, bail, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
 
-use crate::tracefs;
+use crate::system;
 
 /// CGROUP2_SUPER_MAGIC (linux/magic.h), as statfs(2) reports it.
 const CGROUP2_MAGIC: i64 = 0x6367_7270;
@@ -22,7 +22,7 @@ static MAP: OnceLock<MapHandle> = OnceLock::new();
 /// Checks that `path` is a cgroup v2 directory and arms the filter with it. A
 /// relative path is taken below the cgroup2 mount (`system.slice/cron.service`).
 pub fn arm(path: &Path) -> Result<()> {
-    let mount = tracefs::mount_point("cgroup2");
+    let mount = system::mount_point("cgroup2");
     let full: PathBuf = match (&mount, path.is_absolute()) {
         (Some(m), false) => m.join(path),
         _ => path.to_path_buf(),

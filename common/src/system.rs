@@ -2,7 +2,7 @@
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 
@@ -197,4 +197,44 @@ pub fn check_fd_limit(probes: usize, reserve: usize) -> Result<()> {
          open-file limit of {limit}: raise it with `ulimit -n {need}` (or `prlimit \
          --nofile={need}`), or trace fewer probes"
     )
+}
+
+/// Where a file system of type `fstype` is mounted (its first line in
+/// /proc/self/mounts).
+pub fn mount_point(fstype: &str) -> Option<PathBuf> {
+    let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
+    mounts.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        let (_dev, dir, ty) = (f.next()?, f.next()?, f.next()?);
+        (ty == fstype).then(|| PathBuf::from(unescape_mount(dir)))
+    })
+}
+
+/// /proc/mounts escapes space, tab, newline and backslash as octal.
+fn unescape_mount(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unescapes_octal() {
+        assert_eq!(unescape_mount(r"/a\040b"), "/a b");
+        assert_eq!(unescape_mount("/plain"), "/plain");
+    }
 }

@@ -1,7 +1,6 @@
 //! Locating (and when needed mounting) tracefs and debugfs.
 
 use std::ffi::CString;
-use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -35,7 +34,7 @@ fn find_or_mount(fstype: &str, target: &str, magic: i64) -> Result<PathBuf> {
     if is_mounted_at(target, magic) {
         return Ok(PathBuf::from(target));
     }
-    if let Some(p) = mount_point(fstype) {
+    if let Some(p) = crate::system::mount_point(fstype) {
         return Ok(p);
     }
     // Older systems reach tracefs through debugfs's automount.
@@ -60,33 +59,6 @@ fn is_mounted_at(path: &str, magic: i64) -> bool {
     unsafe { libc::statfs(path.as_ptr(), &mut st) == 0 && st.f_type as i64 == magic }
 }
 
-pub(crate) fn mount_point(fstype: &str) -> Option<PathBuf> {
-    let mounts = fs::read_to_string("/proc/self/mounts").ok()?;
-    mounts.lines().find_map(|l| {
-        let mut f = l.split_whitespace();
-        let (_dev, dir, ty) = (f.next()?, f.next()?, f.next()?);
-        (ty == fstype).then(|| PathBuf::from(unescape_mount(dir)))
-    })
-}
-
-/// /proc/mounts escapes space, tab, newline and backslash as octal.
-fn unescape_mount(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
-            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
-            out.push(v);
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 fn mount(fstype: &str, target: &str) -> io::Result<()> {
     let c = |s: &str| CString::new(s).expect("no NUL");
     let (src, tgt, ty) = (c("nodev"), c(target), c(fstype));
@@ -96,16 +68,5 @@ fn mount(fstype: &str, target: &str) -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unescapes_octal() {
-        assert_eq!(unescape_mount(r"/a\040b"), "/a b");
-        assert_eq!(unescape_mount("/plain"), "/plain");
     }
 }
