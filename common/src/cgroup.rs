@@ -44,12 +44,7 @@ pub fn arm(path: &Path) -> Result<()> {
             };
             anyhow!("--cgroup {shown}: {why}; give a cgroup v2 directory ({where_})")
         })?;
-    // SAFETY: an all-zero statfs is a valid value to be overwritten.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: fstatfs(2) of an open fd into a valid statfs.
-    let cgroup2 = unsafe { libc::fstatfs(dir.as_raw_fd(), &mut st) } == 0
-        && st.f_type as i64 == CGROUP2_MAGIC;
-    if !cgroup2 {
+    if !system::is_mounted_at(&full, CGROUP2_MAGIC) {
         bail!("--cgroup {shown}: not a cgroup v2 directory ({where_})");
     }
     let opts = libbpf_sys::bpf_map_create_opts {

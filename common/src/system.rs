@@ -199,6 +199,19 @@ pub fn check_fd_limit(probes: usize, reserve: usize) -> Result<()> {
     )
 }
 
+/// Whether `path` is the root or inside of a file system with this magic number
+/// (statfs(2)'s f_type, linux/magic.h).
+pub fn is_mounted_at(path: &Path, magic: i64) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: an all-zero statfs is a valid value to be overwritten.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: path is NUL-terminated and st is a valid statfs for the call.
+    unsafe { libc::statfs(path.as_ptr(), &mut st) == 0 && st.f_type as i64 == magic }
+}
+
 /// Where a file system of type `fstype` is mounted (its first line in
 /// /proc/self/mounts).
 pub fn mount_point(fstype: &str) -> Option<PathBuf> {

@@ -31,7 +31,7 @@ pub fn debugfs() -> Option<&'static Path> {
 
 fn find_or_mount(fstype: &str, target: &str, magic: i64) -> Result<PathBuf> {
     // Where it is almost always mounted: one statfs, not a read of the mount table.
-    if is_mounted_at(target, magic) {
+    if crate::system::is_mounted_at(Path::new(target), magic) {
         return Ok(PathBuf::from(target));
     }
     if let Some(p) = crate::system::mount_point(fstype) {
@@ -48,15 +48,6 @@ fn find_or_mount(fstype: &str, target: &str, magic: i64) -> Result<PathBuf> {
         )
     })?;
     Ok(PathBuf::from(target))
-}
-
-/// Whether `path` is the root or inside of a filesystem with this magic number.
-fn is_mounted_at(path: &str, magic: i64) -> bool {
-    let path = CString::new(path).expect("no NUL");
-    // SAFETY: an all-zero statfs is a valid value to be overwritten.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: path is NUL-terminated and st is a valid statfs for the call.
-    unsafe { libc::statfs(path.as_ptr(), &mut st) == 0 && st.f_type as i64 == magic }
 }
 
 fn mount(fstype: &str, target: &str) -> io::Result<()> {
