@@ -65,11 +65,13 @@ enum op {
 	OP_VAL,		/* pop into value a */
 	OP_STR,		/* pop address, copy the string there (space b) to offset imm */
 	OP_STRCMP,	/* pop address, push whether the string there (space b) equals
-			 * literal a (a offset in lits, size: its length) */
+			 * literal a (a offset in lits, size: its length); with
+			 * b & RAW, whether the size bytes there are the literal's */
 };
 
 enum space { SPACE_USER, SPACE_KERNEL, SPACE_REC, SPACE_DATALOC };
 #define SIGNED 0x10
+#define RAW 0x20	/* OP_STRCMP under -B: bytes as they are, not a string */
 
 enum bin {
 	B_ADD, B_SUB, B_MUL, B_DIV, B_MOD, B_SDIV, B_SMOD, B_AND, B_OR, B_XOR, B_SHL,
@@ -352,6 +354,7 @@ struct copy {
 	char *dst;
 	__u32 off;
 	__u32 max;
+	bool raw;	/* go on past a NUL */
 };
 
 static long copy_byte(__u64 i, struct copy *c)
@@ -368,7 +371,7 @@ static long copy_byte(__u64 i, struct copy *c)
 	o &= REC_MAX - 1;
 	ch = c->sc->rec[o];
 	c->dst[d] = ch;
-	return ch ? 0 : 1;
+	return ch || c->raw ? 0 : 1;
 }
 
 /* Copies a NUL-terminated string of at most `max` bytes (max >= 1) from the
@@ -507,16 +510,46 @@ static long cmp_byte(__u64 i, struct cmp *c)
 	return 0;
 }
 
+/* Reads the `len` bytes at `v` (space as read_string's) into dst as they are,
+ * NULs included (1 <= len < LIT_MAX); false when they cannot all be read. */
+static __always_inline bool read_bytes(struct scratch *sc, __u64 v, __u32 space, char *dst, __u32 len)
+{
+	struct copy c = { .sc = sc, .dst = dst, .max = len + 1, .raw = true };
+
+	len &= LIT_MAX - 1;
+	if (space == SPACE_USER)
+		return bpf_probe_read_user(dst, len, (void *)v) == 0;
+	if (space == SPACE_KERNEL)
+		return kernel_reads && bpf_probe_read_kernel(dst, len, (void *)v) == 0;
+	if (space == SPACE_DATALOC) {
+		if (len > ((v >> 16) & 0xffff))
+			return false;
+		v &= 0xffff;
+	}
+	if (v + len > REC_MAX)
+		return false;
+	c.off = v;
+	bpf_loop(REC_MAX, copy_byte, &c, 0);
+	return true;
+}
+
 /* Whether the string at `addr` equals literal [off, off + len) (its NUL too:
- * the whole string, not a prefix). */
-static __always_inline bool strcmp_lit(struct run *r, __u64 addr, __u32 space, __u32 off, __u32 len)
+ * the whole string, not a prefix); with `raw` (-B), whether the len bytes at
+ * `addr` are the literal's. */
+static __always_inline bool strcmp_lit(struct run *r, __u64 addr, __u32 space, __u32 off, __u32 len,
+				       bool raw)
 {
 	struct scratch *sc = r->sc;
-	struct cmp c = { .sc = sc, .sp = r->sp, .off = off, .len = len, .equal = true };
+	/* cmp_byte compares bytes 0 to c.len: the NUL too, or the len bytes. */
+	struct cmp c = { .sc = sc, .sp = r->sp, .off = off, .len = raw ? len - 1 : len,
+			 .equal = true };
 
 	if (len >= LIT_MAX - 2)
 		return false;
-	read_string(sc, addr, space, sc->lit, len + 2);
+	if (!raw)
+		read_string(sc, addr, space, sc->lit, len + 2);
+	else if (len == 0 || !read_bytes(sc, addr, space, sc->lit, len))
+		return false;
 	bpf_loop(LIT_MAX, cmp_byte, &c, 0);
 	return c.equal;
 }
@@ -581,7 +614,7 @@ static long step(__u64 i, struct run *r)
 	}
 	case OP_STRCMP:
 		x = pop(r);
-		push(r, strcmp_lit(r, x, in->b & 0xf, in->a, in->size));
+		push(r, strcmp_lit(r, x, in->b & 0xf, in->a, in->size, in->b & RAW));
 		break;
 	default:
 		return 1;

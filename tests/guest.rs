@@ -1011,6 +1011,30 @@ fn trace_kernel_arguments_by_btf_name_members_and_retval() {
 
 #[test]
 #[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
+fn trace_kernel_bin_cmp_reads_kernel_bytes() {
+    // -B: the file's name ("null") read as bytes from kernel memory; a literal
+    // one byte short of it ("nul", NUL) matches nothing.
+    let name = "file->f_path.dentry->d_name.name";
+    let (out, ev) = trace_writes(
+        3,
+        &[
+            "-B",
+            &format!(
+                "p::vfs_write (STRCMP(\"{{0x6e, 0x75, 0x6c, 0x6c, 0}}\", {name})) \"%d\", count"
+            ),
+            &format!(
+                "p::vfs_write (STRCMP(\"{{0x6e, 0x75, 0x6c, 0}}\", {name})) \"nul %d\", count"
+            ),
+        ],
+    );
+    let want: Vec<(String, String)> = (100..103)
+        .map(|n| ("vfs_write".to_string(), n.to_string()))
+        .collect();
+    assert_eq!(ev, want, "{}", out.stdout);
+}
+
+#[test]
+#[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
 fn trace_kernel_predicate_filters_in_the_kernel_with_stacks() {
     // 2 of 10 writes pass; the 8 others are dropped before the ring buffer: -v
     // counts the records user space received, not only the lines printed.

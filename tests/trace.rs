@@ -211,6 +211,44 @@ fn strcmp_and_signature_names() {
 }
 
 #[test]
+fn bin_cmp_compares_bytes_past_the_nul() {
+    // tt_bytes(buf, i): buf is 'A', 0, i, 0xff. As strings the 8 buffers are
+    // all "A"; with -B the literal's 4 bytes (in every C spelling) pick one.
+    let spec = |lit: &str| format!("{}:tt_bytes (STRCMP(\"{lit}\", arg1)) \"%d\", arg2", bin());
+    let out = run_on("bytes", 8, &[&spec("A")]);
+    assert_eq!(
+        messages(&out.stdout),
+        ["0", "1", "2", "3", "4", "5", "6", "7"]
+    );
+    let out = run_on(
+        "bytes",
+        8,
+        &[
+            "-B",
+            &spec("{0x41, 0x00, 0x05, 0xff}"),
+            &spec("{'A', 0, 06, -1,}"),
+        ],
+    );
+    assert_eq!(messages(&out.stdout), ["5", "6"]);
+    // One byte: every buffer starts with it.
+    let out = run_on("bytes", 3, &["--bin_cmp", &spec("{65}")]);
+    assert_eq!(messages(&out.stdout), ["0", "1", "2"]);
+    // A char array in a tracepoint's record: the program's name, "traced", NUL.
+    let tp = |lit: &str| {
+        format!("t:sched:sched_switch (STRCMP(\"{lit}\", args->prev_comm)) \"%s\", args->prev_comm")
+    };
+    let name = "{0x74, 0x72, 0x61, 0x63, 0x65, 0x64, 0}";
+    let out = run_on("bytes", 1, &["-B", "-M", "1", &tp(name)]);
+    assert_eq!(messages(&out.stdout), ["traced"]);
+    let out = run_on(
+        "bytes",
+        1,
+        &["-B", &tp("{0x74, 0x72, 0x61, 0x63, 0x65, 0}")],
+    );
+    assert_eq!(messages(&out.stdout), Vec::<String>::new());
+}
+
+#[test]
 fn return_value_with_entry_argument_under_recursion() {
     // tt_recurse(d) returns 100 d + 7; each return must be paired with its own
     // call's argument (d = 1, 2, 3 from the innermost out), not the last entry's.
@@ -504,6 +542,32 @@ const BAD: &[(&str, &str)] = &[
 fn grammar_errors_name_the_offending_part() {
     for (spec, msg) in BAD {
         fails_with(&trace(), &[spec], &format!("bad probe \"{spec}\": {msg}"));
+    }
+}
+
+#[test]
+fn bin_cmp_literal_that_is_not_a_byte_list() {
+    for (lit, msg) in [
+        (
+            "abc",
+            "-B: the STRCMP literal \"abc\" is not a list of bytes such as \"{0x6C, 0x00}\"",
+        ),
+        (
+            "{0x41, zz}",
+            "-B: the STRCMP literal \"{0x41, zz}\" is not a list of bytes such as \"{0x6C, 0x00}\"",
+        ),
+        (
+            "{}",
+            "-B: the STRCMP literal \"{}\" is not a list of bytes such as \"{0x6C, 0x00}\"",
+        ),
+        ("{0x41, 256}", "-B: 256 in \"{0x41, 256}\" is not a byte"),
+    ] {
+        let spec = format!("p:c:malloc (STRCMP(\"{lit}\", arg1))");
+        fails_with(
+            &trace(),
+            &["-B", &spec],
+            &format!("bad probe \"{spec}\": malloc: {msg}"),
+        );
     }
 }
 

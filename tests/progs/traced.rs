@@ -9,6 +9,8 @@
 //! - `usdt N`: USDT probe traced:pair(i, 2 * i) for i in 0..N.
 //! - `write N`: write(fd of /dev/null, buf, 100 + i) for i in 0..N (vfs_write's
 //!   count, and its return value, are 100 + i; the file's name is "null").
+//! - `bytes N`: tt_bytes(buf, i) for i in 0..N, buf = 'A', 0, i, 0xff: as C
+//!   strings all the same ("A"), as bytes each its own.
 
 use std::ffi::CString;
 use std::hint::black_box;
@@ -31,6 +33,12 @@ pub extern "C" fn tt_caller(i: u64) -> u64 {
 
 #[no_mangle]
 #[inline(never)]
+pub extern "C" fn tt_bytes(buf: *const u8, i: u64) -> u64 {
+    black_box(buf as u64 ^ i)
+}
+
+#[no_mangle]
+#[inline(never)]
 pub extern "C" fn tt_recurse(depth: u64) -> u64 {
     if depth > 1 {
         black_box(tt_recurse(black_box(depth - 1)));
@@ -43,8 +51,11 @@ fn main() {
     let hold = args.iter().any(|a| a == "--hold");
     let mode = args.get(1).map(String::as_str).unwrap_or("");
     let n: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
-    if !matches!(mode, "calls" | "recurse" | "lseek" | "usdt" | "write") {
-        eprintln!("usage: traced calls|recurse|lseek|usdt|write N [--hold]");
+    if !matches!(
+        mode,
+        "calls" | "recurse" | "lseek" | "usdt" | "write" | "bytes"
+    ) {
+        eprintln!("usage: traced calls|recurse|lseek|usdt|write|bytes N [--hold]");
         std::process::exit(2);
     }
     // SAFETY: valid path string.
@@ -58,6 +69,7 @@ fn main() {
         match mode {
             "calls" => sink ^= tt_caller(i),
             "recurse" => sink ^= tt_recurse(3),
+            "bytes" => sink ^= tt_bytes(black_box([b'A', 0, i as u8, 0xff]).as_ptr(), i),
             // SAFETY: lseek on an open descriptor.
             "lseek" => sink ^= unsafe { libc::lseek(fd, 1000 + i as i64, libc::SEEK_SET) } as u64,
             // SAFETY: write from a valid buffer of at least 100 + i bytes (N <= 156).

@@ -45,6 +45,8 @@ const SPACE_KERNEL: u8 = 1;
 const SPACE_REC: u8 = 2;
 const SPACE_DATALOC: u8 = 3;
 const SIGNED: u8 = 0x10;
+/// OP_STRCMP under -B: the literal's bytes against the bytes read, as they are.
+const RAW: u8 = 0x20;
 
 const B_ADD: u32 = 0;
 const B_SUB: u32 = 1;
@@ -544,6 +546,8 @@ pub struct Ctx<'a> {
     pub kernel_reads: bool,
     /// -Z: bytes read per string.
     pub str_size: u32,
+    /// -B: STRCMP literals are byte lists (`{0x6C, 0x00}`).
+    pub bin_cmp: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -574,6 +578,41 @@ struct Param {
     name: String,
     index: u32,
     ty: Ty,
+}
+
+/// The bytes of a `-B` STRCMP literal, a C array initializer as BCC's -B takes
+/// it: `{0x6C, 0x00}` (hex, octal, decimal or 'c' elements, -128 to 255).
+fn byte_list(lit: &str) -> Result<Vec<u8>, String> {
+    let bad = || {
+        format!(
+            "-B: the STRCMP literal \"{lit}\" is not a list of bytes such as \"{{0x6C, 0x00}}\""
+        )
+    };
+    let inner = lit
+        .trim()
+        .strip_prefix('{')
+        .and_then(|s| s.strip_suffix('}'))
+        .ok_or_else(bad)?;
+    let mut items: Vec<&str> = inner.split(',').map(str::trim).collect();
+    // C allows a trailing comma.
+    if items.len() > 1 && items.last() == Some(&"") {
+        items.pop();
+    }
+    items
+        .iter()
+        .map(|item| {
+            let v: i64 = match item.as_bytes() {
+                [b'\'', c, b'\''] => *c as i64,
+                [b'-', ..] => -crate::expr::parse_number(&item[1..]).ok_or_else(bad)?,
+                _ => crate::expr::parse_number(item).ok_or_else(bad)?,
+            };
+            match v {
+                0..=255 => Ok(v as u8),
+                -128..=-1 => Ok(v as i8 as u8),
+                _ => Err(format!("-B: {item} in \"{lit}\" is not a byte")),
+            }
+        })
+        .collect()
 }
 
 struct Gen<'a> {
@@ -1161,23 +1200,30 @@ impl Gen<'_> {
                         )
                     }
                 };
-                if lit.len() >= LIT_MAX - 2 || lit.contains('\0') {
+                let (bytes, raw) = if self.ctx.bin_cmp {
+                    (byte_list(lit)?, RAW)
+                } else if lit.contains('\0') {
+                    return Err("a STRCMP literal cannot hold a NUL byte (-B compares bytes: STRCMP(\"{0x6C, 0x00}\", arg1))".into());
+                } else {
+                    (lit.as_bytes().to_vec(), 0)
+                };
+                if bytes.len() >= LIT_MAX - 2 {
                     return Err(format!(
                         "the STRCMP literal is too long (at most {} bytes)",
                         LIT_MAX - 3
                     ));
                 }
                 let off = self.prog.lits.len();
-                if off + lit.len() + 1 > LITS {
+                if off + bytes.len() + 1 > LITS {
                     return Err(format!(
                         "the STRCMP literals of a probe are over {LITS} bytes together"
                     ));
                 }
-                self.prog.lits.extend_from_slice(lit.as_bytes());
+                self.prog.lits.extend_from_slice(&bytes);
                 self.prog.lits.push(0);
                 let v = self.expr(other)?;
                 let space = self.string_source(v, other)?;
-                self.emit(OP_STRCMP, lit.len() as u8, space, off as u32, 0, 0);
+                self.emit(OP_STRCMP, bytes.len() as u8, space | raw, off as u32, 0, 0);
                 Ok(Val {
                     ty: Ty::Int {
                         bytes: 4,
@@ -1431,6 +1477,7 @@ mod tests {
                 btf: None,
                 kernel_reads: false,
                 str_size: 80,
+                bin_cmp: false,
             },
         )
     }
@@ -1538,6 +1585,20 @@ mod tests {
     }
 
     #[test]
+    fn byte_lists_as_c_initializers() {
+        assert_eq!(byte_list("{0x6C, 0x00}").unwrap(), [0x6c, 0]);
+        assert_eq!(
+            byte_list(" { 'A', 010, 255, -1, -128, } ").unwrap(),
+            [65, 8, 255, 255, 128]
+        );
+        for bad in [
+            "", "{}", "{,}", "0x6C", "{0x6C", "{1 2}", "{'ab'}", "{256}", "{-129}",
+        ] {
+            assert!(byte_list(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn refusals_name_the_part() {
         assert_eq!(
             user("c:read \"%d\", retval").unwrap_err(),
@@ -1591,6 +1652,7 @@ mod tests {
                 btf: None,
                 kernel_reads: false,
                 str_size: 16,
+                bin_cmp: false,
             },
         )
         .unwrap();

@@ -193,6 +193,14 @@ fn number(s: &str) -> Result<(u64, usize), String> {
         .map_err(|_| format!("bad number '{}'", excerpt(word)))
 }
 
+/// The value of `s`, all of it a C integer literal (as [`number`] reads one).
+pub fn parse_number(s: &str) -> Option<i64> {
+    match number(s) {
+        Ok((v, n)) if n == s.len() && n > 0 => i64::try_from(v).ok(),
+        _ => None,
+    }
+}
+
 /// A quoted string at the start of `s` (C escapes \n \t \\ \" \' \0 \xHH): its
 /// value and length with the quotes.
 pub fn string(s: &str) -> Result<(String, usize), String> {

@@ -524,6 +524,7 @@ mod fuzz {
                     btf: None,
                     kernel_reads,
                     str_size: 80,
+                    bin_cmp: false,
                 };
                 if let Err(e) = compile(&p, &ctx) {
                     assert!(!e.is_empty() && !e.contains('\n'), "{spec:?}: {e:?}");

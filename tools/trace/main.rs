@@ -139,6 +139,11 @@ struct Args {
     )]
     sym_files: Vec<std::path::PathBuf>,
 
+    /// STRCMP literals are lists of bytes, "{0x6C, 0x00}", compared with the
+    /// bytes at the value as they are, NULs included
+    #[arg(short = 'B', long = "bin_cmp", visible_alias = "bin-cmp")]
+    bin_cmp: bool,
+
     /// Count identical events and print the counts at the end (or after -M)
     #[arg(short = 'A', long)]
     aggregate: bool,
@@ -742,6 +747,7 @@ fn compile_all(
                 btf: kbtf.as_ref(),
                 kernel_reads,
                 str_size: args.string_size,
+                bin_cmp: args.bin_cmp,
             };
             let prog = compile::compile(&p, &ctx).map_err(bad)?;
             out.push(Compiled {
