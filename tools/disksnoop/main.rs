@@ -44,6 +44,8 @@ Examples:
 /// size and latency from issue to completion.
 #[derive(Parser, Debug)]
 #[command(name = "disksnoop", version, after_help = EXAMPLES)]
+// Its programs are fixed: --attach-mode is refused (common::Session::fixed), not offered.
+#[command(mut_arg("attach_mode", |a| a.hide(true)))]
 struct Args {
     #[command(flatten)]
     common: CommonArgs,

@@ -64,6 +64,8 @@ const EXAMPLES: &str = r#"Examples:
 // BCC's trace spells the cgroup filter -c; its CPU filter (BCC's trace has
 // none) keeps only the long --cpu.
 #[command(mut_arg("cpu", |a| a.short(None)), mut_arg("cgroup", |a| a.short('c')))]
+// An event stream has no summary to serve: --listen is refused, not offered.
+#[command(mut_arg("listen", |a| a.hide(true)), mut_arg("listen_token", |a| a.hide(true)))]
 struct Args {
     #[command(flatten)]
     common: CommonArgs,

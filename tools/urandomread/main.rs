@@ -41,6 +41,8 @@ Examples:
 /// line per read with the bits delivered.
 #[derive(Parser, Debug)]
 #[command(name = "urandomread", version, after_help = EXAMPLES)]
+// Its programs are fixed: --attach-mode is refused (common::Session::fixed), not offered.
+#[command(mut_arg("attach_mode", |a| a.hide(true)))]
 struct Args {
     #[command(flatten)]
     common: CommonArgs,
