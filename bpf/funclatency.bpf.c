@@ -55,7 +55,7 @@ static __always_inline int session(void *ctx)
 static __always_inline int entry(__u32 probe)
 {
 	if (!filtered_out())
-		pair_enter(probe);
+		pair_enter(probe, false);
 	return 0;
 }
 

@@ -80,8 +80,10 @@ static __always_inline void pairing_count_lost(__u32 why)
 }
 
 /* At a function's entry: pushes (probe, now); returns the frame pushed (for a
- * tool to save more in), or NULL when the call is not paired. */
-static __always_inline struct frame *pair_enter(__u32 probe)
+ * tool to save more in), or NULL when the call is not paired. `session`: the
+ * caller is a session program, which skips the return of a call not paired (so
+ * no return comes to be matched with it). */
+static __always_inline struct frame *pair_enter(__u32 probe, bool session)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct thread_calls *t = bpf_map_lookup_elem(&calls, &tid);
@@ -101,7 +103,8 @@ static __always_inline struct frame *pair_enter(__u32 probe)
 	}
 	d = t->depth;
 	if (d >= PAIR_DEPTH || t->untimed) {
-		t->untimed += 1;
+		if (!session)
+			t->untimed += 1;
 		pairing_count_lost(0);
 		return NULL;
 	}

@@ -249,9 +249,9 @@ struct {
 	__type(value, struct scratch);
 } scratch SEC(".maps");
 
-/* Per spec: [0] hits that passed the predicate, [1] hits dropped by it, [2]
- * returns without their entry (one counter touched per hit). */
-#define STATS 3
+/* Per spec: [0] hits that passed the predicate, [1] hits dropped by it (one
+ * counter touched per hit). Returns not paired are in pairing_lost. */
+#define STATS 2
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, STATS); /* resized to STATS x specs */
@@ -920,8 +920,8 @@ static __always_inline bool gate_drop(__u32 id)
 
 /* A function's entry: emits its `p:` specs; saves the arguments for its `r:`
  * specs. Returns whether a return hook is wanted (a session's entry returns 1
- * to skip the return). */
-static __always_inline bool fn_entry(struct pt_regs *ctx, __u32 probe)
+ * to skip the return); `session`: called from a session program. */
+static __always_inline bool fn_entry(struct pt_regs *ctx, __u32 probe, bool session)
 {
 	struct specs_of *so;
 	struct scratch *sc;
@@ -965,7 +965,7 @@ static __always_inline bool fn_entry(struct pt_regs *ctx, __u32 probe)
 		emit(ctx, probe, id, sp, sc);
 	}
 	if (want_ret) {
-		struct frame *f = pair_enter(probe);
+		struct frame *f = pair_enter(probe, session);
 
 		if (f)
 			__builtin_memcpy(f->args, sc->in, sizeof(f->args));
@@ -1018,7 +1018,7 @@ static __always_inline int session(struct pt_regs *ctx)
 	__u32 probe = probe_of(ctx);
 
 	if (!session_is_return(ctx))
-		return fn_entry(ctx, probe) ? 0 : 1;
+		return fn_entry(ctx, probe, true) ? 0 : 1;
 	fn_return(ctx, probe);
 	return 0;
 }
@@ -1038,7 +1038,7 @@ int trace_uprobe_session(struct pt_regs *ctx)
 SEC("kprobe.multi")
 int trace_kprobe_multi(struct pt_regs *ctx)
 {
-	fn_entry(ctx, probe_of(ctx));
+	fn_entry(ctx, probe_of(ctx), false);
 	return 0;
 }
 
@@ -1052,7 +1052,7 @@ int trace_kretprobe_multi(struct pt_regs *ctx)
 SEC("kprobe")
 int trace_kprobe(struct pt_regs *ctx)
 {
-	fn_entry(ctx, probe_of(ctx));
+	fn_entry(ctx, probe_of(ctx), false);
 	return 0;
 }
 
@@ -1066,7 +1066,7 @@ int trace_kretprobe(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int trace_uprobe_multi(struct pt_regs *ctx)
 {
-	fn_entry(ctx, probe_of(ctx));
+	fn_entry(ctx, probe_of(ctx), false);
 	return 0;
 }
 
@@ -1114,7 +1114,7 @@ int trace_uprobe(struct pt_regs *ctx)
 	__u32 probe = uprobe_probe(ctx, &ok);
 
 	if (ok)
-		fn_entry(ctx, probe);
+		fn_entry(ctx, probe, false);
 	return 0;
 }
 

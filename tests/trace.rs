@@ -128,11 +128,11 @@ fn assert_kept_in_kernel(stderr: &str, records: u64, hits: u64, dropped: u64) {
     assert_eq!(records_received(stderr), records, "{stderr}");
     assert!(
         stderr.contains(&format!(
-            ": {hits} hits, {dropped} dropped by the predicate in the kernel, \
-             0 returns without their entry"
+            ": {hits} hits, {dropped} dropped by the predicate in the kernel\n"
         )),
         "{stderr}"
     );
+    assert!(stderr.contains("trace: 0 returns not printed: calls whose return the kernel missed"));
 }
 
 /// -v's note that a program's predicate is its probe's gate (bpf/trace.bpf.c
@@ -257,6 +257,31 @@ fn return_value_with_entry_argument_under_recursion() {
     let one = ["1 -> 107", "2 -> 207", "3 -> 307"];
     let want: Vec<&str> = (0..5).flat_map(|_| one).collect();
     assert_eq!(messages(&out.stdout), want);
+}
+
+#[test]
+fn returns_deeper_than_the_pairing_stack_are_counted_not_mispaired() {
+    // tt_recurse(20): 20 nested calls. The entries of the outer 16 are kept, so
+    // their returns print with their own argument; the inner 4 are counted. The
+    // thread's stack is then as before: tt_recurse(3) prints all 3. Sessions
+    // (the default here) skip the returns of the calls not kept; separate
+    // return probes see them and must not pair them.
+    let spec = format!("r:{}:tt_recurse \"%d -> %d\", arg1, retval", bin());
+    let mut want: Vec<String> = (5..=20)
+        .map(|d| format!("{d} -> {}", 100 * d + 7))
+        .collect();
+    want.extend(["1 -> 107", "2 -> 207", "3 -> 307"].map(String::from));
+    for mode in ["auto", "single"] {
+        let out = run_on("deep", 20, &["--attach-mode", mode, &spec]);
+        assert_eq!(messages(&out.stdout), want, "{mode}");
+        assert!(
+            out.stderr.contains(
+                "trace: 4 returns not printed: calls nested deeper than 16 on their thread"
+            ),
+            "{mode}: {}",
+            out.stderr
+        );
+    }
 }
 
 #[test]

@@ -9,6 +9,7 @@
 //! - `usdt N`: USDT probe traced:pair(i, 2 * i) for i in 0..N.
 //! - `write N`: write(fd of /dev/null, buf, 100 + i) for i in 0..N (vfs_write's
 //!   count, and its return value, are 100 + i; the file's name is "null").
+//! - `deep N`: tt_recurse(N), N calls nested, then tt_recurse(3).
 //! - `bytes N`: tt_bytes(buf, i) for i in 0..N, buf = 'A', 0, i, 0xff: as C
 //!   strings all the same ("A"), as bytes each its own.
 
@@ -53,9 +54,9 @@ fn main() {
     let n: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
     if !matches!(
         mode,
-        "calls" | "recurse" | "lseek" | "usdt" | "write" | "bytes"
+        "calls" | "recurse" | "lseek" | "usdt" | "write" | "bytes" | "deep"
     ) {
-        eprintln!("usage: traced calls|recurse|lseek|usdt|write|bytes N [--hold]");
+        eprintln!("usage: traced calls|recurse|lseek|usdt|write|bytes|deep N [--hold]");
         std::process::exit(2);
     }
     // SAFETY: valid path string.
@@ -65,10 +66,14 @@ fn main() {
     let ready = ready::Ready::announce();
     ready.wait();
     let mut sink = 0u64;
+    if mode == "deep" {
+        sink ^= tt_recurse(n) ^ tt_recurse(3);
+    }
     for i in 0..n {
         match mode {
             "calls" => sink ^= tt_caller(i),
             "recurse" => sink ^= tt_recurse(3),
+            "deep" => break,
             "bytes" => sink ^= tt_bytes(black_box([b'A', 0, i as u8, 0xff]).as_ptr(), i),
             // SAFETY: lseek on an open descriptor.
             "lseek" => sink ^= unsafe { libc::lseek(fd, 1000 + i as i64, libc::SEEK_SET) } as u64,

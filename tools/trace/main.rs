@@ -186,7 +186,6 @@ const EV_VALS: usize = 64;
 /// One compiled program and what renders its records.
 struct Compiled {
     probe: usize,
-    spec: usize,
     prog: Program,
     /// The probe as compiled (with --args' format).
     parsed: grammar::Probe,
@@ -394,7 +393,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     }
     open.maps
         .stats
-        .set_max_entries((3 * compiled.len()).max(1) as u32)?;
+        .set_max_entries((2 * compiled.len()).max(1) as u32)?;
     open.maps.calls.set_max_entries(4096)?;
     open.maps.events.set_max_entries(ring)?;
     let skel = open.load().context("loading the BPF programs")?;
@@ -606,9 +605,32 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     if args.verbose {
         report_stats(&skel.maps.stats, &compiled, received)?;
     }
+    report_unpaired(&skel.maps.pairing_lost, args.verbose)?;
     drop(r);
     session.finish(true)
 }
+
+/// Returns of `r:` probes not printed, from pairing_lost (bpf/pairing.h): a
+/// warning when calls were too deep or too many threads were in calls; with -v
+/// always, with the returns whose entry was not seen.
+fn report_unpaired(map: &dyn MapCore, verbose: bool) -> Result<()> {
+    let lost = PerCpuCounters::new(map, 3)?.totals()?;
+    let what = [
+        format!("calls nested deeper than {PAIR_DEPTH} on their thread (their entries could not be saved)"),
+        "calls whose return the kernel missed".to_string(),
+        "calls made while too many threads were in traced functions at once".to_string(),
+    ];
+    for (n, w) in lost.iter().zip(&what) {
+        if *n > 0 || verbose {
+            common::cli::warn(&format!("{n} returns not printed: {w}"));
+        }
+    }
+    Ok(())
+}
+
+/// bpf/trace.bpf.c's PAIR_DEPTH: the calls of one thread whose entries are kept
+/// for their returns.
+const PAIR_DEPTH: u32 = 16;
 
 /// Whether any format prints a user symbol (%U).
 fn uses_u(compiled: &[Compiled]) -> bool {
@@ -754,7 +776,6 @@ fn compile_all(
             let prog = compile::compile(&p, &ctx).map_err(bad)?;
             out.push(Compiled {
                 probe: i,
-                spec: s,
                 prog,
                 parsed: p,
             });
@@ -810,19 +831,17 @@ fn tracepoint_programs(
 /// -v: per program, hits seen in the kernel and dropped by the predicate, and
 /// the records that reached user space.
 fn report_stats(map: &dyn MapCore, compiled: &[Compiled], received: u64) -> Result<()> {
-    let mut c = PerCpuCounters::new(map, 3 * compiled.len().max(1))?;
+    let mut c = PerCpuCounters::new(map, 2 * compiled.len().max(1))?;
     let t = c.totals()?;
     let mut s = format!("trace: {received} records reached user space\n");
     for (id, p) in compiled.iter().enumerate() {
         let _ = writeln!(
             s,
-            "trace: program {id} (\"{}\"): {} hits, {} dropped by the predicate in the kernel, {} returns without their entry",
+            "trace: program {id} (\"{}\"): {} hits, {} dropped by the predicate in the kernel",
             escape(&p.parsed.text),
-            t[3 * id] + t[3 * id + 1],
-            t[3 * id + 1],
-            t[3 * id + 2]
+            t[2 * id] + t[2 * id + 1],
+            t[2 * id + 1],
         );
-        let _ = p.spec;
     }
     common::cli::stderr(&s);
     Ok(())
