@@ -285,6 +285,35 @@ fn returns_deeper_than_the_pairing_stack_are_counted_not_mispaired() {
 }
 
 #[test]
+fn offsets_must_begin_an_instruction_inside_the_function() {
+    // tt_asm: mov (5 bytes) at +0, add (3) at +5, ret at +8; 9 bytes in all.
+    let spec = |off: &str| format!("{}:tt_asm+{off} \"%d\", arg1", bin());
+    for off in ["5", "0x8"] {
+        let out = run_on("asm", 3, &[&spec(off)]);
+        assert_eq!(messages(&out.stdout), ["0", "1", "2"], "+{off}");
+    }
+    for (off, why) in [
+        (
+            "2",
+            "it is inside the instruction at +0x0 (the next one begins at +0x5)",
+        ),
+        ("9", "it is past the function's end (9 bytes)"),
+        (
+            "18446744073709551615",
+            "it is past the function's end (9 bytes)",
+        ),
+    ] {
+        let s = spec(off);
+        let shown = format!("{:#x}", off.parse::<u64>().unwrap());
+        fails_with(
+            &trace(),
+            &[&s],
+            &format!("bad probe \"{s}\": tt_asm+{shown} cannot be traced: {why}"),
+        );
+    }
+}
+
+#[test]
 fn return_predicate_on_retval() {
     let spec = format!("r:{}:tt_recurse (retval == 207) \"%d\", arg1", bin());
     let out = run_on("recurse", 4, &[&spec]);

@@ -62,6 +62,17 @@ fn not_regular(path: &Path, meta: &Metadata) -> Option<String> {
     ))
 }
 
+/// Up to `len` bytes of the binary at `path` from file offset `offset` (fewer at
+/// its end), with [`open_binary`]'s checks.
+pub fn file_bytes(path: &Path, offset: u64, len: usize) -> Result<Vec<u8>> {
+    let opened = open_binary(path)?;
+    let mut buf = vec![0u8; len];
+    let n = read_up_to(&opened.file, offset, &mut buf)
+        .map_err(|e| anyhow::anyhow!(io_error(path, &e)))?;
+    buf.truncate(n);
+    Ok(buf)
+}
+
 /// A binary opened for tracing: a regular, 64-bit ELF file of this machine.
 pub struct Opened {
     pub file: File,

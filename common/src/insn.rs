@@ -140,6 +140,40 @@ pub fn check_entry(_code: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// `Ok` when one of the instructions of `code` (a function's bytes from its
+/// entry) begins at `off`: a breakpoint anywhere else would corrupt the
+/// instruction it lands in. The reason reads after "FUNC+OFF cannot be traced: ".
+#[cfg(target_arch = "x86_64")]
+pub fn check_boundary(code: &[u8], off: u64) -> Result<(), String> {
+    use iced_x86::{Decoder, DecoderOptions};
+
+    let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
+    let mut prev = 0;
+    while decoder.can_decode() {
+        let ip = decoder.ip();
+        if ip == off {
+            return Ok(());
+        }
+        if ip > off {
+            return Err(format!(
+                "it is inside the instruction at +{prev:#x} (the next one begins at +{ip:#x})"
+            ));
+        }
+        if decoder.decode().is_invalid() {
+            return Err(format!(
+                "the function's code before it does not decode as x86-64 (at +{ip:#x})"
+            ));
+        }
+        prev = ip;
+    }
+    Err("it is past the function's code in the file".to_string())
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub fn check_boundary(_code: &[u8], _off: u64) -> Result<(), String> {
+    Ok(())
+}
+
 /// `good_insns_64` of arch/x86/kernel/uprobes.c: one-byte opcodes (or the opcode
 /// byte after a VEX prefix) the kernel will single-step. Rows of 16 opcodes.
 #[cfg(target_arch = "x86_64")]

@@ -145,6 +145,8 @@ pub struct UserFunc {
     pub name: String,
     /// File offset of the entry, what uprobes attach to.
     pub offset: u64,
+    /// Its size in bytes (`st_size`; 0 when unknown).
+    pub size: u64,
     /// `name` is exported (see [`elf::Name`]): preferred when patterns meet.
     pub exported: bool,
 }
@@ -159,6 +161,30 @@ impl UserFunc {
         };
         rank(self) < rank(other)
     }
+}
+
+/// `func` of `binary` entered `off` bytes in (trace's `func+off`): refused unless
+/// one of its instructions begins there, and one a uprobe may sit on. The error
+/// reads after "FUNC+OFF cannot be traced: ".
+pub fn at_offset(binary: &Path, func: &UserFunc, off: u64) -> Result<UserFunc, String> {
+    if func.size == 0 {
+        return Err("the function's size is not in its symbol, so the offset cannot be checked against its instructions".into());
+    }
+    if off >= func.size {
+        return Err(format!(
+            "it is past the function's end ({} bytes)",
+            func.size
+        ));
+    }
+    // The instruction at `off` is at most 15 bytes long.
+    let len = func.size.min(off + 15) as usize;
+    let code = elf::file_bytes(binary, func.offset, len).map_err(|e| e.to_string())?;
+    insn::check_boundary(&code, off)?;
+    insn::check_entry(&code[off as usize..]).map_err(|why| why.replace("its first ", "the "))?;
+    Ok(UserFunc {
+        offset: func.offset + off,
+        ..func.clone()
+    })
 }
 
 /// The functions of a binary matching a pattern.
@@ -183,7 +209,8 @@ pub fn functions(bin: &Binary, m: &Matcher) -> Found {
             .filter(|f| f.names.iter().any(|n| m.is_match(&n.name)))
             .collect(),
     };
-    let mut at: BTreeMap<u64, Vec<&Name>> = BTreeMap::new();
+    // Per entry: its names and size.
+    let mut at: BTreeMap<u64, (Vec<&Name>, u64)> = BTreeMap::new();
     let mut found = Found::default();
     let mut ifuncs = ifunc_targets(bin, candidates.iter().filter(|f| f.ifunc)).into_iter();
     for f in candidates {
@@ -199,40 +226,52 @@ pub fn functions(bin: &Binary, m: &Matcher) -> Found {
                 .ok_or_else(|| "its address is not in an executable segment of the file".into())
         };
         match offset {
-            Ok(off) => at.entry(off).or_default().extend(matched),
+            Ok(off) => {
+                let e = at.entry(off).or_default();
+                e.0.extend(matched);
+                if !f.ifunc {
+                    e.1 = e.1.max(f.size);
+                }
+            }
             Err(why) => found.skipped.push((label.name.clone(), why)),
         }
     }
-    let mut chosen: Vec<(&Name, u64)> = Vec::new();
+    let mut chosen: Vec<(&Name, u64, u64)> = Vec::new();
     // TRACEKIT_NO_INSN_CHECK=1 leaves the refusal to the kernel (to test how a
     // refused attach is handled); nothing else should set it.
     let check = std::env::var_os("TRACEKIT_NO_INSN_CHECK").is_none_or(|v| v == "0");
-    for (offset, names) in at {
+    for (offset, (names, size)) in at {
         let best = elf::preferred(names).expect("at least one name per offset");
+        // An IFUNC's implementation is sized by its own symbol.
+        let size = match size {
+            0 => bin.function_at_offset(offset).map_or(0, |f| f.size),
+            n => n,
+        };
         let entry = if check {
             insn::check_entry(&bin.bytes_at(offset, 16))
         } else {
             Ok(())
         };
         match entry {
-            Ok(()) => chosen.push((best, offset)),
+            Ok(()) => chosen.push((best, offset, size)),
             Err(why) => found.skipped.push((best.name.clone(), why)),
         }
     }
     // `memcpy@GLIBC_2.2.5` (old programs) and `memcpy` (the default version) are two
     // functions: the old one is shown with its version.
     let mut count: HashMap<&str, usize> = HashMap::new();
-    for (n, _) in &chosen {
+    for (n, _, _) in &chosen {
         *count.entry(n.name.as_str()).or_default() += 1;
     }
     found.funcs = chosen
         .iter()
-        .map(|&(n, offset)| UserFunc {
+        .map(|&(n, offset, size)| UserFunc {
             name: match &n.version {
                 Some(v) if n.hidden && count[n.name.as_str()] > 1 => format!("{}@{v}", n.name),
                 _ => n.name.clone(),
             },
             offset,
+            size,
             exported: n.exported,
         })
         .collect();

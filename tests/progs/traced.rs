@@ -9,6 +9,7 @@
 //! - `usdt N`: USDT probe traced:pair(i, 2 * i) for i in 0..N.
 //! - `write N`: write(fd of /dev/null, buf, 100 + i) for i in 0..N (vfs_write's
 //!   count, and its return value, are 100 + i; the file's name is "null").
+//! - `asm N`: tt_asm(i) for i in 0..N; tt_asm's instructions are known (below).
 //! - `deep N`: tt_recurse(N), N calls nested, then tt_recurse(3).
 //! - `bytes N`: tt_bytes(buf, i) for i in 0..N, buf = 'A', 0, i, 0xff: as C
 //!   strings all the same ("A"), as bytes each its own.
@@ -38,6 +39,22 @@ pub extern "C" fn tt_bytes(buf: *const u8, i: u64) -> u64 {
     black_box(buf as u64 ^ i)
 }
 
+// tt_asm(x) = x + 0x11223344, 9 bytes whose instructions begin at +0 (mov, 5
+// bytes), +5 (add, 3) and +8 (ret): for trace's func+OFFSET checks.
+std::arch::global_asm!(
+    ".globl tt_asm",
+    ".type tt_asm, @function",
+    "tt_asm:",
+    "mov eax, 0x11223344",
+    "add rax, rdi",
+    "ret",
+    ".size tt_asm, . - tt_asm",
+);
+
+extern "C" {
+    fn tt_asm(x: u64) -> u64;
+}
+
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn tt_recurse(depth: u64) -> u64 {
@@ -54,9 +71,9 @@ fn main() {
     let n: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
     if !matches!(
         mode,
-        "calls" | "recurse" | "lseek" | "usdt" | "write" | "bytes" | "deep"
+        "calls" | "recurse" | "lseek" | "usdt" | "write" | "bytes" | "deep" | "asm"
     ) {
-        eprintln!("usage: traced calls|recurse|lseek|usdt|write|bytes|deep N [--hold]");
+        eprintln!("usage: traced calls|recurse|lseek|usdt|write|bytes|deep|asm N [--hold]");
         std::process::exit(2);
     }
     // SAFETY: valid path string.
@@ -74,6 +91,8 @@ fn main() {
             "calls" => sink ^= tt_caller(i),
             "recurse" => sink ^= tt_recurse(3),
             "deep" => break,
+            // SAFETY: tt_asm reads only its argument register.
+            "asm" => sink ^= unsafe { tt_asm(black_box(i)) },
             "bytes" => sink ^= tt_bytes(black_box([b'A', 0, i as u8, 0xff]).as_ptr(), i),
             // SAFETY: lseek on an open descriptor.
             "lseek" => sink ^= unsafe { libc::lseek(fd, 1000 + i as i64, libc::SEEK_SET) } as u64,

@@ -685,7 +685,15 @@ fn apply_offsets(
             continue;
         }
         match &mut plan.probes[i].site {
-            Site::User { func, .. } => func.offset += off,
+            Site::User { binary, func } => {
+                *func = common::ufuncs::at_offset(binary, func, off).map_err(|why| {
+                    anyhow!(
+                        "bad probe \"{}\": {}+{off:#x} cannot be traced: {why}",
+                        escape(&parsed[specs[0]].text),
+                        func.name
+                    )
+                })?
+            }
             Site::Kernel(f) => bail!(
                 "bad probe \"{}\": offsets into kernel functions ({}+{off:#x}) are not supported: kernel functions are attached at their entry",
                 escape(&parsed[specs[0]].text),
