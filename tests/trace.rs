@@ -290,7 +290,7 @@ fn offsets_must_begin_an_instruction_inside_the_function() {
     let spec = |off: &str| format!("{}:tt_asm+{off} \"%d\", arg1", bin());
     for off in ["5", "0x8"] {
         let out = run_on("asm", 3, &[&spec(off)]);
-        assert_eq!(messages(&out.stdout), ["0", "1", "2"], "+{off}");
+        assert_eq!(messages(&out.stdout), ["-1", "0", "1"], "+{off}");
     }
     for (off, why) in [
         (
@@ -311,6 +311,19 @@ fn offsets_must_begin_an_instruction_inside_the_function() {
             &format!("bad probe \"{s}\": tt_asm+{shown} cannot be traced: {why}"),
         );
     }
+}
+
+#[test]
+fn signature_types_truncate_and_extend_the_register() {
+    // tt_asm's argument is the int i - 1, with 0x7777 in the register's upper half.
+    let spec = |sig: &str, rest: &str| format!("{}:tt_asm({sig}) {rest}", bin());
+    // int: signed, the upper half not part of it.
+    let out = run_on("asm", 3, &[&spec("int x", "(x < 0) \"%ld\", x")]);
+    assert_eq!(messages(&out.stdout), ["-1"]);
+    let out = run_on("asm", 3, &[&spec("unsigned char x", "\"%d\", x")]);
+    assert_eq!(messages(&out.stdout), ["255", "0", "1"]);
+    let out = run_on("asm", 1, &[&spec("long x", "\"%lx\", x")]);
+    assert_eq!(messages(&out.stdout), ["7777ffffffff"]);
 }
 
 #[test]

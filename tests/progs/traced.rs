@@ -9,7 +9,9 @@
 //! - `usdt N`: USDT probe traced:pair(i, 2 * i) for i in 0..N.
 //! - `write N`: write(fd of /dev/null, buf, 100 + i) for i in 0..N (vfs_write's
 //!   count, and its return value, are 100 + i; the file's name is "null").
-//! - `asm N`: tt_asm(i) for i in 0..N; tt_asm's instructions are known (below).
+//! - `asm N`: tt_asm(x) for i in 0..N, x = i - 1 as a 32-bit int in a register
+//!   whose upper half is 0x7777 (as C leaves it: not part of an int);
+//!   tt_asm's instructions are known (below).
 //! - `deep N`: tt_recurse(N), N calls nested, then tt_recurse(3).
 //! - `bytes N`: tt_bytes(buf, i) for i in 0..N, buf = 'A', 0, i, 0xff: as C
 //!   strings all the same ("A"), as bytes each its own.
@@ -92,7 +94,10 @@ fn main() {
             "recurse" => sink ^= tt_recurse(3),
             "deep" => break,
             // SAFETY: tt_asm reads only its argument register.
-            "asm" => sink ^= unsafe { tt_asm(black_box(i)) },
+            "asm" => {
+                sink ^=
+                    unsafe { tt_asm(black_box(0x7777 << 32 | (i as u32).wrapping_sub(1) as u64)) }
+            }
             "bytes" => sink ^= tt_bytes(black_box([b'A', 0, i as u8, 0xff]).as_ptr(), i),
             // SAFETY: lseek on an open descriptor.
             "lseek" => sink ^= unsafe { libc::lseek(fd, 1000 + i as i64, libc::SEEK_SET) } as u64,

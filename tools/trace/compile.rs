@@ -991,8 +991,16 @@ impl Gen<'_> {
         }
     }
 
+    /// Register `input` as a value of type `ty`: an integer narrower than the
+    /// register is truncated to it (and sign-extended when signed), as C reads
+    /// an `int` argument: the register's upper bits are not part of it.
     fn value(&mut self, ty: Ty, input: u32) -> Val {
         self.emit(OP_IN, 0, 0, input, 0, 1);
+        if let Ty::Int { bytes, signed } = ty {
+            if bytes < 8 {
+                self.emit(OP_CAST, bytes, if signed { SIGNED } else { 0 }, 0, 0, 0);
+            }
+        }
         Val {
             ty,
             loc: Loc::Value,
