@@ -361,6 +361,32 @@ fn aggregate_counts_identical_events() {
         "{}",
         out.stdout
     );
+    // --json: one object per distinct event, the event an object without its time.
+    let out = run_on("recurse", 9, &["-A", "--json", &spec]);
+    let objs: Vec<serde_json::Value> = out
+        .stdout
+        .lines()
+        .filter(|l| l.contains("\"count\""))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let mut counts: Vec<(String, u64)> = objs
+        .iter()
+        .map(|o| {
+            assert!(
+                o["event"]["time_s"].is_null() && o["event"]["cpu"].is_null(),
+                "{o}"
+            );
+            let msg = o["event"]["message"].as_str().unwrap().to_string();
+            (msg, o["count"].as_u64().unwrap())
+        })
+        .collect();
+    counts.sort();
+    assert_eq!(
+        counts,
+        [("107".into(), 9), ("207".into(), 9), ("307".into(), 9)],
+        "{}",
+        out.stdout
+    );
 }
 
 #[test]

@@ -551,7 +551,12 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
             }
             let text = r.event(&h, &labels[c.probe], &c.parsed, &msg, tail);
             if args.aggregate {
-                *aggregate.entry(text).or_default() += 1;
+                let key = if json {
+                    json_aggregate_key(&text, args.print_cpu)
+                } else {
+                    text
+                };
+                *aggregate.entry(key).or_default() += 1;
             } else {
                 out.push_str(&text);
             }
@@ -590,7 +595,8 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
         let mut s = String::new();
         for (text, n) in rows {
             if json {
-                let _ = writeln!(s, "{}", json!({"event": text.trim_end(), "count": n}));
+                let event: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+                let _ = writeln!(s, "{}", json!({"event": event, "count": n}));
             } else {
                 let _ = write!(s, "{text}-->COUNT {n}\n\n");
             }
@@ -631,6 +637,20 @@ fn report_unpaired(map: &dyn MapCore, verbose: bool) -> Result<()> {
 /// bpf/trace.bpf.c's PAIR_DEPTH: the calls of one thread whose entries are kept
 /// for their returns.
 const PAIR_DEPTH: u32 = 16;
+
+/// What makes two --json events identical for -A: the event without its time
+/// (and CPU, unless -C asks for it), as text does.
+fn json_aggregate_key(event: &str, with_cpu: bool) -> String {
+    let Ok(serde_json::Value::Object(mut o)) = serde_json::from_str(event) else {
+        return event.to_string();
+    };
+    o.remove("time_s");
+    o.remove("unix_time");
+    if !with_cpu {
+        o.remove("cpu");
+    }
+    serde_json::Value::Object(o).to_string()
+}
 
 /// Whether any format prints a user symbol (%U).
 fn uses_u(compiled: &[Compiled]) -> bool {
