@@ -94,6 +94,27 @@ fn help_and_man_page_name_the_same_options() {
 }
 
 #[test]
+fn no_macro_argument_loses_its_double_quotes() {
+    // troff takes `"` in a macro's arguments as quoting: `.B trace 'f "%d", x'`
+    // renders as `trace 'f %d , x'`, which pasted is a bad probe. Such lines are
+    // written with \fB...\fR and \(dq.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for name in TOOLS {
+        let page = std::fs::read_to_string(root.join("man").join(format!("{name}.8"))).unwrap();
+        for (n, line) in page.lines().enumerate() {
+            let is_macro = [".B ", ".I ", ".BR ", ".IR ", ".BI "]
+                .iter()
+                .any(|m| line.starts_with(m));
+            assert!(
+                !(is_macro && line.contains('"')),
+                "man/{name}.8:{}: {line}",
+                n + 1
+            );
+        }
+    }
+}
+
+#[test]
 fn the_parsers_read_both_forms() {
     let help = "Options:\n  -p, --pid <PID>      Trace this\n      --json  x [alias: --j-s]\n  -h, --help  Print help\n";
     let want = ["--j-s", "--json", "--pid", "-p"].map(String::from);
