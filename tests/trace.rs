@@ -452,6 +452,22 @@ fn sym_file_list_names_frames_of_a_stripped_program() {
         out.stderr,
         format!("trace: error: -s {text}: the file has no build ID (.note.gnu.build-id), by which user stack frames name their files\n")
     );
+    let d = dir.0.to_str().unwrap();
+    fails_with(
+        &trace(),
+        &["-s", d, "c:snprintf"],
+        &format!("-s {d}: a directory; give the files (comma-separated)"),
+    );
+}
+
+#[test]
+fn dash_l_of_no_thread() {
+    // Above PID_MAX_LIMIT (4194304): no task has this ID.
+    fails_with(
+        &trace(),
+        &["-L", "4194305", "c:snprintf"],
+        "-L 4194305: no thread with that ID",
+    );
 }
 
 #[test]
@@ -544,6 +560,21 @@ fn usdt_arguments() {
     let out = run_on("usdt", 30, &[&spec]);
     let want: Vec<String> = (0..30).map(|i| format!("{i} {}", 2 * i)).collect();
     assert_eq!(messages(&out.stdout), want);
+    // --args: the probe's 2 arguments, from its note.
+    let out = run_on("usdt", 3, &["--args", &format!("u:{}:pair", bin())]);
+    assert_eq!(
+        messages(&out.stdout),
+        ["arg1=0 arg2=0", "arg1=1 arg2=2", "arg1=2 arg2=4"]
+    );
+    // It has no third.
+    let spec = format!("u:{}:pair \"%d\", arg3", bin());
+    fails_with(
+        &trace(),
+        &[&spec],
+        &format!(
+            "bad probe \"{spec}\": pair: this USDT probe has 2 arguments (arg1..arg2), not arg3"
+        ),
+    );
 }
 
 #[test]

@@ -315,6 +315,8 @@ fn ifunc_targets<'a>(
 pub struct UsdtProbe {
     pub provider: String,
     pub name: String,
+    /// Its number of arguments (the most any of its sites has).
+    pub args: u32,
 }
 
 /// The distinct USDT probes (`.note.stapsdt`) of a 64-bit ELF file.
@@ -336,9 +338,15 @@ pub fn usdt_probes(binary: &Path) -> Result<Vec<UsdtProbe>> {
                 }
                 let mut strs = note.desc().get(24..).unwrap_or_default().split(|&b| b == 0);
                 if let (Some(p), Some(n)) = (strs.next(), strs.next()) {
+                    // The arguments: "-4@%edi 8@-16(%rbp)", one word each.
+                    let args = strs.next().unwrap_or_default();
                     probes.push(UsdtProbe {
                         provider: String::from_utf8_lossy(p).into_owned(),
                         name: String::from_utf8_lossy(n).into_owned(),
+                        args: args
+                            .split(|b| b.is_ascii_whitespace())
+                            .filter(|w| !w.is_empty())
+                            .count() as u32,
                     });
                 }
             }
@@ -351,8 +359,11 @@ pub fn usdt_probes(binary: &Path) -> Result<Vec<UsdtProbe>> {
             elf::shown(binary)
         )
     })?;
+    // One per probe name; sorted by args too, so the last of a name has the most.
     probes.sort();
-    probes.dedup();
+    probes.reverse();
+    probes.dedup_by(|a, b| a.provider == b.provider && a.name == b.name);
+    probes.reverse();
     Ok(probes)
 }
 

@@ -537,7 +537,10 @@ pub enum SiteCtx<'a> {
         fields: &'a [TpField],
         syscalls: bool,
     },
-    Usdt,
+    /// A USDT probe with this many arguments.
+    Usdt {
+        args: u32,
+    },
 }
 
 pub struct Ctx<'a> {
@@ -796,7 +799,7 @@ impl Gen<'_> {
                     Space::Kernel
                 }
             }
-            SiteCtx::User | SiteCtx::Usdt => Space::User,
+            SiteCtx::User | SiteCtx::Usdt { .. } => Space::User,
         }
     }
 
@@ -1250,9 +1253,18 @@ impl Gen<'_> {
             .and_then(|n| n.parse::<u32>().ok())
             .filter(|_| !name.starts_with("arg0"))
         {
-            if let SiteCtx::Usdt = self.ctx.site {
+            if let SiteCtx::Usdt { args } = self.ctx.site {
                 if n == 0 || n > USDT_ARGS {
                     return Err(format!("USDT probes have arg1..arg{USDT_ARGS}, not {name}"));
+                }
+                if n > args {
+                    return Err(match args {
+                        0 => format!("this USDT probe has no arguments, so no {name}"),
+                        1 => format!("this USDT probe has 1 argument (arg1), not {name}"),
+                        _ => format!(
+                            "this USDT probe has {args} arguments (arg1..arg{args}), not {name}"
+                        ),
+                    });
                 }
                 self.prog.usdt_mask |= 1 << (n - 1);
                 return Ok(self.value(Ty::U64, IN_USDT0 + n - 1));
@@ -1294,7 +1306,7 @@ impl Gen<'_> {
                 "unknown name '{name}' (a tracepoint's fields are args->FIELD: {})",
                 self.tp_field_names()
             ),
-            SiteCtx::Usdt => format!("unknown name '{name}' (USDT arguments are arg1..arg{USDT_ARGS})"),
+            SiteCtx::Usdt { .. } => format!("unknown name '{name}' (USDT arguments are arg1..arg{USDT_ARGS})"),
             SiteCtx::Kernel { func, proto: None, .. } => format!(
                 "unknown name '{name}': {func} is not in the kernel's BTF, so only arg1..arg6 are known"
             ),

@@ -507,7 +507,7 @@ mod fuzz {
         };
         for site in [
             SiteCtx::User,
-            SiteCtx::Usdt,
+            SiteCtx::Usdt { args: 12 },
             SiteCtx::Tracepoint {
                 fields: &fields,
                 syscalls: true,

@@ -63,7 +63,8 @@ const EXAMPLES: &str = r#"Examples:
 #[command(name = "trace", version, after_help = EXAMPLES)]
 // BCC's trace spells the cgroup filter -c; its CPU filter (BCC's trace has
 // none) keeps only the long --cpu.
-#[command(mut_arg("cpu", |a| a.short(None)), mut_arg("cgroup", |a| a.short('c')))]
+#[command(mut_arg("cpu", |a| a.short(None).help("Trace only events on this CPU")), mut_arg("cgroup", |a| a.short('c')))]
+#[command(mut_arg("json", |a| a.help("Print one JSON object per event instead of text")))]
 // An event stream has no summary to serve: --listen is refused, not offered.
 #[command(mut_arg("listen", |a| a.hide(true)), mut_arg("listen_token", |a| a.hide(true)))]
 struct Args {
@@ -195,8 +196,15 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     if !args.include.is_empty() {
         warn("-I is not needed: struct layouts come from the kernel's BTF");
     }
+    if let Some(tid) = args.tid {
+        common::system::thread_group(tid)
+            .map_err(|_| anyhow!("-L {tid}: no thread with that ID"))?;
+    }
     for f in &args.sym_files {
         let shown = escape(&f.display().to_string());
+        if f.is_dir() {
+            bail!("-s {shown}: a directory; give the files (comma-separated)");
+        }
         if !f.is_file() {
             bail!("-s {shown}: no such file");
         }
@@ -789,7 +797,7 @@ fn compile_all(
                         syscalls: t.category == "syscalls",
                     }
                 }
-                Site::Usdt { .. } => SiteCtx::Usdt,
+                Site::Usdt { probe, .. } => SiteCtx::Usdt { args: probe.args },
             };
             if args.all_args && p.format.is_none() {
                 render::all_args(&mut p, &site, kbtf.as_ref());

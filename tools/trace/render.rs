@@ -409,6 +409,13 @@ pub fn all_args(p: &mut Probe, site: &SiteCtx, btf: Option<&Kbtf>) {
                 });
             }
         }
+        SiteCtx::Usdt { args: n } => {
+            // The probe's own arguments, from its note.
+            for n in 1..=*n {
+                fmt.push(format!("arg{n}=%ld"));
+                args.push(Expr::Ident(format!("arg{n}")));
+            }
+        }
         _ => {
             for n in 1..=6 {
                 fmt.push(format!("arg{n}=0x%lx"));
@@ -417,10 +424,6 @@ pub fn all_args(p: &mut Probe, site: &SiteCtx, btf: Option<&Kbtf>) {
             if p.kind == Kind::Return {
                 fmt.push("retval=0x%lx".into());
                 args.push(Expr::Ident("retval".into()));
-            }
-            if matches!(site, SiteCtx::Usdt) {
-                fmt.truncate(0);
-                args.truncate(0);
             }
         }
     }
