@@ -327,6 +327,16 @@ fn signature_types_truncate_and_extend_the_register() {
 }
 
 #[test]
+fn percent_u_names_libc_functions_from_their_symbol() {
+    // glibc's puts has a .cold part: its DWARF entry (with libc6-dbg) has only
+    // ranges, which blazesym reports at address 0. Named from the symbol table.
+    let spec = format!("{}:tt_ptr \"%U\", arg1", bin());
+    let out = run_on("fnptr", 2, &[&spec]);
+    let want = ["puts+0x0 [libc.so.6]", "puts+0x5 [libc.so.6]"];
+    assert_eq!(messages(&out.stdout), [want, want].concat());
+}
+
+#[test]
 fn return_predicate_on_retval() {
     let spec = format!("r:{}:tt_recurse (retval == 207) \"%d\", arg1", bin());
     let out = run_on("recurse", 4, &[&spec]);

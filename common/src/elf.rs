@@ -352,6 +352,17 @@ impl Binary {
             .find(|f| !f.ifunc)
     }
 
+    /// The (non-IFUNC) function whose symbol's extent holds virtual address `addr`.
+    pub fn function_containing(&self, addr: u64) -> Option<&Func> {
+        let i = self.funcs.partition_point(|f| f.addr <= addr);
+        // The nearest symbols below it: one of them, unless symbols nest deeply.
+        self.funcs[..i]
+            .iter()
+            .rev()
+            .take(16)
+            .find(|f| !f.ifunc && addr - f.addr < f.size.max(1))
+    }
+
     /// The (non-IFUNC) function whose entry is at file offset `offset`.
     pub fn function_at_offset(&self, offset: u64) -> Option<&Func> {
         self.funcs

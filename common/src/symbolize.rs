@@ -441,11 +441,23 @@ impl Symbols {
             .map(|(&a, s)| {
                 let f = match s {
                     Symbolized::Sym(s) => {
-                        let name = if user { self.preferred_name(&s) } else { None };
+                        // A function whose DWARF entry has only ranges (a hot and a
+                        // .cold part: glibc's _IO_puts) comes with address 0 and the
+                        // whole address as its offset; its ELF symbol has its entry.
+                        let symtab = (user && s.addr == 0 && s.size.is_none())
+                            .then(|| self.symtab_frame(&s))
+                            .flatten();
+                        let (name, offset) = match symtab {
+                            Some(found) => found,
+                            None => {
+                                let name = if user { self.preferred_name(&s) } else { None };
+                                (name.unwrap_or_else(|| s.name.to_string()), s.offset as u64)
+                            }
+                        };
                         Frame {
                             addr: a,
-                            name: Some(name.unwrap_or_else(|| s.name.to_string())),
-                            offset: s.offset as u64,
+                            name: Some(name),
+                            offset,
                             inlined: s.inlined.iter().rev().map(|i| i.name.to_string()).collect(),
                         }
                     }
@@ -460,18 +472,33 @@ impl Symbols {
     /// address in its file's symbol tables, when `sym`'s own name is one of that
     /// function's names (not demangled or otherwise rewritten).
     fn preferred_name(&self, sym: &Sym<'_>) -> Option<String> {
-        let module = Path::new(sym.module.as_deref()?);
-        let bin = self
-            .binaries
-            .borrow_mut()
-            .entry(module.to_path_buf())
-            .or_insert_with(|| Binary::read(module).ok().map(|b| Rc::new(b.without_code())))
-            .clone()?;
+        let bin = self.binary(sym)?;
         let f = bin.function_at(sym.addr)?;
         if !f.names.iter().any(|n| n.name == sym.name) {
             return None;
         }
         elf::preferred(f.names.iter().filter(|n| n.exported)).map(|n| n.name.clone())
+    }
+
+    /// (name, offset) of the address `sym` stands for, from its file's symbol
+    /// tables: the preferred name (exported first) of the function holding it.
+    fn symtab_frame(&self, sym: &Sym<'_>) -> Option<(String, u64)> {
+        let bin = self.binary(sym)?;
+        let addr = sym.addr + sym.offset as u64;
+        let f = bin.function_containing(addr)?;
+        let name = elf::preferred(f.names.iter().filter(|n| n.exported))
+            .or_else(|| elf::preferred(&f.names))?;
+        Some((name.name.clone(), addr - f.addr))
+    }
+
+    /// The symbol tables of `sym`'s file, read once.
+    fn binary(&self, sym: &Sym<'_>) -> Option<Rc<Binary>> {
+        let module = Path::new(sym.module.as_deref()?);
+        self.binaries
+            .borrow_mut()
+            .entry(module.to_path_buf())
+            .or_insert_with(|| Binary::read(module).ok().map(|b| Rc::new(b.without_code())))
+            .clone()
     }
 }
 

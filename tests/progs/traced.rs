@@ -12,6 +12,7 @@
 //! - `asm N`: tt_asm(x) for i in 0..N, x = i - 1 as a 32-bit int in a register
 //!   whose upper half is 0x7777 (as C leaves it: not part of an int);
 //!   tt_asm's instructions are known (below).
+//! - `fnptr N`: tt_ptr(p) for p = puts, then puts + 5, N times.
 //! - `deep N`: tt_recurse(N), N calls nested, then tt_recurse(3).
 //! - `bytes N`: tt_bytes(buf, i) for i in 0..N, buf = 'A', 0, i, 0xff: as C
 //!   strings all the same ("A"), as bytes each its own.
@@ -59,6 +60,12 @@ extern "C" {
 
 #[no_mangle]
 #[inline(never)]
+pub extern "C" fn tt_ptr(p: usize) -> u64 {
+    black_box(p as u64)
+}
+
+#[no_mangle]
+#[inline(never)]
 pub extern "C" fn tt_recurse(depth: u64) -> u64 {
     if depth > 1 {
         black_box(tt_recurse(black_box(depth - 1)));
@@ -73,9 +80,9 @@ fn main() {
     let n: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
     if !matches!(
         mode,
-        "calls" | "recurse" | "lseek" | "usdt" | "write" | "bytes" | "deep" | "asm"
+        "calls" | "recurse" | "lseek" | "usdt" | "write" | "bytes" | "deep" | "asm" | "fnptr"
     ) {
-        eprintln!("usage: traced calls|recurse|lseek|usdt|write|bytes|deep|asm N [--hold]");
+        eprintln!("usage: traced calls|recurse|lseek|usdt|write|bytes|deep|asm|fnptr N [--hold]");
         std::process::exit(2);
     }
     // SAFETY: valid path string.
@@ -93,6 +100,10 @@ fn main() {
             "calls" => sink ^= tt_caller(i),
             "recurse" => sink ^= tt_recurse(3),
             "deep" => break,
+            "fnptr" => {
+                let puts = libc::puts as *const () as usize;
+                sink ^= tt_ptr(black_box(puts)) ^ tt_ptr(black_box(puts + 5));
+            }
             // SAFETY: tt_asm reads only its argument register.
             "asm" => {
                 sink ^=
