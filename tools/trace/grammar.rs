@@ -295,7 +295,7 @@ fn parse_spec(spec: &str, text: &str) -> Result<Probe, String> {
     }
     if let Some(c) = name
         .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || "_.*?[]!-$@:".contains(*c)))
+        .find(|c| !(c.is_alphanumeric() || "_.*?[]!-$@:".contains(*c)))
     {
         return Err(format!(
             "'{}' is not a function, event or probe name ('{}' is not allowed)",

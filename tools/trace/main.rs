@@ -83,7 +83,7 @@ struct Args {
     #[arg(short, long)]
     verbose: bool,
 
-    /// Bytes read for each %s string
+    /// Bytes read for each %s string, its NUL included
     #[arg(short = 'Z', long = "string-size", value_name = "N", default_value_t = 80, value_parser = clap::value_parser!(u32).range(1..=4096))]
     string_size: u32,
 
