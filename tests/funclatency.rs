@@ -141,38 +141,47 @@ fn units() {
 
 #[test]
 fn one_histogram_per_function() {
-    let out = time_calls("two", 25, "tk_(fast|slow)", &["-F", "-u", "-r"]);
-    // Sections in name order, each with its own histogram; one totals line.
-    let fast = out
-        .stdout
-        .find("\nFunction = tk_fast\n")
-        .expect("tk_fast section");
-    let slow = out
-        .stdout
-        .find("\nFunction = tk_slow\n")
-        .expect("tk_slow section");
-    assert!(fast < slow, "{}", out.stdout);
-    let fast_rows = buckets(&out.stdout[fast..slow]);
-    assert_eq!(
-        fast_rows.iter().map(|b| b.2).sum::<u64>(),
-        25,
-        "{}",
-        out.stdout
-    );
-    // No sleep in tk_fast: all its calls sit below tk_slow's bucket (a loaded
-    // machine may preempt one for a few milliseconds, never for 65).
-    assert!(
-        fast_rows.iter().all(|b| b.1 < 65536),
-        "tk_fast below 65 ms: {fast_rows:?}"
-    );
-    // 70 ms sleeps.
-    assert_eq!(
-        buckets(&out.stdout[slow..]),
-        vec![(65536, 131071, 25)],
-        "{}",
-        out.stdout
-    );
-    assert!(avg_line(&out.stdout).ends_with(", count: 50"));
+    // In every mode: single uprobes once paired every return with the first
+    // function's entries (its entries went through a tracefs uprobe group).
+    for mode in ["auto", "multi", "single"] {
+        let out = time_calls(
+            "two",
+            25,
+            "tk_(fast|slow)",
+            &["-F", "-u", "-r", "--attach-mode", mode],
+        );
+        // Sections in name order, each with its own histogram; one totals line.
+        let fast = out
+            .stdout
+            .find("\nFunction = tk_fast\n")
+            .unwrap_or_else(|| panic!("{mode}: tk_fast section: {}", out.stdout));
+        let slow = out
+            .stdout
+            .find("\nFunction = tk_slow\n")
+            .unwrap_or_else(|| panic!("{mode}: tk_slow section: {}", out.stdout));
+        assert!(fast < slow, "{}", out.stdout);
+        let fast_rows = buckets(&out.stdout[fast..slow]);
+        assert_eq!(
+            fast_rows.iter().map(|b| b.2).sum::<u64>(),
+            25,
+            "{mode}: {}",
+            out.stdout
+        );
+        // No sleep in tk_fast: all its calls sit below tk_slow's bucket (a loaded
+        // machine may preempt one for a few milliseconds, never for 65).
+        assert!(
+            fast_rows.iter().all(|b| b.1 < 65536),
+            "tk_fast below 65 ms: {fast_rows:?}"
+        );
+        // 70 ms sleeps.
+        assert_eq!(
+            buckets(&out.stdout[slow..]),
+            vec![(65536, 131071, 25)],
+            "{mode}: {}",
+            out.stdout
+        );
+        assert!(avg_line(&out.stdout).ends_with(", count: 50"), "{mode}");
+    }
 }
 
 #[test]

@@ -121,12 +121,15 @@ impl Plan {
                         .map(|(_, s)| s)
                         .collect();
                     let (p, hook) = (prog(kind)?, kind.hook());
+                    let index = obj.maps().find(|m| m.name() == "uprobe_groups");
+                    // Entry hooks take tracefs uprobe groups (fast to detach), but
+                    // a return pairs with its entry by the function's cookie: a
+                    // tool that pairs calls groups its entries only when its
+                    // object can tell the functions of a group apart (trace).
+                    let grouped = hook == attach::Hook::Entry
+                        && (self.hooks == crate::plan::Hooks::Entry || index.is_some());
                     match via {
-                        // Entry-only tools take tracefs uprobe groups (fast to
-                        // detach); tools that pair calls need each function's
-                        // own cookie.
-                        Via::Single if hook == attach::Hook::Entry && !perf_uprobes() => {
-                            let index = obj.maps().find(|m| m.name() == "uprobe_groups");
+                        Via::Single if grouped && !perf_uprobes() => {
                             let rest = attach::uprobe_groups(
                                 p,
                                 index.as_ref(),
