@@ -293,6 +293,34 @@ fn listen_errors_are_one_line() {
         ],
         &format!("the --listen-token file {} is empty", empty.display()),
     );
+    // Not a FIFO (it would block the start) nor /dev/zero (endless).
+    let fifo = dir.0.join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    for path in [fifo.to_str().unwrap(), "/dev/zero"] {
+        fails_with(
+            &f,
+            &["--listen", ":0", "--listen-token", path, "c:getpid"],
+            &format!("the --listen-token file {path} is not a regular file"),
+        );
+    }
+    let big = dir.0.join("big");
+    std::fs::write(&big, "x".repeat(5000)).unwrap();
+    fails_with(
+        &f,
+        &[
+            "--listen",
+            ":0",
+            "--listen-token",
+            big.to_str().unwrap(),
+            "c:getpid",
+        ],
+        &format!(
+            "the --listen-token file {} is over 4096 bytes: it holds one token",
+            big.display()
+        ),
+    );
 }
 
 /// A network namespace joined to this one by a veth pair: this side

@@ -87,10 +87,36 @@ pub fn parse_listen(s: &str) -> std::result::Result<SocketAddr, String> {
     }
 }
 
-/// Reads `--listen-token FILE`: its content without surrounding whitespace.
+/// Reads `--listen-token FILE`: its content without surrounding whitespace. Only
+/// a regular file of at most [`TOKEN_MAX`] bytes: a FIFO would block the start,
+/// /dev/zero would fill the memory.
 pub fn read_token(path: &Path) -> Result<String> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("reading the --listen-token file {}", path.display()))?;
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let what = || format!("reading the --listen-token file {}", path.display());
+    let file = std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .with_context(what)?;
+    if !file.metadata().with_context(what)?.is_file() {
+        bail!(
+            "the --listen-token file {} is not a regular file",
+            path.display()
+        );
+    }
+    let mut bytes = Vec::new();
+    file.take(TOKEN_MAX + 1)
+        .read_to_end(&mut bytes)
+        .with_context(what)?;
+    if bytes.len() as u64 > TOKEN_MAX {
+        bail!(
+            "the --listen-token file {} is over {TOKEN_MAX} bytes: it holds one token",
+            path.display()
+        );
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("the --listen-token file {} is not text", path.display()))?;
     let token = text.trim().to_string();
     if token.is_empty() {
         bail!("the --listen-token file {} is empty", path.display());
@@ -112,6 +138,9 @@ pub fn read_token(path: &Path) -> Result<String> {
     }
     Ok(token)
 }
+
+/// The largest --listen-token file read.
+const TOKEN_MAX: u64 = 4096;
 
 /// Refuses `--listen` in a tool that does not serve it.
 pub fn check_tool(tool: &str) -> Result<()> {
