@@ -268,6 +268,20 @@ fn json_output_parses() {
     assert_eq!(counts, vec![M, N]);
     assert_eq!(stacks[1]["user"][1]["symbol"], "tk_a");
     assert_eq!(last["lost"]["user_stacks"], 0);
+    // Without -v and -s, no address or offset (stacks are merged on names).
+    let frame = stacks[1]["user"][1].as_object().unwrap();
+    assert!(
+        !frame.contains_key("addr") && !frame.contains_key("offset"),
+        "{frame:?}"
+    );
+    // With them, real ones.
+    let (out, _bin, _dir) = run_on_target(&["--json", "-v", "-s"]);
+    let last: serde_json::Value = serde_json::from_str(out.stdout.lines().last().unwrap()).unwrap();
+    let stacks = last["stacks"].as_array().unwrap();
+    let frame = &stacks[1]["user"][1];
+    assert_eq!(frame["symbol"], "tk_a");
+    assert!(frame["addr"].as_str().unwrap() != "0x0", "{frame}");
+    assert!(frame["offset"].as_u64().unwrap() > 0, "{frame}");
 }
 
 #[test]

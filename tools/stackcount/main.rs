@@ -361,7 +361,7 @@ impl Served for Stacks<'_> {
         let lost = std::mem::take(&mut self.lost);
         report_lost(&lost);
         emit(&if self.json {
-            json_summary(&entries, &lost, last)
+            json_summary(&entries, &lost, last, self.args)
         } else if self.args.folded {
             entries
                 .iter()
@@ -401,6 +401,7 @@ impl Served for Stacks<'_> {
             &Self::sorted(pending),
             &self.lost,
             false,
+            self.args,
         ))?)
     }
 
@@ -592,16 +593,20 @@ fn folded_line(shape: &Shape, k: &Key, count: u64) -> String {
     stacks::folded(k.comm.as_deref(), &k.user, &k.kernel, shape.delimit, count)
 }
 
-fn json_summary(entries: &[(Key, u64)], lost: &[u64], last: bool) -> String {
+/// `args`: a frame has "addr" with -v and "offset" with -s, as text shows them
+/// (without, stacks that differ only there are merged: see `strip`).
+fn json_summary(entries: &[(Key, u64)], lost: &[u64], last: bool, args: &Args) -> String {
     let frames = |fs: &[Frame]| -> Vec<serde_json::Value> {
         fs.iter()
             .map(|f| {
-                serde_json::json!({
-                    "addr": format!("0x{:x}", f.addr),
-                    "symbol": f.name(),
-                    "offset": f.offset,
-                    "inlined": f.inlined,
-                })
+                let mut o = serde_json::json!({"symbol": f.name(), "inlined": f.inlined});
+                if args.verbose {
+                    o["addr"] = format!("0x{:x}", f.addr).into();
+                }
+                if args.offset {
+                    o["offset"] = f.offset.into();
+                }
+                o
             })
             .collect()
     };
