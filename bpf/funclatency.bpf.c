@@ -52,10 +52,11 @@ static __always_inline int session(void *ctx)
 	return 0;
 }
 
-static __always_inline int entry(__u32 probe)
+/* `sp`: a user function's stack pointer at entry, 0 for a kernel function. */
+static __always_inline int entry(__u32 probe, __u64 sp)
 {
 	if (!filtered_out())
-		pair_enter(probe, false);
+		pair_enter(probe, false, sp);
 	return 0;
 }
 
@@ -85,7 +86,7 @@ int lat_uprobe_session(struct pt_regs *ctx)
 SEC("kprobe.multi")
 int lat_kprobe_multi(struct pt_regs *ctx)
 {
-	return entry(bpf_get_attach_cookie(ctx));
+	return entry(bpf_get_attach_cookie(ctx), 0);
 }
 
 SEC("kretprobe.multi")
@@ -97,7 +98,7 @@ int lat_kretprobe_multi(struct pt_regs *ctx)
 SEC("kprobe")
 int lat_kprobe(struct pt_regs *ctx)
 {
-	return entry(bpf_get_attach_cookie(ctx));
+	return entry(bpf_get_attach_cookie(ctx), 0);
 }
 
 SEC("kretprobe")
@@ -109,7 +110,7 @@ int lat_kretprobe(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int lat_uprobe_multi(struct pt_regs *ctx)
 {
-	return entry(bpf_get_attach_cookie(ctx));
+	return entry(bpf_get_attach_cookie(ctx), PT_REGS_SP(ctx));
 }
 
 SEC("uretprobe.multi")
@@ -121,7 +122,7 @@ int lat_uretprobe_multi(struct pt_regs *ctx)
 SEC("uprobe")
 int lat_uprobe(struct pt_regs *ctx)
 {
-	return entry(bpf_get_attach_cookie(ctx));
+	return entry(bpf_get_attach_cookie(ctx), PT_REGS_SP(ctx));
 }
 
 SEC("uretprobe")
@@ -135,7 +136,7 @@ int lat_uretprobe(struct pt_regs *ctx)
 SEC("fentry")
 int lat_fentry(void *ctx)
 {
-	return entry(0);
+	return entry(0, 0);
 }
 
 SEC("fexit")

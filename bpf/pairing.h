@@ -41,6 +41,7 @@ static __always_inline bool session_is_return(void *ctx)
 
 struct frame {
 	__u64 start; /* entry time, ns */
+	__u64 sp;    /* user stack pointer at entry (0: a kernel function) */
 	__u32 probe; /* attach cookie of the function */
 	__u32 pad;
 #ifdef PAIR_ARGS
@@ -82,11 +83,13 @@ static __always_inline void pairing_count_lost(__u32 why)
 /* At a function's entry: pushes (probe, now); returns the frame pushed (for a
  * tool to save more in), or NULL when the call is not paired. `session`: the
  * caller is a session program, which skips the return of a call not paired (so
- * no return comes to be matched with it). */
-static __always_inline struct frame *pair_enter(__u32 probe, bool session)
+ * no return comes to be matched with it). `sp`: a user function's stack pointer
+ * at entry, 0 for a kernel function. */
+static __always_inline struct frame *pair_enter(__u32 probe, bool session, __u64 sp)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct thread_calls *t = bpf_map_lookup_elem(&calls, &tid);
+	struct frame *f;
 	__u32 d;
 
 	if (!t) {
@@ -102,16 +105,38 @@ static __always_inline struct frame *pair_enter(__u32 probe, bool session)
 			return NULL;
 	}
 	d = t->depth;
+	/* A live caller's stack pointer is above ours. Frames at or below it are
+	 * of calls that longjmp or an exception left without returning: no return
+	 * will come for them (the kernel drops their return hooks the same way),
+	 * nor for the untimed calls deeper still. */
+	for (int i = 0; i < PAIR_DEPTH && sp; i++) {
+		struct frame *top;
+
+		if (d == 0)
+			break;
+		top = &t->frames[(d - 1) & (PAIR_DEPTH - 1)];
+		if (!top->sp || top->sp > sp)
+			break;
+		d--;
+		t->untimed = 0;
+		pairing_count_lost(1);
+	}
+	t->depth = d;
 	if (d >= PAIR_DEPTH || t->untimed) {
 		if (!session)
 			t->untimed += 1;
 		pairing_count_lost(0);
 		return NULL;
 	}
-	t->frames[d].probe = probe;
-	t->frames[d].start = bpf_ktime_get_ns();
+	/* d < PAIR_DEPTH here; the mask (which the barrier keeps clang from
+	 * dropping) keeps the verifier sure of it. */
+	barrier_var(d);
+	f = &t->frames[d & (PAIR_DEPTH - 1)];
+	f->probe = probe;
+	f->sp = sp;
+	f->start = bpf_ktime_get_ns();
 	t->depth = d + 1;
-	return &t->frames[d];
+	return f;
 }
 
 /* At a function's return: pops its frame and returns the entry time, or 0 when

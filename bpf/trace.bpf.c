@@ -921,7 +921,7 @@ static __always_inline bool gate_drop(__u32 id)
 /* A function's entry: emits its `p:` specs; saves the arguments for its `r:`
  * specs. Returns whether a return hook is wanted (a session's entry returns 1
  * to skip the return); `session`: called from a session program. */
-static __always_inline bool fn_entry(struct pt_regs *ctx, __u32 probe, bool session)
+static __always_inline bool fn_entry(struct pt_regs *ctx, __u32 probe, bool session, bool user)
 {
 	struct specs_of *so;
 	struct scratch *sc;
@@ -965,7 +965,7 @@ static __always_inline bool fn_entry(struct pt_regs *ctx, __u32 probe, bool sess
 		emit(ctx, probe, id, sp, sc);
 	}
 	if (want_ret) {
-		struct frame *f = pair_enter(probe, session);
+		struct frame *f = pair_enter(probe, session, user ? PT_REGS_SP(ctx) : 0);
 
 		if (f)
 			__builtin_memcpy(f->args, sc->in, sizeof(f->args));
@@ -1013,12 +1013,12 @@ static __always_inline void fn_return(struct pt_regs *ctx, __u32 probe)
 	}
 }
 
-static __always_inline int session(struct pt_regs *ctx)
+static __always_inline int session(struct pt_regs *ctx, bool user)
 {
 	__u32 probe = probe_of(ctx);
 
 	if (!session_is_return(ctx))
-		return fn_entry(ctx, probe, true) ? 0 : 1;
+		return fn_entry(ctx, probe, true, user) ? 0 : 1;
 	fn_return(ctx, probe);
 	return 0;
 }
@@ -1026,19 +1026,19 @@ static __always_inline int session(struct pt_regs *ctx)
 SEC("kprobe.session")
 int trace_kprobe_session(struct pt_regs *ctx)
 {
-	return session(ctx);
+	return session(ctx, false);
 }
 
 SEC("uprobe.session")
 int trace_uprobe_session(struct pt_regs *ctx)
 {
-	return session(ctx);
+	return session(ctx, true);
 }
 
 SEC("kprobe.multi")
 int trace_kprobe_multi(struct pt_regs *ctx)
 {
-	fn_entry(ctx, probe_of(ctx), false);
+	fn_entry(ctx, probe_of(ctx), false, false);
 	return 0;
 }
 
@@ -1052,7 +1052,7 @@ int trace_kretprobe_multi(struct pt_regs *ctx)
 SEC("kprobe")
 int trace_kprobe(struct pt_regs *ctx)
 {
-	fn_entry(ctx, probe_of(ctx), false);
+	fn_entry(ctx, probe_of(ctx), false, false);
 	return 0;
 }
 
@@ -1066,7 +1066,7 @@ int trace_kretprobe(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int trace_uprobe_multi(struct pt_regs *ctx)
 {
-	fn_entry(ctx, probe_of(ctx), false);
+	fn_entry(ctx, probe_of(ctx), false, true);
 	return 0;
 }
 
@@ -1114,7 +1114,7 @@ int trace_uprobe(struct pt_regs *ctx)
 	__u32 probe = uprobe_probe(ctx, &ok);
 
 	if (ok)
-		fn_entry(ctx, probe, false);
+		fn_entry(ctx, probe, false, true);
 	return 0;
 }
 

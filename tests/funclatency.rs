@@ -185,6 +185,40 @@ fn one_histogram_per_function() {
 }
 
 #[test]
+fn calls_left_by_longjmp_do_not_block_later_ones() {
+    // 40 calls of uf_jumper longjmp out (no return), more than the 32 entries a
+    // thread keeps; then 40 calls of uf_target return. In every mode each of
+    // uf_target's calls is timed, and uf_jumper's none.
+    let dir = Scratch::new();
+    let bin = build_userfuncs(&dir, "uf", &[]);
+    let spec = format!("{}:uf_(jumper|target)", bin.display());
+    for mode in ["auto", "multi", "single"] {
+        let w = Workload::start(&bin, &["jump", "40"]);
+        let out = trace_workload(
+            &funclatency(),
+            w,
+            &["-F", "-r", "--attach-mode", mode, &spec],
+            T,
+        );
+        assert!(
+            avg_line(&out.stdout).ends_with(", count: 40"),
+            "{mode}: {}",
+            out.stdout
+        );
+        assert!(
+            !out.stdout.contains("Function = uf_jumper"),
+            "{mode}: {}",
+            out.stdout
+        );
+        assert!(
+            !out.stderr.contains("nested deeper"),
+            "{mode}: {}",
+            out.stderr
+        );
+    }
+}
+
+#[test]
 fn several_patterns() {
     let w = Workload::start(&prog("latency"), &["two", "12"]);
     let bin = prog("latency").display().to_string();

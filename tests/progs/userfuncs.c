@@ -14,9 +14,12 @@
  *   victim N  N rounds of libc string and formatting functions (snprintf, strchr,
  *             strlen, memchr, memcpy, strcmp, strrchr), each result checked, as the
  *             hostile-input sweep's victim did.
+ *   jump N    N calls of uf_jumper, which never returns: it longjmps back to its
+ *             caller's setjmp; then uf_target N times.
  *   cpu       prints "avx2 avx512" flags of this CPU and exits.
  */
 #define _GNU_SOURCE
+#include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +29,13 @@
 __attribute__((noinline)) long uf_target(long x) {
     __asm__ volatile("" : "+r"(x));
     return x * 3 + 1;
+}
+
+static jmp_buf jump_back;
+
+__attribute__((noinline)) void uf_jumper(long x) {
+    __asm__ volatile("" : "+r"(x));
+    longjmp(jump_back, 1);
 }
 
 void uf_sse(unsigned char *out, int c);
@@ -104,7 +114,13 @@ int main(int argc, char **argv) {
     while (sigwait(&set, &sig) != 0 || sig != SIGUSR1) {
     }
     int bad = 0;
-    if (strcmp(mode, "plain") == 0) {
+    if (strcmp(mode, "jump") == 0) {
+        for (volatile long i = 0; i < n; i++)
+            if (!setjmp(jump_back)) uf_jumper(i);
+        long s = 0;
+        for (long i = 0; i < n; i++) s += uf_target(i);
+        if (s == -1) bad = 1;
+    } else if (strcmp(mode, "plain") == 0) {
         long s = 0;
         for (long i = 0; i < n; i++) s += uf_target(i);
         if (s == -1) bad = 1;

@@ -306,7 +306,7 @@ fn json_summary(sections: &[Section], unit: Unit, last: bool) -> String {
 fn report_lost(lost: &[u64]) {
     let what = [
         "calls nested deeper than 32 on one thread were not timed",
-        "returns were missed by the kernel (their calls were dropped)",
+        "calls never returned (left by longjmp or an exception) or their return was missed: not timed",
         "calls were not timed: too many threads in calls at once",
     ];
     for (n, w) in lost.iter().zip(what) {

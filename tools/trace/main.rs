@@ -631,7 +631,7 @@ fn report_unpaired(map: &dyn MapCore, verbose: bool) -> Result<()> {
     let lost = PerCpuCounters::new(map, 3)?.totals()?;
     let what = [
         format!("calls nested deeper than {PAIR_DEPTH} on their thread (their entries could not be saved)"),
-        "calls whose return the kernel missed".to_string(),
+        "calls that never returned (left by longjmp or an exception) or whose return was missed".to_string(),
         "calls made while too many threads were in traced functions at once".to_string(),
     ];
     for (n, w) in lost.iter().zip(&what) {
