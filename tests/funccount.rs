@@ -1015,6 +1015,25 @@ fn unwritable_stderr_is_not_a_crash() {
 }
 
 #[test]
+fn full_stdout_says_what_failed() {
+    let out = Command::new(funccount())
+        .args(["-d", "0.2", "t:sched:sched_switch"])
+        .stdout(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .unwrap(),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "funccount: error: writing the output: No space left on device (os error 28)\n"
+    );
+}
+
+#[test]
 fn control_bytes_are_escaped_in_messages() {
     fails_with(
         &["x\x1b[31m:a\nb:c"],

@@ -219,6 +219,24 @@ fn calls_left_by_longjmp_do_not_block_later_ones() {
 }
 
 #[test]
+fn vfsreadlat_without_kernel_functions_says_what_it_needs() {
+    // The host cannot trace kernel functions; vfsreadlat takes no patterns, so
+    // the common message's list of what still works is not for it.
+    let out = run(&tool("vfsreadlat"), &["1", "1"], T);
+    if out.code() == 0 {
+        return; // a kernel that can
+    }
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert!(
+        out.stderr.starts_with(
+            "vfsreadlat: error: vfsreadlat times vfs_read, a kernel function, and kernel functions cannot be traced here: "
+        ) && !out.stderr.contains("still work"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
 fn several_patterns() {
     let w = Workload::start(&prog("latency"), &["two", "12"]);
     let bin = prog("latency").display().to_string();

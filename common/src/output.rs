@@ -2,15 +2,15 @@
 
 use std::io::{self, Write};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 /// Writes `text` to stdout and flushes, so a summary reaches a pipe in one piece.
 /// A closed stdout (`| head`) surfaces as an error that [`is_closed_stdout`] recognises.
 pub fn emit(text: &str) -> Result<()> {
     let mut out = io::stdout().lock();
-    out.write_all(text.as_bytes())?;
-    out.flush()?;
-    Ok(())
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .context("writing the output")
 }
 
 /// A status line ("Tracing...", "Detaching..."): on stdout with the tables, as BCC

@@ -117,12 +117,26 @@ pub fn require_kernel_functions(tracefs: &Path) -> Result<()> {
     } else if let Some(mode) = lockdown().filter(|m| m != "none") {
         why.push(format!("kernel lockdown is '{mode}'"));
     }
-    bail!(
-        "kernel functions cannot be traced here: {}; tracepoints (t:CATEGORY:EVENT), \
-         user functions (LIBRARY:FUNCTION) and USDT probes (u:LIBRARY:PROBE) still work",
-        why.join(" and ")
-    )
+    Err(NoKernelFunctions(why.join(" and ")).into())
 }
+
+/// This kernel cannot trace kernel functions, and why. Its message names what
+/// still works; a tool without patterns (vfsreadlat) says what it needs instead.
+#[derive(Debug)]
+pub struct NoKernelFunctions(pub String);
+
+impl std::fmt::Display for NoKernelFunctions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "kernel functions cannot be traced here: {}; tracepoints (t:CATEGORY:EVENT), \
+             user functions (LIBRARY:FUNCTION) and USDT probes (u:LIBRARY:PROBE) still work",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for NoKernelFunctions {}
 
 /// The active lockdown mode, reading securityfs (mounting it if needed).
 fn lockdown() -> Option<String> {

@@ -46,8 +46,13 @@ pub fn resolve(target: &str, pid: Option<u32>) -> Result<PathBuf> {
     if let Some(p) = on_path(target) {
         return Ok(p);
     }
+    let here = if Path::new(target).exists() {
+        format!(" (to trace the file in this directory, write ./{target})")
+    } else {
+        String::new()
+    };
     bail!(
-        "cannot find \"{target}\": no lib{target}.so in ld.so.cache{}, no executable on PATH",
+        "cannot find \"{target}\": no lib{target}.so in ld.so.cache{}, no executable on PATH{here}",
         pid.map(|p| format!(", not mapped by PID {p}"))
             .unwrap_or_default()
     )
@@ -69,11 +74,14 @@ fn in_root_of(pid: u32, path: &Path) -> PathBuf {
     }
 }
 
+/// Whether a library file is the one `target` names: `c` names libc.so.6 and
+/// libc-2.31.so; a file name (libz.so.1) names itself.
 fn lib_name_matches(file_name: &str, target: &str) -> bool {
-    file_name
-        .strip_prefix("lib")
-        .and_then(|r| r.strip_prefix(target))
-        .is_some_and(|r| r.starts_with(".so") || r.starts_with('-'))
+    file_name == target
+        || file_name
+            .strip_prefix("lib")
+            .and_then(|r| r.strip_prefix(target))
+            .is_some_and(|r| r.starts_with(".so") || r.starts_with('-'))
 }
 
 fn mapped_by(pid: u32, target: &str) -> Option<PathBuf> {
@@ -376,6 +384,7 @@ mod tests {
         assert!(lib_name_matches("libc.so.6", "c"));
         assert!(lib_name_matches("libc-2.31.so", "c"));
         assert!(!lib_name_matches("libcap.so.2", "c"));
+        assert!(lib_name_matches("libz.so.1", "libz.so.1"));
         assert!(lib_name_matches("libpthread.so.0", "pthread"));
     }
 

@@ -78,4 +78,12 @@ fn run(args: Args, ahead: latency::Ahead) -> Result<()> {
         },
         ahead,
     )
+    .map_err(|e| match e.downcast_ref::<common::system::NoKernelFunctions>() {
+        // Patterns are not ours to offer: vfs_read is a kernel function.
+        Some(why) => anyhow::anyhow!(
+            "vfsreadlat times vfs_read, a kernel function, and kernel functions cannot be traced here: {}",
+            why.0
+        ),
+        None => e,
+    })
 }
