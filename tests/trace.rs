@@ -389,12 +389,8 @@ fn aggregate_counts_identical_events() {
         }
     }
     counts.sort();
-    assert_eq!(
-        counts,
-        [("107".into(), 9), ("207".into(), 9), ("307".into(), 9)],
-        "{}",
-        out.stdout
-    );
+    let want: Vec<(String, u64)> = [("107".into(), 9), ("207".into(), 9), ("307".into(), 9)].into();
+    assert_eq!(counts, want, "{}", out.stdout);
     // --json: one object per distinct event, the event an object without its time.
     let out = run_on("recurse", 9, &["-A", "--json", &spec]);
     let objs: Vec<serde_json::Value> = out
@@ -415,12 +411,7 @@ fn aggregate_counts_identical_events() {
         })
         .collect();
     counts.sort();
-    assert_eq!(
-        counts,
-        [("107".into(), 9), ("207".into(), 9), ("307".into(), 9)],
-        "{}",
-        out.stdout
-    );
+    assert_eq!(counts, want, "{}", out.stdout);
 }
 
 #[test]

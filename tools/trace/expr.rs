@@ -525,6 +525,9 @@ impl Parser<'_> {
                 e = Expr::Index(Box::new(e), Box::new(i));
             } else if matches!(self.peek(), Some(Tok::AtUser)) {
                 self.pos += 1;
+                if matches!(e, Expr::User(_)) {
+                    return Err("'@user' twice".into());
+                }
                 e = Expr::User(Box::new(e));
             } else {
                 return Ok(e);
@@ -607,6 +610,7 @@ mod tests {
             parse("arg2@user").unwrap(),
             Expr::User(Box::new(Expr::Ident("arg2".into())))
         );
+        assert_eq!(parse("arg2@user@user").unwrap_err(), "'@user' twice");
         assert_eq!(
             parse("STRCMP(\"a\\\"b\", arg1)").unwrap(),
             Expr::Call(
