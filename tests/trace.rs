@@ -361,6 +361,21 @@ fn returns_after_calls_left_by_longjmp() {
 }
 
 #[test]
+fn syscall_fields_are_signed_as_declared() {
+    // sys_enter_lseek's `off_t offset` is 8 bytes marked unsigned in its format
+    // file; as C (and BCC) read it, -1 is below 0.
+    let out = run_on(
+        "back",
+        3,
+        &["t:syscalls:sys_enter_lseek (args->offset < 0) \"%ld\", args->offset"],
+    );
+    assert_eq!(messages(&out.stdout), ["-1", "-2", "-3"]);
+    let out = run_on("back", 1, &["--args", "t:syscalls:sys_enter_lseek"]);
+    let m = messages(&out.stdout);
+    assert!(m.len() == 1 && m[0].contains("offset=-1 "), "{m:?}");
+}
+
+#[test]
 fn return_predicate_on_retval() {
     let spec = format!("r:{}:tt_recurse (retval == 207) \"%d\", arg1", bin());
     let out = run_on("recurse", 4, &[&spec]);

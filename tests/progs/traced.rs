@@ -13,6 +13,7 @@
 //!   whose upper half is 0x7777 (as C leaves it: not part of an int);
 //!   tt_asm's instructions are known (below).
 //! - `fnptr N`: tt_ptr(p) for p = puts, then puts + 5, N times.
+//! - `back N`: lseek(fd of /dev/null, -1 - i, SEEK_CUR) for i in 0..N.
 //! - `deep N`: tt_recurse(N), N calls nested, then tt_recurse(3).
 //! - `bytes N`: tt_bytes(buf, i) for i in 0..N, buf = 'A', 0, i, 0xff: as C
 //!   strings all the same ("A"), as bytes each its own.
@@ -80,9 +81,20 @@ fn main() {
     let n: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0);
     if !matches!(
         mode,
-        "calls" | "recurse" | "lseek" | "usdt" | "write" | "bytes" | "deep" | "asm" | "fnptr"
+        "calls"
+            | "recurse"
+            | "lseek"
+            | "usdt"
+            | "write"
+            | "bytes"
+            | "deep"
+            | "asm"
+            | "fnptr"
+            | "back"
     ) {
-        eprintln!("usage: traced calls|recurse|lseek|usdt|write|bytes|deep|asm|fnptr N [--hold]");
+        eprintln!(
+            "usage: traced calls|recurse|lseek|usdt|write|bytes|deep|asm|fnptr|back N [--hold]"
+        );
         std::process::exit(2);
     }
     // SAFETY: valid path string.
@@ -100,6 +112,8 @@ fn main() {
             "calls" => sink ^= tt_caller(i),
             "recurse" => sink ^= tt_recurse(3),
             "deep" => break,
+            // SAFETY: lseek on an open descriptor.
+            "back" => sink ^= unsafe { libc::lseek(fd, -1 - i as i64, libc::SEEK_CUR) } as u64,
             "fnptr" => {
                 let puts = libc::puts as *const () as usize;
                 sink ^= tt_ptr(black_box(puts)) ^ tt_ptr(black_box(puts + 5));

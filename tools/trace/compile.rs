@@ -507,9 +507,18 @@ pub fn tp_fields(text: &str) -> Vec<TpField> {
             };
             Ty::Ptr(Box::new(pointee))
         } else {
-            Ty::Int {
-                bytes: size.clamp(1, 8) as u8,
-                signed,
+            // The declared C type, where known, over the size and signed flag:
+            // syscall events store every argument in 8 unsigned bytes, yet an
+            // `int dfd` of -100 or an `off_t offset` of -1 is negative.
+            let base = decl[..decl.len() - last.len()].trim();
+            match int_type(base) {
+                Some(Ty::Int { bytes, signed }) if u32::from(bytes) <= size => {
+                    Ty::Int { bytes, signed }
+                }
+                _ => Ty::Int {
+                    bytes: size.clamp(1, 8) as u8,
+                    signed,
+                },
             }
         };
         out.push(TpField {
