@@ -1500,6 +1500,24 @@ fn many_single_uprobes_count_exactly_in_groups() {
 }
 
 #[test]
+fn uprobe_events_of_killed_runs_are_removed_by_any_user_function_run() {
+    // A run killed in single mode leaves its tracefs uprobe events (inert).
+    // The next run with user functions removes them, whatever its mechanism.
+    // 4194305 is above PID_MAX_LIMIT: no process has it.
+    let uprobe_events = "/sys/kernel/tracing/uprobe_events";
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(uprobe_events)
+        .unwrap();
+    std::io::Write::write_all(&mut f, b"p:tracekit_4194305/g0 /usr/bin/true:0x0\n").unwrap();
+    drop(f);
+    let out = run(&funccount(), &["-d", "0.1", "c:getpid"], T);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let events = std::fs::read_to_string(uprobe_events).unwrap();
+    assert!(!events.contains("tracekit_4194305/"), "{events}");
+}
+
+#[test]
 fn ctrl_c_while_attaching_stops_and_detaches_promptly() {
     // SIGINT as soon as the plan is printed (before the BPF object is loaded):
     // attaching stops short of the whole set, everything attached is detached and

@@ -114,6 +114,9 @@ impl Plan {
             }
         }
         if let Some(via) = self.user_via {
+            if !by_binary.is_empty() {
+                attach::remove_stale_uprobe_events();
+            }
             for (binary, sites) in by_binary {
                 for (n, &kind) in ProgKind::for_via(via, false, self.hooks).iter().enumerate() {
                     let sites: Vec<attach::UserSite> = later_hook_sites(&sites, n, &out)

@@ -24,7 +24,7 @@ pub(crate) use tracepoints::{
     raw_tracepoint_clones, raw_tracepoints, syscalls, tracepoints, CloneSite, SyscallSite,
 };
 use uprobe_groups::remove_uprobe_events;
-pub(crate) use uprobe_groups::uprobe_groups;
+pub(crate) use uprobe_groups::{remove_stale_uprobe_events, uprobe_groups};
 
 /// Where a program runs in the functions it is attached to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

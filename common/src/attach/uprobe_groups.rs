@@ -42,7 +42,8 @@ pub(super) fn remove_uprobe_events(events: &[String]) {
 
 /// Removes the uprobe events left by tracekit processes that are gone (killed
 /// before they could remove them; such events are inert, no breakpoint is armed).
-fn remove_stale_uprobe_events() {
+/// Every run that traces user functions calls it, whatever mechanism it uses.
+pub(crate) fn remove_stale_uprobe_events() {
     let Ok(dir) = crate::tracefs::tracefs() else {
         return;
     };
@@ -123,9 +124,6 @@ pub(crate) fn uprobe_groups<'a>(
     let Some(path) = binary.to_str().filter(|p| !p.contains(char::is_whitespace)) else {
         return sites.to_vec();
     };
-    if out.next_group == 0 {
-        remove_stale_uprobe_events();
-    }
     let groups: Vec<Vec<UserSite>> = if index.is_some() {
         let mut groups: Vec<Vec<UserSite>> = Vec::new();
         let mut depth: std::collections::HashMap<u64, usize> = Default::default();
