@@ -105,17 +105,19 @@ static __always_inline struct frame *pair_enter(__u32 probe, bool session, __u64
 			return NULL;
 	}
 	d = t->depth;
-	/* A live caller's stack pointer is above ours. Frames at or below it are
-	 * of calls that longjmp or an exception left without returning: no return
+	/* A live caller's stack pointer is above ours. Frames below it are of
+	 * calls that longjmp or an exception left without returning: no return
 	 * will come for them (the kernel drops their return hooks the same way),
-	 * nor for the untimed calls deeper still. */
+	 * nor for the untimed calls deeper still. At the same stack pointer, a
+	 * frame of another function is a tail call's caller, alive (its return
+	 * follows the callee's); one of this function was left. */
 	for (int i = 0; i < PAIR_DEPTH && sp; i++) {
 		struct frame *top;
 
 		if (d == 0)
 			break;
 		top = &t->frames[(d - 1) & (PAIR_DEPTH - 1)];
-		if (!top->sp || top->sp > sp)
+		if (!top->sp || top->sp > sp || (top->sp == sp && top->probe != probe))
 			break;
 		d--;
 		t->untimed = 0;

@@ -219,6 +219,30 @@ fn calls_left_by_longjmp_do_not_block_later_ones() {
 }
 
 #[test]
+fn a_tail_call_and_its_caller_are_both_timed() {
+    // uf_tail jumps to uf_target: both entered at one stack pointer, the
+    // caller's frame alive (not taken for one longjmp left).
+    let dir = Scratch::new();
+    let bin = build_userfuncs(&dir, "uf", &[]);
+    let spec = format!("{}:uf_(tail|target)", bin.display());
+    for mode in ["auto", "multi", "single"] {
+        let w = Workload::start(&bin, &["tail", "30"]);
+        let out = trace_workload(
+            &funclatency(),
+            w,
+            &["-F", "-r", "--attach-mode", mode, &spec],
+            T,
+        );
+        assert!(
+            avg_line(&out.stdout).ends_with(", count: 60"),
+            "{mode}: {}\n{}",
+            out.stdout,
+            out.stderr
+        );
+    }
+}
+
+#[test]
 fn vfsreadlat_without_kernel_functions_says_what_it_needs() {
     // The host cannot trace kernel functions; vfsreadlat takes no patterns, so
     // the common message's list of what still works is not for it.

@@ -16,6 +16,8 @@
  *             hostile-input sweep's victim did.
  *   jump N    N calls of uf_jumper, which never returns: it longjmps back to its
  *             caller's setjmp; then uf_target N times.
+ *   tail N    N calls of uf_tail, which tail-calls uf_target (a jmp: both are
+ *             entered at the same stack pointer, and return once each).
  *   cpu       prints "avx2 avx512" flags of this CPU and exits.
  */
 #define _GNU_SOURCE
@@ -45,6 +47,10 @@ void uf_evex(unsigned char *out, int c);
 #define FUNC(name, body)                                                                \
     ".globl " #name "\n.type " #name ",@function\n" #name ":\n" body " ret\n.size " #name \
     ", .-" #name "\n"
+long uf_tail(long x);
+__asm__(".text\n.globl uf_tail\n.type uf_tail,@function\nuf_tail:\n jmp uf_target\n"
+        ".size uf_tail, .-uf_tail\n");
+
 __asm__(".text\n" FUNC(uf_sse, " movd %esi,%xmm3\n movd %xmm3,(%rdi)\n")
             FUNC(uf_vex, " vmovd %esi,%xmm0\n vpbroadcastb %xmm0,%ymm2\n"
                          " vmovdqu %ymm2,(%rdi)\n vzeroupper\n")
@@ -114,7 +120,11 @@ int main(int argc, char **argv) {
     while (sigwait(&set, &sig) != 0 || sig != SIGUSR1) {
     }
     int bad = 0;
-    if (strcmp(mode, "jump") == 0) {
+    if (strcmp(mode, "tail") == 0) {
+        long s = 0;
+        for (long i = 0; i < n; i++) s += uf_tail(i);
+        if (s == -1) bad = 1;
+    } else if (strcmp(mode, "jump") == 0) {
         for (volatile long i = 0; i < n; i++)
             if (!setjmp(jump_back)) uf_jumper(i);
         long s = 0;
