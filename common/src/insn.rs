@@ -15,8 +15,14 @@
 
 /// `Err(reason)` when a uprobe must not be placed on `code` (the bytes at a function's
 /// entry); the reason reads after "FUNCTION cannot be traced: ".
-#[cfg(target_arch = "x86_64")]
 pub fn check_entry(code: &[u8]) -> Result<(), String> {
+    check_insn(code, "its first")
+}
+
+/// [`check_entry`] for the instruction `code` begins with, wherever it is in its
+/// function; `which` names it in the reason ("its first", "the").
+#[cfg(target_arch = "x86_64")]
+pub fn check_insn(code: &[u8], which: &str) -> Result<(), String> {
     use iced_x86::{
         Decoder, DecoderOptions, EncodingKind, Formatter, GasFormatter, Instruction,
         InstructionInfoFactory,
@@ -49,7 +55,7 @@ pub fn check_entry(code: &[u8]) -> Result<(), String> {
     };
     if insn.is_invalid() {
         return Err(format!(
-            "its first bytes ({}) are not a valid x86-64 instruction",
+            "{which} bytes ({}) are not a valid x86-64 instruction",
             hex(code)
         ));
     }
@@ -59,7 +65,7 @@ pub fn check_entry(code: &[u8]) -> Result<(), String> {
     match insn.encoding() {
         EncodingKind::EVEX | EncodingKind::MVEX => {
             return Err(format!(
-                "its first instruction (`{text}`) is AVX-512 (EVEX-encoded), which a uprobe's \
+                "{which} instruction (`{text}`) is AVX-512 (EVEX-encoded), which a uprobe's \
                  out-of-line single step does not execute correctly: the traced program would \
                  compute wrong results"
             ));
@@ -73,7 +79,7 @@ pub fn check_entry(code: &[u8]) -> Result<(), String> {
                 .any(|r| r.register().is_vector_register());
             if vector {
                 return Err(format!(
-                    "its first instruction (`{text}`) is AVX (VEX-encoded) on vector registers, \
+                    "{which} instruction (`{text}`) is AVX (VEX-encoded) on vector registers, \
                      which a uprobe's out-of-line single step does not execute correctly: the \
                      traced program would compute wrong results"
                 ));
@@ -88,13 +94,13 @@ pub fn check_entry(code: &[u8]) -> Result<(), String> {
         match b {
             0x26 | 0x2e | 0x36 | 0x3e => {
                 return Err(format!(
-                    "its first instruction (`{text}`) has a segment or notrack prefix, which \
+                    "{which} instruction (`{text}`) has a segment or notrack prefix, which \
                      the kernel does not single-step for uprobes"
                 ));
             }
             0xf0 => {
                 return Err(format!(
-                    "its first instruction (`{text}`) has a LOCK prefix, which the kernel does \
+                    "{which} instruction (`{text}`) has a LOCK prefix, which the kernel does \
                      not single-step for uprobes"
                 ));
             }
@@ -118,7 +124,7 @@ pub fn check_entry(code: &[u8]) -> Result<(), String> {
     };
     if !good_opcode_64(op) {
         return Err(format!(
-            "its first instruction (`{text}`, opcode {op:#04x}) is one the kernel does not \
+            "{which} instruction (`{text}`, opcode {op:#04x}) is one the kernel does not \
              single-step for uprobes"
         ));
     }
@@ -128,7 +134,7 @@ pub fn check_entry(code: &[u8]) -> Result<(), String> {
         && bytes.get(opcode_at + 1).is_some_and(|m| (m >> 3) & 7 == 2)
     {
         return Err(format!(
-            "its first instruction (`{text}`) loads SS, which the kernel does not single-step \
+            "{which} instruction (`{text}`) loads SS, which the kernel does not single-step \
              for uprobes"
         ));
     }
@@ -136,7 +142,7 @@ pub fn check_entry(code: &[u8]) -> Result<(), String> {
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-pub fn check_entry(_code: &[u8]) -> Result<(), String> {
+pub fn check_insn(_code: &[u8], _which: &str) -> Result<(), String> {
     Ok(())
 }
 

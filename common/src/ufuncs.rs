@@ -188,7 +188,7 @@ pub fn at_offset(binary: &Path, func: &UserFunc, off: u64) -> Result<UserFunc, S
     let len = func.size.min(off + 15) as usize;
     let code = elf::file_bytes(binary, func.offset, len).map_err(|e| e.to_string())?;
     insn::check_boundary(&code, off)?;
-    insn::check_entry(&code[off as usize..]).map_err(|why| why.replace("its first ", "the "))?;
+    insn::check_insn(&code[off as usize..], "the")?;
     Ok(UserFunc {
         offset: func.offset + off,
         ..func.clone()
@@ -367,11 +367,15 @@ pub fn usdt_probes(binary: &Path) -> Result<Vec<UsdtProbe>> {
             elf::shown(binary)
         )
     })?;
-    // One per probe name; sorted by args too, so the last of a name has the most.
+    // One per probe name, with the most arguments any of its sites has.
     probes.sort();
-    probes.reverse();
-    probes.dedup_by(|a, b| a.provider == b.provider && a.name == b.name);
-    probes.reverse();
+    probes.dedup_by(|later, kept| {
+        let same = later.provider == kept.provider && later.name == kept.name;
+        if same {
+            kept.args = kept.args.max(later.args);
+        }
+        same
+    });
     Ok(probes)
 }
 
