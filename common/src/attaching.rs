@@ -117,6 +117,12 @@ impl Plan {
             if !by_binary.is_empty() {
                 attach::remove_stale_uprobe_events();
             }
+            let index = obj.maps().find(|m| m.name() == "uprobe_groups");
+            // Entry hooks take tracefs uprobe groups (fast to detach), but a
+            // return pairs with its entry by the function's cookie: a tool that
+            // pairs calls groups its entries only when its object can tell the
+            // functions of a group apart (trace).
+            let may_group = self.hooks == crate::plan::Hooks::Entry || index.is_some();
             for (binary, sites) in by_binary {
                 for (n, &kind) in ProgKind::for_via(via, false, self.hooks).iter().enumerate() {
                     let sites: Vec<attach::UserSite> = later_hook_sites(&sites, n, &out)
@@ -124,15 +130,10 @@ impl Plan {
                         .map(|(_, s)| s)
                         .collect();
                     let (p, hook) = (prog(kind)?, kind.hook());
-                    let index = obj.maps().find(|m| m.name() == "uprobe_groups");
-                    // Entry hooks take tracefs uprobe groups (fast to detach), but
-                    // a return pairs with its entry by the function's cookie: a
-                    // tool that pairs calls groups its entries only when its
-                    // object can tell the functions of a group apart (trace).
-                    let grouped = hook == attach::Hook::Entry
-                        && (self.hooks == crate::plan::Hooks::Entry || index.is_some());
                     match via {
-                        Via::Single if grouped && !perf_uprobes() => {
+                        Via::Single
+                            if hook == attach::Hook::Entry && may_group && !perf_uprobes() =>
+                        {
                             let rest = attach::uprobe_groups(
                                 p,
                                 index.as_ref(),
