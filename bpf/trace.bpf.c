@@ -36,7 +36,7 @@
 #include "filter.h"
 #include "events.h"
 #define PAIR_ARGS 6
-#define PAIR_DEPTH 16
+#define PAIR_DEPTH 16	/* keep in step with PAIR_DEPTH in tools/trace/main.rs */
 #include "pairing.h"
 
 /* Keep in step with tools/trace/compile.rs. */

@@ -409,9 +409,9 @@ pub fn all_args(p: &mut Probe, site: &SiteCtx, btf: Option<&Kbtf>) {
                 });
             }
         }
-        SiteCtx::Usdt { args: n } => {
+        SiteCtx::Usdt { args: count } => {
             // The probe's own arguments, from its note.
-            for n in 1..=*n {
+            for n in 1..=*count {
                 fmt.push(format!("arg{n}=%ld"));
                 args.push(Expr::Ident(format!("arg{n}")));
             }
