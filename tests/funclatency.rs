@@ -184,22 +184,28 @@ fn one_histogram_per_function() {
     }
 }
 
+/// funclatency -F -r on tests/progs/userfuncs.c's functions matching `funcs`
+/// while it runs `workload N`, once in each attach mode: (mode, output).
+fn time_userfuncs(workload: &str, n: u64, funcs: &str) -> Vec<(&'static str, Output)> {
+    let dir = Scratch::new();
+    let bin = build_userfuncs(&dir, "uf", &[]);
+    let spec = format!("{}:{funcs}", bin.display());
+    ["auto", "multi", "single"]
+        .into_iter()
+        .map(|mode| {
+            let w = Workload::start(&bin, &[workload, &n.to_string()]);
+            let args = ["-F", "-r", "--attach-mode", mode, &spec];
+            (mode, trace_workload(&funclatency(), w, &args, T))
+        })
+        .collect()
+}
+
 #[test]
 fn calls_left_by_longjmp_do_not_block_later_ones() {
     // 40 calls of uf_jumper longjmp out (no return), more than the 32 entries a
     // thread keeps; then 40 calls of uf_target return. In every mode each of
     // uf_target's calls is timed, and uf_jumper's none.
-    let dir = Scratch::new();
-    let bin = build_userfuncs(&dir, "uf", &[]);
-    let spec = format!("{}:uf_(jumper|target)", bin.display());
-    for mode in ["auto", "multi", "single"] {
-        let w = Workload::start(&bin, &["jump", "40"]);
-        let out = trace_workload(
-            &funclatency(),
-            w,
-            &["-F", "-r", "--attach-mode", mode, &spec],
-            T,
-        );
+    for (mode, out) in time_userfuncs("jump", 40, "uf_(jumper|target)") {
         assert!(
             avg_line(&out.stdout).ends_with(", count: 40"),
             "{mode}: {}",
@@ -222,17 +228,7 @@ fn calls_left_by_longjmp_do_not_block_later_ones() {
 fn a_tail_call_and_its_caller_are_both_timed() {
     // uf_tail jumps to uf_target: both entered at one stack pointer, the
     // caller's frame alive (not taken for one longjmp left).
-    let dir = Scratch::new();
-    let bin = build_userfuncs(&dir, "uf", &[]);
-    let spec = format!("{}:uf_(tail|target)", bin.display());
-    for mode in ["auto", "multi", "single"] {
-        let w = Workload::start(&bin, &["tail", "30"]);
-        let out = trace_workload(
-            &funclatency(),
-            w,
-            &["-F", "-r", "--attach-mode", mode, &spec],
-            T,
-        );
+    for (mode, out) in time_userfuncs("tail", 30, "uf_(tail|target)") {
         assert!(
             avg_line(&out.stdout).ends_with(", count: 60"),
             "{mode}: {}\n{}",

@@ -5,7 +5,7 @@
 
 mod util;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use util::*;
@@ -30,7 +30,13 @@ fn bin() -> String {
 /// trace's output once both have exited with success (trace ends by itself when
 /// the traced process exits, or at -M).
 fn run_on(mode: &str, n: u64, args: &[&str]) -> Output {
-    let w = Workload::start(&traced(), &[mode, &n.to_string()]);
+    run_on_prog(&traced(), mode, n, args)
+}
+
+/// [`run_on`] for another test program with the same protocol (`ready`, then
+/// SIGUSR1): tests/progs/userfuncs.c, say.
+fn run_on_prog(prog: &Path, mode: &str, n: u64, args: &[&str]) -> Output {
+    let w = Workload::start(prog, &[mode, &n.to_string()]);
     let pid = w.pid.to_string();
     let mut all = vec!["-p", pid.as_str()];
     all.extend_from_slice(args);
@@ -346,16 +352,7 @@ fn returns_after_calls_left_by_longjmp() {
     let jumper = format!("r:{}:uf_jumper", bin.display());
     let want: Vec<String> = (0..40).map(|i| format!("{i} {}", 3 * i + 1)).collect();
     for mode in ["auto", "multi", "single"] {
-        let w = Workload::start(&bin, &["jump", "40"]);
-        let pid = w.pid.to_string();
-        let mut t = spawn(
-            &trace(),
-            &["-p", &pid, "--attach-mode", mode, &jumper, &spec],
-        );
-        t.wait_line(|l| l.starts_with("PID "), T);
-        w.go();
-        let out = t.finish(T);
-        assert!(w.wait().success());
+        let out = run_on_prog(&bin, "jump", 40, &["--attach-mode", mode, &jumper, &spec]);
         assert_eq!(messages(&out.stdout), want, "{mode}: {}", out.stderr);
     }
 }
