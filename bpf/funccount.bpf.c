@@ -116,19 +116,6 @@ int count_raw_tp_clone(struct bpf_raw_tracepoint_args *ctx)
 	return count(raw_tp_probes[0]);
 }
 
-/* The syscalls:sys_enter_* and sys_exit_* events are ftrace events on top of the
- * raw_syscalls sys_enter/sys_exit tracepoints: one raw link on each serves all of
- * them, mapping the syscall number to the probe index (plus one; 0: not traced).
- * Exit slots follow the SYSCALL_SLOTS entry slots. */
-#define SYSCALL_SLOTS 1024
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 2 * SYSCALL_SLOTS);
-	__type(key, __u32);
-	__type(value, __u32);
-} syscall_probes SEC(".maps");
-
 /* Whether this kernel lets BPF read kernel memory (not under lockdown=
  * confidentiality). Without it the verifier prunes the reads below: compat
  * (ia32) syscalls cannot be told apart, and the number of a syscall at its exit
@@ -138,6 +125,8 @@ const volatile bool kernel_reads = false;
  * events are traced without kernel reads). */
 const volatile bool remember_nr = false;
 
+#include "syscalls.h"
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
@@ -145,40 +134,11 @@ struct {
 	__type(value, __u32);	/* syscall number */
 } syscall_nrs SEC(".maps");
 
-#define TS_COMPAT 0x0002 /* arch/x86/include/asm/thread_info.h */
-
-/* Where a task keeps its TS_COMPAT flag: the byte offset of thread_info.status
- * in task_struct, found in the kernel's BTF by userspace and cached per boot
- * (common/src/features.rs); 0 when unknown. Not a CO-RE read: a relocation
- * would make libbpf parse the kernel's 5 MB BTF at every load of this object
- * (4 ms on hardware, about 90 ms under emulation, most of a syscall event
- * run's start-up there). */
-const volatile __u32 task_status_off = 0;
-
-/* The syscall events exclude compat syscalls (their numbers are ia32 ones). */
-static __always_inline bool compat_syscall(void)
-{
-	__u32 status;
-
-	if (!kernel_reads || !task_status_off)
-		return false;
-	if (bpf_probe_read_kernel(&status, sizeof(status),
-				  (void *)bpf_get_current_task() + task_status_off))
-		return false;
-	return status & TS_COMPAT;
-}
-
 static __always_inline int count_syscall(__u64 nr, __u32 base)
 {
-	__u32 slot, *probe;
+	__u32 probe = syscall_probe(nr, base);
 
-	if (nr >= SYSCALL_SLOTS)
-		return 0;
-	slot = base + (__u32)nr;
-	probe = bpf_map_lookup_elem(&syscall_probes, &slot);
-	if (probe && *probe)
-		return count(*probe - 1);
-	return 0;
+	return probe ? count(probe - 1) : 0;
 }
 
 /* A raw tracepoint's context is its arguments, a __u64 each (UAPI's struct

@@ -209,6 +209,7 @@ struct scratch {
 
 /* Set before load. */
 const volatile bool kernel_reads = false;
+#include "syscalls.h"
 const volatile __u32 self_tgid = 0;	/* not traced (-S unset) */
 const volatile __u32 filter_tid = 0;	/* -L */
 const volatile __s64 filter_uid = -1;	/* --uid */
@@ -1271,6 +1272,70 @@ int trace_usdt(struct pt_regs *ctx)
 	sc = scratch_of_cpu();
 	if (sc)
 		hit(ctx, sc, bpf_usdt_cookie(ctx), true);
+	return 0;
+}
+
+/* The syscalls:sys_enter_* / sys_exit_* events through one raw link on
+ * raw_syscalls' sys_enter / sys_exit for all of them (closing one does not wait
+ * out the RCU grace periods a perf-event tracepoint does, 70 ms each). The
+ * event's record is rebuilt from the registers as the kernel fills it
+ * (perf_syscall_enter/exit): __syscall_nr at 8, then each argument as 8 bytes
+ * from 16, or the return value at 16. User space sends only events whose format
+ * says exactly that, and only with kernel reads (the registers are kernel
+ * memory); the others are perf-event tracepoints. */
+static __always_inline struct scratch *syscall_start(__u64 nr, __u32 base, __u32 *probe)
+{
+	*probe = syscall_probe(nr, base);
+	if (!kernel_reads || !*probe || compat_syscall())
+		return NULL;
+	*probe -= 1;
+	return tp_start();
+}
+
+SEC("raw_tp/sys_enter")
+int trace_sys_enter(__u64 *args)
+{
+	/* sys_enter(struct pt_regs *regs, long id) */
+	const void *regs = (const void *)args[0];
+	struct tk_pt_regs *r;
+	struct scratch *sc;
+	__u32 probe;
+
+	sc = syscall_start(args[1], 0, &probe);
+	if (!sc)
+		return 0;
+	r = (struct tk_pt_regs *)sc->regs;
+	if (bpf_probe_read_kernel(r, sizeof(*r), regs))
+		return 0;
+	*(__s32 *)&sc->rec[8] = (__s32)args[1];
+	/* x86-64's syscall argument registers (syscall_get_arguments) */
+	*(__u64 *)&sc->rec[16] = r->di;
+	*(__u64 *)&sc->rec[24] = r->si;
+	*(__u64 *)&sc->rec[32] = r->dx;
+	*(__u64 *)&sc->rec[40] = r->r10;
+	*(__u64 *)&sc->rec[48] = r->r8;
+	*(__u64 *)&sc->rec[56] = r->r9;
+	hit(args, sc, probe, false);
+	return 0;
+}
+
+SEC("raw_tp/sys_exit")
+int trace_sys_exit(__u64 *args)
+{
+	/* sys_exit(struct pt_regs *regs, long ret): the number is orig_ax. */
+	const struct tk_pt_regs *regs = (const struct tk_pt_regs *)args[0];
+	struct scratch *sc;
+	__u32 probe;
+	__u64 nr;
+
+	if (!kernel_reads || bpf_probe_read_kernel(&nr, sizeof(nr), &regs->orig_ax))
+		return 0;
+	sc = syscall_start(nr, SYSCALL_SLOTS, &probe);
+	if (!sc)
+		return 0;
+	*(__s32 *)&sc->rec[8] = (__s32)nr;
+	*(__u64 *)&sc->rec[16] = args[1];
+	hit(args, sc, probe, false);
 	return 0;
 }
 

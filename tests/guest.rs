@@ -700,6 +700,20 @@ fn compat_syscalls_are_not_counted_as_native_ones() {
         let out = trace_workload_via(&cmd, w, &events, T);
         assert_eq!(last_table(&out.stdout), rows(want), "{env}: {}", out.stderr);
     }
+    // trace prints only the native calls both ways: with kernel reads its raw
+    // sys_enter program leaves the compat ones out, without them the kernel's
+    // perf events do.
+    let tr = trace_tool();
+    for env in ["TRACEKIT_NO_KERNEL_READS=0", "TRACEKIT_NO_KERNEL_READS=1"] {
+        let w = Workload::start(&prog("workload"), &["int80", "50"]);
+        let cmd = ["/usr/bin/env", env, tr.to_str().unwrap()];
+        let ready = |l: &str| l.starts_with("PID ");
+        let out = trace_workload_until(&cmd, w, &events, ready, T);
+        let funcs: Vec<&str> = (out.stdout.lines().skip(1))
+            .filter_map(|l| l.split_whitespace().nth(3))
+            .collect();
+        assert_eq!(funcs, ["sys_enter_getppid"; 50], "{env}: {}", out.stderr);
+    }
 }
 
 // ---- disksnoop and urandomread ----

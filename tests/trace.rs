@@ -6,6 +6,7 @@
 mod util;
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 use util::*;
@@ -36,11 +37,18 @@ fn run_on(mode: &str, n: u64, args: &[&str]) -> Output {
 /// [`run_on`] for another test program with the same protocol (`ready`, then
 /// SIGUSR1): tests/progs/userfuncs.c, say.
 fn run_on_prog(prog: &Path, mode: &str, n: u64, args: &[&str]) -> Output {
+    run_on_env(prog, mode, n, &[], args)
+}
+
+/// [`run_on_prog`] with settings in trace's environment.
+fn run_on_env(prog: &Path, mode: &str, n: u64, env: &[(&str, &str)], args: &[&str]) -> Output {
     let w = Workload::start(prog, &[mode, &n.to_string()]);
     let pid = w.pid.to_string();
     let mut all = vec!["-p", pid.as_str()];
     all.extend_from_slice(args);
-    let mut t = spawn(&trace(), &all);
+    let mut cmd = Command::new(trace());
+    cmd.envs(env.iter().copied()).args(&all);
+    let mut t = spawn_cmd(cmd);
     t.wait_line(
         |l| l.starts_with("PID ") || l.starts_with("TIME ") || l.starts_with("Tracing "),
         T,
@@ -579,6 +587,84 @@ fn tracepoint_fields_of_a_syscall() {
         .collect();
     assert_eq!(messages(&out.stdout), want);
     assert!(events(&out.stdout).iter().all(|e| e.3 == "sys_enter_lseek"));
+}
+
+#[test]
+fn syscall_events_on_raw_links_read_as_perf_events_do() {
+    // With kernel reads, syscall events are served by one raw link on sys_enter
+    // and one on sys_exit, whose programs rebuild each event's record from the
+    // registers; without them (lockdown), by the kernel's perf events. The
+    // workload's 8 writes of 100..107 bytes read the same both ways: argument,
+    // predicate, return value, and no hit for a syscall it does not make.
+    let specs = [
+        "t:syscalls:sys_enter_write \"count=%d\", args->count",
+        "t:syscalls:sys_enter_write (args->count > 104) \"big %d\", args->count",
+        "t:syscalls:sys_exit_write (args->ret != 101) \"ret=%ld\", args->ret",
+        "t:syscalls:sys_enter_lseek",
+    ];
+    let mut want = Vec::new();
+    for n in 100..108 {
+        want.push(format!("count={n}"));
+        if n > 104 {
+            want.push(format!("big {n}"));
+        }
+        if n != 101 {
+            want.push(format!("ret={n}"));
+        }
+    }
+    let mut args = vec!["-v"];
+    args.extend(specs);
+    for (reads, how) in [
+        ("0", "tracepoints: 0 as raw tracepoint links, 3 syscall events through 2 raw sys_enter/sys_exit links, 0 as perf events"),
+        ("1", "tracepoint syscalls:sys_exit_write: program trace_tp_24"),
+    ] {
+        let env = [("TRACEKIT_NO_KERNEL_READS", reads)];
+        let out = run_on_env(&traced(), "write", 8, &env, &args);
+        assert_eq!(messages(&out.stdout), want, "reads {reads}: {}", out.stderr);
+        assert!(out.stderr.lines().any(|l| l == how), "reads {reads}: {}", out.stderr);
+        let hits: Vec<&str> = out
+            .stderr
+            .lines()
+            .filter_map(|l| l.split_once("\"): ").map(|(_, h)| h))
+            .collect();
+        assert_eq!(
+            hits,
+            [
+                "8 hits, 0 dropped by the predicate in the kernel",
+                "8 hits, 5 dropped by the predicate in the kernel",
+                "8 hits, 1 dropped by the predicate in the kernel",
+                "0 hits, 0 dropped by the predicate in the kernel",
+            ],
+            "reads {reads}"
+        );
+    }
+}
+
+#[test]
+fn every_syscall_event_on_two_raw_links() {
+    // All of them, entries and exits: two raw links, no perf event (each would
+    // take an RCU grace period, about 70 ms, to close). The workload's writes are
+    // all there, each entry followed by its exit.
+    let out = run_on(
+        "write",
+        5,
+        &["-v", "t:syscalls:sys_enter_*", "t:syscalls:sys_exit_*"],
+    );
+    let how = out.stderr.lines().find(|l| l.starts_with("tracepoints: "));
+    let how = how.unwrap_or_else(|| panic!("{}", out.stderr));
+    assert!(
+        how.starts_with("tracepoints: 0 as raw tracepoint links, ")
+            && how.ends_with(
+                " syscall events through 2 raw sys_enter/sys_exit links, 0 as perf events"
+            ),
+        "{how}"
+    );
+    let writes: Vec<String> = events(&out.stdout)
+        .into_iter()
+        .map(|e| e.3)
+        .filter(|f| f.ends_with("_write"))
+        .collect();
+    assert_eq!(writes, ["sys_enter_write", "sys_exit_write"].repeat(5));
 }
 
 #[test]

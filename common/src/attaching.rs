@@ -252,10 +252,15 @@ impl Plan {
                 self.remember_syscall_nrs(),
                 out,
             );
-            perf.extend(refused.into_iter().map(|s| {
-                let (i, t, l) = tps.iter().find(|(i, _, _)| *i == s.probe).expect("a site");
-                (*i, *t, *l)
-            }));
+            for (s, why) in refused {
+                let &(i, t, l) = tps.iter().find(|(i, _, _)| *i == s.probe).expect("a site");
+                // A tool that loads no perf-event program for these (trace,
+                // whose programs are large to verify) skips them.
+                match progs.contains_key(&ProgKind::Tracepoint) {
+                    true => perf.push((i, t, l)),
+                    false => out.skip_why(l, why),
+                }
+            }
         }
         if let (Some(prog), false) = (cookie_program, raw.is_empty()) {
             // Before 6.10 a link takes no cookie: only for a program that

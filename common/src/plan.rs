@@ -373,7 +373,7 @@ fn raw_attachable(probes: &[Probe]) -> Vec<bool> {
 
 /// A syscalls:sys_enter_NAME / sys_exit_NAME event: (is exit, syscall number).
 /// Events whose syscall this architecture's table does not name stay on perf.
-pub(crate) fn syscall_event(t: &Tracepoint) -> Option<(bool, u32)> {
+pub fn syscall_event(t: &Tracepoint) -> Option<(bool, u32)> {
     if t.category != "syscalls" {
         return None;
     }

@@ -108,7 +108,7 @@ impl Resolved {
 /// a BPF program (named, or unnamed where JIT images are not in kallsyms but
 /// called by `bpf_trace_run*`). A probe on `bpf_trace_run2` itself begins there,
 /// not in a program, and keeps its frames.
-fn raw_tracepoint_frames(frames: &[Frame]) -> usize {
+pub fn raw_tracepoint_frames(frames: &[Frame]) -> usize {
     let name = |i: usize| frames.get(i).and_then(|f| f.name.as_deref());
     let runner = |n: &str| n.starts_with("bpf_trace_run");
     let in_program = match name(0) {

@@ -432,6 +432,34 @@ pub struct TpField {
     pub ty: Ty,
 }
 
+/// Whether a syscall event's record (`fields`, from its format) is laid out as
+/// bpf/trace.bpf.c's raw sys_enter/sys_exit programs rebuild it from the
+/// registers: the common fields in the first 8 bytes, `__syscall_nr` (4 bytes
+/// at 8), then 8-byte fields from 16 on, one after the other: at most six (the
+/// arguments) for an entry, `ret` alone for an exit.
+pub fn syscall_record(fields: &[TpField], exit: bool) -> bool {
+    let (common, rest): (Vec<&TpField>, Vec<&TpField>) =
+        fields.iter().partition(|f| f.name.starts_with("common_"));
+    if common.iter().any(|f| f.offset + f.size > 8) {
+        return false;
+    }
+    let Some((nr, args)) = rest.split_first() else {
+        return false;
+    };
+    if (nr.name.as_str(), nr.offset, nr.size) != ("__syscall_nr", 8, 4) {
+        return false;
+    }
+    let laid_out = args
+        .iter()
+        .enumerate()
+        .all(|(k, f)| f.offset == 16 + 8 * k as u32 && f.size == 8);
+    laid_out
+        && match exit {
+            false => args.len() <= 6,
+            true => args.len() == 1 && args[0].name == "ret",
+        }
+}
+
 /// The BPF side's `struct specs_of` for a probe served by the specs `ids`
 /// (their programs `progs`): what a hit must gather for them, and the gate of
 /// a lone spec whose predicate is decided on one register.
@@ -1686,5 +1714,58 @@ mod tests {
         )
         .unwrap();
         assert_eq!(prog.rec_words, 6);
+    }
+
+    #[test]
+    fn syscall_records_the_raw_programs_rebuild() {
+        let format = |fields: &[(&str, u32, u32)]| {
+            let mut text = String::from(
+                "format:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+                 \tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n",
+            );
+            for (decl, off, size) in fields {
+                text += &format!("\tfield:{decl};\toffset:{off};\tsize:{size};\tsigned:0;\n");
+            }
+            tp_fields(&text)
+        };
+        let nr = ("int __syscall_nr", 8, 4);
+        let openat = format(&[
+            nr,
+            ("int dfd", 16, 8),
+            ("const char * filename", 24, 8),
+            ("int flags", 32, 8),
+            ("umode_t mode", 40, 8),
+        ]);
+        assert!(syscall_record(&openat, false));
+        assert!(!syscall_record(&openat, true));
+        assert!(syscall_record(&format(&[nr]), false)); // getpid: no argument
+        let ret = format(&[nr, ("long ret", 16, 8)]);
+        assert!(syscall_record(&ret, true));
+        // Not as the raw programs fill it: a gap, a narrow field, a seventh
+        // argument, a string copied into the record (a newer kernel's layout
+        // could), no syscall number, or an exit with another field.
+        assert!(!syscall_record(&format(&[nr, ("int fd", 24, 8)]), false));
+        assert!(!syscall_record(&format(&[nr, ("int fd", 16, 4)]), false));
+        let seven: Vec<(String, u32, u32)> = (0..7)
+            .map(|k| (format!("long a{k}"), 16 + 8 * k, 8))
+            .collect();
+        let seven: Vec<(&str, u32, u32)> =
+            seven.iter().map(|(d, o, s)| (d.as_str(), *o, *s)).collect();
+        assert!(!syscall_record(
+            &format(&[&[nr][..], &seven].concat()),
+            false
+        ));
+        let with_string = format(&[
+            nr,
+            ("const char * filename", 16, 8),
+            ("__data_loc char[] __filename_val", 24, 4),
+        ]);
+        assert!(!syscall_record(&with_string, false));
+        assert!(!syscall_record(&format(&[("long ret", 16, 8)]), true));
+        assert!(!syscall_record(&format(&[nr, ("long value", 16, 8)]), true));
+        assert!(!syscall_record(
+            &format(&[nr, ("long ret", 16, 8), ("long x", 24, 8)]),
+            true
+        ));
     }
 }

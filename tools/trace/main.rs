@@ -16,10 +16,11 @@ use common::cli::{escape, warn, CommonArgs};
 use common::counters::PerCpuCounters;
 use common::events::{self, Events};
 use common::pattern::Matcher;
-use common::plan::{Hooks, Plan, Site};
+use common::plan::{syscall_event, Hooks, Plan, Site};
 use common::run::StopReason;
 use common::session::{How, Session};
 use common::spec::{ProbeSpec, Source};
+use common::tracepoints::Tracepoint;
 use libbpf_rs::skel::{OpenSkel, Skel};
 use libbpf_rs::{MapCore, MapFlags};
 use serde_json::json;
@@ -285,23 +286,36 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     }
 
     // Tracepoints are attached here, each to the program for its record's size
-    // (see bpf/trace.bpf.c); the plan attaches the rest. Probe indexes (attach
-    // cookies): the plan's probes first, then the tracepoints.
-    let is_tp = |p: &common::plan::Probe| matches!(p.site, Site::Tracepoint(_));
-    let mut paired: Vec<(common::plan::Probe, Vec<usize>)> =
-        std::mem::take(&mut session.plan.probes)
-            .into_iter()
-            .zip(per_probe)
-            .collect();
-    paired.sort_by_key(|(p, _)| is_tp(p));
-    let (all, per_probe): (Vec<common::plan::Probe>, Vec<Vec<usize>>) = paired.into_iter().unzip();
-    let nplan = all.iter().filter(|p| !is_tp(p)).count();
-    session.plan.probes = all[..nplan].to_vec();
-
+    // (see bpf/trace.bpf.c), but for syscall events whose record the raw
+    // sys_enter/sys_exit programs rebuild: the plan attaches those and the
+    // rest. Probe indexes (attach cookies): the plan's probes first, then the
+    // tracepoints attached here.
     let kernel_reads = common::features::kernel_reads();
     let mut formats: HashMap<String, Vec<compile::TpField>> = HashMap::new();
+    let mut paired: Vec<(bool, common::plan::Probe, Vec<usize>)> = Vec::new();
+    for (p, l) in std::mem::take(&mut session.plan.probes)
+        .into_iter()
+        .zip(per_probe)
+    {
+        let here = match &p.site {
+            Site::Tracepoint(t) => {
+                !(kernel_reads
+                    && syscall_event(t).is_some_and(|(exit, _)| {
+                        format_of(t, &mut formats).is_ok_and(|f| compile::syscall_record(f, exit))
+                    }))
+            }
+            _ => false,
+        };
+        paired.push((here, p, l));
+    }
+    paired.sort_by_key(|(here, _, _)| *here);
+    let nplan = paired.iter().filter(|(here, _, _)| !here).count();
+    let (all, per_probe): (Vec<common::plan::Probe>, Vec<Vec<usize>>) =
+        paired.into_iter().map(|(_, p, l)| (p, l)).unzip();
+    session.plan.probes = all[..nplan].to_vec();
+
     let compiled = compile_all(&all, &per_probe, &parsed, &args, kernel_reads, &mut formats)?;
-    let tp_progs = tracepoint_programs(&all, &compiled, &formats, kernel_reads)?;
+    let tp_progs = tracepoint_programs(&all[nplan..], nplan, &compiled, &formats, kernel_reads)?;
     if args.verbose {
         for (id, c) in compiled.iter().enumerate() {
             // compile::specs_of's choice: a lone spec's fast predicate on a register.
@@ -353,6 +367,11 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     };
     let mut open = common::open_skeleton!(ahead, plan, args.common.cpu, |rodata| {
         rodata.kernel_reads = kernel_reads;
+        // Only the syscall programs read it (finding it may parse the kernel's
+        // BTF, once per boot).
+        if kernel_reads && plan.has_syscall_events() {
+            rodata.task_status_off = common::features::task_status_offset().unwrap_or(0);
+        }
         rodata.self_tgid = self_tgid;
         rodata.filter_tid = args.tid.unwrap_or(0);
         rodata.filter_uid = args.uid.map_or(-1, i64::from);
@@ -477,12 +496,28 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     if !links.is_empty() {
         session.adopt(links)?;
     }
-    if args.verbose && !tp_progs.is_empty() {
+    if args.verbose {
         let mut s = String::new();
+        for p in &all[..nplan] {
+            if let Site::Tracepoint(t) = &p.site {
+                let dir = if t.event.starts_with("sys_exit_") {
+                    "sys_exit"
+                } else {
+                    "sys_enter"
+                };
+                let _ = writeln!(
+                    s,
+                    "tracepoint {}: program trace_{dir} on the raw {dir} link, which rebuilds the record from the registers",
+                    p.label
+                );
+            }
+        }
         for (i, name) in &tp_progs {
             let _ = writeln!(s, "tracepoint {}: program {name}", all[*i].label);
         }
-        common::cli::stderr(&s);
+        if !s.is_empty() {
+            common::cli::stderr(&s);
+        }
     }
     let with_format = compiled.iter().any(|c| c.parsed.format.is_some());
     let json = session.json;
@@ -781,19 +816,9 @@ fn compile_all(
                 }
                 Site::User { .. } => SiteCtx::User,
                 Site::Tracepoint(t) => {
-                    let key = t.name();
-                    if !formats.contains_key(&key) {
-                        let path = common::tracefs::tracefs()?
-                            .join("events")
-                            .join(&t.category)
-                            .join(&t.event)
-                            .join("format");
-                        let text = std::fs::read_to_string(&path)
-                            .with_context(|| format!("reading {}", path.display()))?;
-                        formats.insert(key.clone(), compile::tp_fields(&text));
-                    }
+                    format_of(t, formats)?;
                     SiteCtx::Tracepoint {
-                        fields: &formats[&key],
+                        fields: &formats[&t.name()],
                         syscalls: t.category == "syscalls",
                     }
                 }
@@ -820,11 +845,31 @@ fn compile_all(
     Ok(out)
 }
 
-/// The program each tracepoint is attached to: with kernel reads the one that
-/// copies what the probes read; without them, the one that reads the largest
-/// prefix the record has (bpf/trace.bpf.c).
+/// A tracepoint's fields, from its format file (read once per run).
+fn format_of<'a>(
+    t: &Tracepoint,
+    formats: &'a mut HashMap<String, Vec<compile::TpField>>,
+) -> Result<&'a [compile::TpField]> {
+    let key = t.name();
+    if !formats.contains_key(&key) {
+        let path = common::tracefs::tracefs()?
+            .join("events")
+            .join(&t.category)
+            .join(&t.event)
+            .join("format");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {}", path.display()))?;
+        formats.insert(key.clone(), compile::tp_fields(&text));
+    }
+    Ok(&formats[&key])
+}
+
+/// The program each tracepoint in `tps` (probes `first`...) is attached to:
+/// with kernel reads the one that copies what the probes read; without them,
+/// the one that reads the largest prefix the record has (bpf/trace.bpf.c).
 fn tracepoint_programs(
-    all: &[common::plan::Probe],
+    tps: &[common::plan::Probe],
+    first: usize,
     compiled: &[Compiled],
     formats: &HashMap<String, Vec<compile::TpField>>,
     kernel_reads: bool,
@@ -834,7 +879,7 @@ fn tracepoint_programs(
         256, 384, 512,
     ];
     let mut out = Vec::new();
-    for (i, p) in all.iter().enumerate() {
+    for (i, p) in (first..).zip(tps) {
         let Site::Tracepoint(t) = &p.site else {
             continue;
         };

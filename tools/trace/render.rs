@@ -131,15 +131,14 @@ impl Renderer {
     }
 
     fn ksym(&self, addr: u64) -> String {
-        let f = self
-            .symbols
+        ksym_text(&self.kframe(addr))
+    }
+
+    fn kframe(&self, addr: u64) -> Frame {
+        self.symbols
             .kernel(&[addr])
             .remove(&addr)
-            .unwrap_or(Frame::unknown(addr));
-        match &f.name {
-            Some(n) => format!("{n}+0x{:x}", f.offset),
-            None => Frame::UNKNOWN.to_string(),
-        }
+            .unwrap_or(Frame::unknown(addr))
     }
 
     fn usyms(&mut self, pid: u32, comm: &str, frames: &[UserFrame]) -> Vec<(u64, String)> {
@@ -243,8 +242,13 @@ impl Renderer {
             )
         });
         let kframes: Option<Vec<(u64, String)>> = kstack.map(|a| {
-            a.iter()
-                .map(|&x| (x, format!("{} [kernel]", self.ksym(x))))
+            let frames: Vec<Frame> = a.iter().map(|&x| self.kframe(x)).collect();
+            // A syscall event's stack, taken in the raw sys_enter/sys_exit
+            // program, begins where the tracepoint fired.
+            let skip = common::stacks::raw_tracepoint_frames(&frames);
+            frames[skip..]
+                .iter()
+                .map(|f| (f.addr, format!("{} [kernel]", ksym_text(f))))
                 .collect()
         });
         let uframes: Option<Vec<(u64, String)>> = ustack.map(|f| self.usyms(h.tgid, &h.comm, &f));
@@ -430,5 +434,13 @@ pub fn all_args(p: &mut Probe, site: &SiteCtx, btf: Option<&Kbtf>) {
     if let Ok(f) = Format::parse(&fmt.join(" ")) {
         p.format = Some(f);
         p.args = args;
+    }
+}
+
+/// A kernel frame as `%K` and stacks print it.
+fn ksym_text(f: &Frame) -> String {
+    match &f.name {
+        Some(n) => format!("{n}+0x{:x}", f.offset),
+        None => Frame::UNKNOWN.to_string(),
     }
 }

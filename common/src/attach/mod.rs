@@ -135,7 +135,7 @@ impl Attached {
         self.skip_why(label, errno_reason(errno));
     }
 
-    fn skip_why(&mut self, label: &str, reason: String) {
+    pub(crate) fn skip_why(&mut self, label: &str, reason: String) {
         self.skipped.push(Skipped {
             label: label.to_string(),
             reason,

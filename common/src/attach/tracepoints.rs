@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use libbpf_rs::{Link, ProgramMut as Program};
 use libbpf_sys as sys;
 
-use super::{collect, parallel, take_link, Attached, Held, Prog, ATTACH_THREADS};
+use super::{collect, errno_reason, parallel, take_link, Attached, Held, Prog, ATTACH_THREADS};
 use crate::run::Stop;
 
 /// Tracepoint sites: probe index, category, event, label.
@@ -190,8 +190,8 @@ const SYSCALL_SLOTS: u32 = 1024;
 /// Fills the `syscall_probes` map (syscall number to probe index) and attaches one
 /// raw link on sys_enter and/or sys_exit for all the syscall events. With
 /// `remember`, sys_enter is attached even for exit events only (it remembers
-/// each syscall's number for sys_exit). Returns the sites not served (a link the
-/// kernel refused), for perf-event tracepoints to try.
+/// each syscall's number for sys_exit). Returns the sites not served, with
+/// why (a link the kernel refused, say), for perf-event tracepoints to try.
 pub(crate) fn syscalls(
     enter: Option<&Program>,
     exit: Option<&Program>,
@@ -199,7 +199,7 @@ pub(crate) fn syscalls(
     sites: &[SyscallSite],
     remember: bool,
     out: &mut Attached,
-) -> Vec<SyscallSite> {
+) -> Vec<(SyscallSite, String)> {
     use libbpf_rs::MapCore;
     let mut refused = Vec::new();
     let (mut enters, mut exits): (Vec<SyscallSite>, Vec<SyscallSite>) =
@@ -207,54 +207,59 @@ pub(crate) fn syscalls(
     for s in enters.iter().chain(&exits) {
         let slot = s.nr + if s.exit { SYSCALL_SLOTS } else { 0 };
         let value = s.probe as u32 + 1;
-        if s.nr >= SYSCALL_SLOTS
-            || map
-                .update(
-                    &slot.to_ne_bytes(),
-                    &value.to_ne_bytes(),
-                    libbpf_rs::MapFlags::ANY,
-                )
-                .is_err()
-        {
-            refused.push(*s);
+        if s.nr >= SYSCALL_SLOTS {
+            let why = format!("syscall number {} is past the raw links' table", s.nr);
+            refused.push((*s, why));
+        } else if let Err(e) = map.update(
+            &slot.to_ne_bytes(),
+            &value.to_ne_bytes(),
+            libbpf_rs::MapFlags::ANY,
+        ) {
+            refused.push((*s, format!("writing the syscall table: {e}")));
         }
     }
-    enters.retain(|s| s.nr < SYSCALL_SLOTS);
-    exits.retain(|s| s.nr < SYSCALL_SLOTS);
-    let attach = |prog: Option<&Program>, tp: &str| -> Option<Link> {
+    enters.retain(|s| !refused.iter().any(|(r, _)| r.probe == s.probe));
+    exits.retain(|s| !refused.iter().any(|(r, _)| r.probe == s.probe));
+    let attach = |prog: Option<&Program>, tp: &str| -> Result<Link, String> {
         let name = CString::new(tp).expect("no NUL");
+        let prog = prog.ok_or("no program for it was loaded")?;
         // SAFETY: name outlives the call.
         take_link(unsafe {
-            sys::bpf_program__attach_raw_tracepoint(Prog::of(prog?).ptr(), name.as_ptr())
+            sys::bpf_program__attach_raw_tracepoint(Prog::of(prog).ptr(), name.as_ptr())
         })
-        .ok()
+        .map_err(|errno| {
+            format!(
+                "the kernel refused a raw {tp} link: {}",
+                errno_reason(errno)
+            )
+        })
     };
-    let enter_link = if !enters.is_empty() || (remember && !exits.is_empty()) {
-        attach(enter, "sys_enter")
-    } else {
-        None
+    let refuse = |sites: &mut Vec<SyscallSite>, why: &str, refused: &mut Vec<_>| {
+        refused.extend(sites.drain(..).map(|s| (s, why.to_string())));
     };
-    match enter_link {
-        Some(link) => {
-            out.add(link, enters.iter().map(|s| s.probe as u64));
-            out.syscall_links += 1;
-            out.syscall_events += enters.len();
-        }
-        None => {
-            refused.append(&mut enters);
-            if remember {
-                refused.append(&mut exits);
+    if !enters.is_empty() || (remember && !exits.is_empty()) {
+        match attach(enter, "sys_enter") {
+            Ok(link) => {
+                out.add(link, enters.iter().map(|s| s.probe as u64));
+                out.syscall_links += 1;
+                out.syscall_events += enters.len();
+            }
+            Err(why) => {
+                refuse(&mut enters, &why, &mut refused);
+                if remember {
+                    refuse(&mut exits, &why, &mut refused);
+                }
             }
         }
     }
     if !exits.is_empty() {
         match attach(exit, "sys_exit") {
-            Some(link) => {
+            Ok(link) => {
                 out.add(link, exits.iter().map(|s| s.probe as u64));
                 out.syscall_links += 1;
                 out.syscall_events += exits.len();
             }
-            None => refused.append(&mut exits),
+            Err(why) => refuse(&mut exits, &why, &mut refused),
         }
     }
     refused
