@@ -117,22 +117,11 @@ int count_raw_tp_clone(struct bpf_raw_tracepoint_args *ctx)
 }
 
 /* Whether this kernel lets BPF read kernel memory (not under lockdown=
- * confidentiality). Without it the verifier prunes the reads below: compat
- * (ia32) syscalls cannot be told apart, and the number of a syscall at its exit
- * is remembered from its entry in syscall_nrs instead of read from the registers. */
+ * confidentiality). Without it compat (ia32) syscalls cannot be told apart, and
+ * the number of a syscall at its exit is remembered from its entry. */
 const volatile bool kernel_reads = false;
-/* Whether sys_enter must remember syscall numbers for sys_exit (set when exit
- * events are traced without kernel reads). */
-const volatile bool remember_nr = false;
 
 #include "syscalls.h"
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u32);	/* thread id */
-	__type(value, __u32);	/* syscall number */
-} syscall_nrs SEC(".maps");
 
 static __always_inline int count_syscall(__u64 nr, __u32 base)
 {
@@ -141,23 +130,12 @@ static __always_inline int count_syscall(__u64 nr, __u32 base)
 	return probe ? count(probe - 1) : 0;
 }
 
-/* A raw tracepoint's context is its arguments, a __u64 each (UAPI's struct
- * bpf_raw_tracepoint_args), read as such: through vmlinux.h's struct, which
- * carries preserve_access_index, each read would be a CO-RE relocation. */
 SEC("raw_tp/sys_enter")
 int count_sys_enter(const __u64 *args)
 {
-	__u64 nr = args[1]; /* sys_enter(struct pt_regs *regs, long id) */
-
 	if (compat_syscall())
 		return 0;
-	if (remember_nr) {
-		__u32 tid = (__u32)bpf_get_current_pid_tgid();
-		__u32 n = nr;
-
-		bpf_map_update_elem(&syscall_nrs, &tid, &n, BPF_ANY);
-	}
-	return count_syscall(nr, 0);
+	return count_syscall(syscall_enter_nr(args), 0);
 }
 
 SEC("raw_tp/sys_exit")
@@ -165,23 +143,8 @@ int count_sys_exit(const __u64 *args)
 {
 	__u64 nr;
 
-	if (compat_syscall())
+	if (compat_syscall() || !syscall_exit_nr(args, &nr))
 		return 0;
-	if (kernel_reads) {
-		/* sys_exit(struct pt_regs *regs, long ret): the number is orig_ax. */
-		const struct tk_pt_regs *regs = (const struct tk_pt_regs *)args[0];
-
-		if (bpf_probe_read_kernel(&nr, sizeof(nr), &regs->orig_ax))
-			return 0;
-	} else {
-		__u32 tid = (__u32)bpf_get_current_pid_tgid();
-		__u32 *n = bpf_map_lookup_elem(&syscall_nrs, &tid);
-
-		if (!n)
-			return 0; /* entered before we attached */
-		nr = *n;
-		bpf_map_delete_elem(&syscall_nrs, &tid);
-	}
 	return count_syscall(nr, SYSCALL_SLOTS);
 }
 

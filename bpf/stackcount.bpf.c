@@ -139,6 +139,33 @@ int stack_raw_tp(void *ctx)
 	return record(ctx, false);
 }
 
+/* Whether this kernel lets BPF read kernel memory (not under lockdown=
+ * confidentiality), for the syscall programs below. */
+const volatile bool kernel_reads = false;
+
+#include "syscalls.h"
+
+/* The syscalls:sys_enter_* / sys_exit_* events: one raw link on sys_enter and
+ * one on sys_exit for all of them (bpf/syscalls.h); the kernel stack begins, as
+ * a raw tracepoint's, in this program (left out by user space). */
+SEC("raw_tp/sys_enter")
+int stack_sys_enter(__u64 *args)
+{
+	if (compat_syscall() || !syscall_probe(syscall_enter_nr(args), 0))
+		return 0;
+	return record(args, false);
+}
+
+SEC("raw_tp/sys_exit")
+int stack_sys_exit(__u64 *args)
+{
+	__u64 nr;
+
+	if (compat_syscall() || !syscall_exit_nr(args, &nr) || !syscall_probe(nr, SYSCALL_SLOTS))
+		return 0;
+	return record(args, false);
+}
+
 SEC("usdt")
 int stack_usdt(struct pt_regs *ctx)
 {

@@ -3,7 +3,8 @@
  * raw_syscalls sys_enter/sys_exit tracepoints (common/src/attach/tracepoints.rs,
  * `syscalls`), shared by the tools that have such programs. The includer
  * defines `kernel_reads` (whether BPF may read kernel memory: not under
- * lockdown=confidentiality) before including this. */
+ * lockdown=confidentiality; without it the verifier prunes the reads below)
+ * before including this, and regs.h. */
 #ifndef TRACEKIT_SYSCALLS_H
 #define TRACEKIT_SYSCALLS_H
 
@@ -54,6 +55,57 @@ static __always_inline __u32 syscall_probe(__u64 nr, __u32 base)
 	slot = base + (__u32)nr;
 	probe = bpf_map_lookup_elem(&syscall_probes, &slot);
 	return probe ? *probe : 0;
+}
+
+/* Whether sys_enter must remember syscall numbers for sys_exit (set when exit
+ * events are traced without kernel reads). */
+const volatile bool remember_nr = false;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u32);	/* thread id */
+	__type(value, __u32);	/* syscall number */
+} syscall_nrs SEC(".maps");
+
+/* A raw tracepoint's context is its arguments, a __u64 each (UAPI's struct
+ * bpf_raw_tracepoint_args), read as such: through vmlinux.h's struct, which
+ * carries preserve_access_index, each read would be a CO-RE relocation. */
+
+/* At sys_enter(struct pt_regs *regs, long id): the syscall's number,
+ * remembered for its exit when sys_exit cannot read it. */
+static __always_inline __u64 syscall_enter_nr(const __u64 *args)
+{
+	__u64 nr = args[1];
+
+	if (remember_nr) {
+		__u32 tid = (__u32)bpf_get_current_pid_tgid();
+		__u32 n = nr;
+
+		bpf_map_update_elem(&syscall_nrs, &tid, &n, BPF_ANY);
+	}
+	return nr;
+}
+
+/* At sys_exit(struct pt_regs *regs, long ret): the syscall's number, orig_ax
+ * in the registers, or without kernel reads the one remembered at its entry;
+ * false when it is not known (entered before we attached). */
+static __always_inline bool syscall_exit_nr(const __u64 *args, __u64 *nr)
+{
+	if (kernel_reads) {
+		const struct tk_pt_regs *regs = (const struct tk_pt_regs *)args[0];
+
+		return bpf_probe_read_kernel(nr, sizeof(*nr), &regs->orig_ax) == 0;
+	} else {
+		__u32 tid = (__u32)bpf_get_current_pid_tgid();
+		__u32 *n = bpf_map_lookup_elem(&syscall_nrs, &tid);
+
+		if (!n)
+			return false;
+		*nr = *n;
+		bpf_map_delete_elem(&syscall_nrs, &tid);
+		return true;
+	}
 }
 
 #endif /* TRACEKIT_SYSCALLS_H */

@@ -1297,17 +1297,18 @@ int trace_sys_enter(__u64 *args)
 {
 	/* sys_enter(struct pt_regs *regs, long id) */
 	const void *regs = (const void *)args[0];
+	__u64 nr = syscall_enter_nr(args);
 	struct tk_pt_regs *r;
 	struct scratch *sc;
 	__u32 probe;
 
-	sc = syscall_start(args[1], 0, &probe);
+	sc = syscall_start(nr, 0, &probe);
 	if (!sc)
 		return 0;
 	r = (struct tk_pt_regs *)sc->regs;
 	if (bpf_probe_read_kernel(r, sizeof(*r), regs))
 		return 0;
-	*(__s32 *)&sc->rec[8] = (__s32)args[1];
+	*(__s32 *)&sc->rec[8] = (__s32)nr;
 	/* x86-64's syscall argument registers (syscall_get_arguments) */
 	*(__u64 *)&sc->rec[16] = r->di;
 	*(__u64 *)&sc->rec[24] = r->si;
@@ -1322,13 +1323,12 @@ int trace_sys_enter(__u64 *args)
 SEC("raw_tp/sys_exit")
 int trace_sys_exit(__u64 *args)
 {
-	/* sys_exit(struct pt_regs *regs, long ret): the number is orig_ax. */
-	const struct tk_pt_regs *regs = (const struct tk_pt_regs *)args[0];
+	/* sys_exit(struct pt_regs *regs, long ret) */
 	struct scratch *sc;
 	__u32 probe;
 	__u64 nr;
 
-	if (!kernel_reads || bpf_probe_read_kernel(&nr, sizeof(nr), &regs->orig_ax))
+	if (!syscall_exit_nr(args, &nr))
 		return 0;
 	sc = syscall_start(nr, SYSCALL_SLOTS, &probe);
 	if (!sc)

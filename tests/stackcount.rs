@@ -207,30 +207,44 @@ fn offsets_and_addresses() {
 }
 
 #[test]
-fn kernel_stacks_at_a_tracepoint() {
-    let w = Workload::start(&prog("workload"), &["getppid", "333"]);
-    let out = trace_workload(
-        &stackcount(),
-        w,
-        &["--debug", "-K", "t:syscalls:sys_enter_getppid"],
-        T,
-    );
-    // Syscall events are perf-event tracepoints in stackcount (its object has no
-    // sys_enter program).
-    assert_eq!(
-        tracepoint_mechanisms(&out.stderr),
-        "tracepoints: 0 as raw tracepoint links, 0 syscall events through 0 raw sys_enter/sys_exit links, 1 as perf events"
-    );
-    let stacks = parse_stacks(&out.stdout);
-    assert_eq!(stacks.len(), 1, "{}", out.stdout);
-    let (frames, count) = &stacks[0];
-    assert_eq!(*count, 333);
-    // Every frame is a real kernel symbol, and the syscall entry path is there.
-    let names = kernel_symbols();
-    for f in frames {
-        assert!(names.contains(f), "{f} is not a kernel symbol");
+fn kernel_stacks_at_syscall_events() {
+    // Syscall events, entry and exit, are served by one raw link each on the
+    // kernel's sys_enter and sys_exit tracepoints, with kernel reads (the
+    // number at the exit read from the registers) and without (remembered from
+    // the entry). Each of the 333 calls is counted once at each, and the
+    // stacks begin where the tracepoint fired, not in the BPF program or the
+    // kernel's perf code.
+    let tool = stackcount();
+    let tool = tool.to_str().unwrap();
+    for env in ["TRACEKIT_NO_KERNEL_READS=0", "TRACEKIT_NO_KERNEL_READS=1"] {
+        let w = Workload::start(&prog("workload"), &["getppid", "333"]);
+        let out = trace_workload_via(
+            &["env", env, tool],
+            w,
+            &["--debug", "-K", "-r", "t:syscalls:sys_e(nter|xit)_getppid"],
+            T,
+        );
+        assert_eq!(
+            tracepoint_mechanisms(&out.stderr),
+            "tracepoints: 0 as raw tracepoint links, 2 syscall events through 2 raw sys_enter/sys_exit links, 0 as perf events",
+            "{env}"
+        );
+        let stacks = parse_stacks(&out.stdout);
+        assert_eq!(stacks.len(), 2, "{env}: {}", out.stdout);
+        let names = kernel_symbols();
+        for (frames, count) in &stacks {
+            assert_eq!(*count, 333, "{env}: {frames:?}");
+            // Every frame is a real kernel symbol, and the syscall entry path is there.
+            for f in frames {
+                assert!(names.contains(f), "{f} is not a kernel symbol");
+            }
+            assert!(frames.iter().any(|f| f == "do_syscall_64"), "{frames:?}");
+        }
+        // The functions that fire sys_enter and sys_exit (kernel/entry/common.c).
+        let mut first: Vec<&str> = stacks.iter().map(|(f, _)| f[0].as_str()).collect();
+        first.sort();
+        assert_eq!(first, ["syscall_exit_work", "syscall_trace_enter"], "{env}");
     }
-    assert!(frames.iter().any(|f| f == "do_syscall_64"), "{frames:?}");
 }
 
 #[test]

@@ -113,6 +113,17 @@ impl ProgKind {
     }
 }
 
+/// What bpf/syscalls.h's programs are told before load ([`Plan::syscall_globals`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SyscallGlobals {
+    /// BPF may read kernel memory (not under lockdown=confidentiality).
+    pub kernel_reads: bool,
+    /// sys_enter remembers syscall numbers for sys_exit.
+    pub remember_nr: bool,
+    /// thread_info.status in task_struct, for the compat flag (0: unknown).
+    pub task_status_off: u32,
+}
+
 /// How many clones of its cookie-less raw tracepoint program an object serves
 /// at most (`RAW_TP_CLONES` in bpf/funccount.bpf.c, the length of its
 /// `raw_tp_probes`); further tracepoints are perf events.
@@ -397,6 +408,21 @@ impl Plan {
             Site::Tracepoint(t) => syscall_event(t).map(|(exit, _)| exit),
             _ => None,
         })
+    }
+
+    /// The globals of bpf/syscalls.h, for a tool's rodata.
+    pub fn syscall_globals(&self) -> SyscallGlobals {
+        let kernel_reads = features::kernel_reads();
+        SyscallGlobals {
+            kernel_reads,
+            remember_nr: self.remember_syscall_nrs(),
+            // Only the syscall programs read it, and finding it may parse the
+            // kernel's BTF (once per boot).
+            task_status_off: match kernel_reads && self.has_syscall_events() {
+                true => features::task_status_offset().unwrap_or(0),
+                false => 0,
+            },
+        }
     }
 
     /// Whether the syscall exit link needs sys_enter to remember syscall numbers

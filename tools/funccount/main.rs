@@ -80,13 +80,10 @@ fn run(mut args: Args, ahead: OpenAhead<skel::FunccountSkelBuilder>) -> Result<(
     let plan = &session.plan;
 
     let mut open = common::open_skeleton!(ahead, plan, args.common.cpu, |rodata| {
-        rodata.kernel_reads = common::features::kernel_reads();
-        rodata.remember_nr = plan.remember_syscall_nrs();
-        // Only the syscall programs read it, and finding it may parse the
-        // kernel's BTF (once per boot).
-        if rodata.kernel_reads && plan.has_syscall_events() {
-            rodata.task_status_off = common::features::task_status_offset().unwrap_or(0);
-        }
+        let g = plan.syscall_globals();
+        rodata.kernel_reads = g.kernel_reads;
+        rodata.remember_nr = g.remember_nr;
+        rodata.task_status_off = g.task_status_off;
     });
     // Without raw tracepoint cookies, the probe each clone of the cookie-less
     // raw tracepoint program counts (the array is as long as common expects).

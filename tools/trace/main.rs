@@ -367,11 +367,9 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     };
     let mut open = common::open_skeleton!(ahead, plan, args.common.cpu, |rodata| {
         rodata.kernel_reads = kernel_reads;
-        // Only the syscall programs read it (finding it may parse the kernel's
-        // BTF, once per boot).
-        if kernel_reads && plan.has_syscall_events() {
-            rodata.task_status_off = common::features::task_status_offset().unwrap_or(0);
-        }
+        // The plan's syscall events need kernel reads (see above): it never
+        // has sys_enter remember numbers.
+        rodata.task_status_off = plan.syscall_globals().task_status_off;
         rodata.self_tgid = self_tgid;
         rodata.filter_tid = args.tid.unwrap_or(0);
         rodata.filter_uid = args.uid.map_or(-1, i64::from);
