@@ -123,18 +123,20 @@ const volatile bool kernel_reads = false;
 
 #include "syscalls.h"
 
+/* A syscall's probe is looked up first: every syscall on the system runs these
+ * programs, and most are not traced (the compat check reads kernel memory). */
 static __always_inline int count_syscall(__u64 nr, __u32 base)
 {
 	__u32 probe = syscall_probe(nr, base);
 
-	return probe ? count(probe - 1) : 0;
+	if (!probe || compat_syscall())
+		return 0;
+	return count(probe - 1);
 }
 
 SEC("raw_tp/sys_enter")
 int count_sys_enter(const __u64 *args)
 {
-	if (compat_syscall())
-		return 0;
 	return count_syscall(syscall_enter_nr(args), 0);
 }
 
@@ -143,7 +145,7 @@ int count_sys_exit(const __u64 *args)
 {
 	__u64 nr;
 
-	if (compat_syscall() || !syscall_exit_nr(args, &nr))
+	if (!syscall_exit_nr(args, &nr))
 		return 0;
 	return count_syscall(nr, SYSCALL_SLOTS);
 }

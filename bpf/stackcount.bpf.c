@@ -151,7 +151,8 @@ const volatile bool kernel_reads = false;
 SEC("raw_tp/sys_enter")
 int stack_sys_enter(__u64 *args)
 {
-	if (compat_syscall() || !syscall_probe(syscall_enter_nr(args), 0))
+	/* The probe first: most syscalls are not traced. */
+	if (!syscall_probe(syscall_enter_nr(args), 0) || compat_syscall())
 		return 0;
 	return record(args, false);
 }
@@ -161,7 +162,7 @@ int stack_sys_exit(__u64 *args)
 {
 	__u64 nr;
 
-	if (compat_syscall() || !syscall_exit_nr(args, &nr) || !syscall_probe(nr, SYSCALL_SLOTS))
+	if (!syscall_exit_nr(args, &nr) || !syscall_probe(nr, SYSCALL_SLOTS) || compat_syscall())
 		return 0;
 	return record(args, false);
 }

@@ -78,6 +78,8 @@ static __always_inline __u64 syscall_enter_nr(const __u64 *args)
 {
 	__u64 nr = args[1];
 
+	/* Every syscall, traced or not: an entry left by a thread that never
+	 * returned (exit_group) must not be taken for the next thread of its id. */
 	if (remember_nr) {
 		__u32 tid = (__u32)bpf_get_current_pid_tgid();
 		__u32 n = nr;
