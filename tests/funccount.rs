@@ -1264,6 +1264,45 @@ fn syscall_events_share_one_raw_link_per_direction() {
 }
 
 #[test]
+fn syscall_events_as_perf_events_on_request() {
+    // TRACEKIT_PERF_SYSCALLS=1: one perf-event tracepoint per syscall event
+    // (cheaper for the syscalls not traced), counted as exactly, with kernel
+    // reads and without (the kernel's events know the syscall number).
+    for reads in ["0", "1"] {
+        let w = Workload::start(&workload(), &["getppid", "234"]);
+        let pid = w.pid.to_string();
+        let mut cmd = Command::new(funccount());
+        cmd.env("TRACEKIT_PERF_SYSCALLS", "1")
+            .env("TRACEKIT_NO_KERNEL_READS", reads)
+            .args([
+                "-D",
+                "-p",
+                &pid,
+                "t:syscalls:sys_enter_getppid",
+                "t:syscalls:sys_exit_getppid",
+            ]);
+        let mut t = spawn_cmd(cmd);
+        t.wait_ready();
+        w.go();
+        let out = t.finish(T);
+        assert!(w.wait().success());
+        assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+        assert_eq!(
+            last_table(&out.stdout),
+            rows(&[
+                ("syscalls:sys_enter_getppid", 234),
+                ("syscalls:sys_exit_getppid", 234)
+            ]),
+            "reads {reads}"
+        );
+        assert_eq!(
+            tracepoint_mechanisms(&out.stderr),
+            "tracepoints: 0 as raw tracepoint links, 0 syscall events through 0 raw sys_enter/sys_exit links, 2 as perf events"
+        );
+    }
+}
+
+#[test]
 fn syscall_exit_counted_exactly_without_kernel_reads() {
     // As under lockdown=confidentiality: sys_exit cannot read the syscall number
     // from the registers, so sys_enter remembers it per thread.

@@ -245,6 +245,20 @@ fn kernel_stacks_at_syscall_events() {
         first.sort();
         assert_eq!(first, ["syscall_exit_work", "syscall_trace_enter"], "{env}");
     }
+    // Perf events on request: counted as exactly.
+    let w = Workload::start(&prog("workload"), &["getppid", "333"]);
+    let out = trace_workload_via(
+        &["env", "TRACEKIT_PERF_SYSCALLS=1", tool],
+        w,
+        &["--debug", "-K", "-r", "t:syscalls:sys_e(nter|xit)_getppid"],
+        T,
+    );
+    assert_eq!(
+        tracepoint_mechanisms(&out.stderr),
+        "tracepoints: 0 as raw tracepoint links, 0 syscall events through 0 raw sys_enter/sys_exit links, 2 as perf events",
+    );
+    let counts: Vec<u64> = parse_stacks(&out.stdout).iter().map(|s| s.1).collect();
+    assert_eq!(counts, [333, 333], "{}", out.stdout);
 }
 
 #[test]

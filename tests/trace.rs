@@ -593,8 +593,8 @@ fn tracepoint_fields_of_a_syscall() {
 fn syscall_events_on_raw_links_read_as_perf_events_do() {
     // With kernel reads, syscall events are served by one raw link on sys_enter
     // and one on sys_exit, whose programs rebuild each event's record from the
-    // registers; without them (lockdown), by the kernel's perf events. The
-    // workload's 8 writes of 100..107 bytes read the same both ways: argument,
+    // registers; without them (lockdown), or with TRACEKIT_PERF_SYSCALLS=1, by
+    // the kernel's perf events. The workload's 8 writes of 100..107 bytes read the same both ways: argument,
     // predicate, return value, and no hit for a syscall it does not make.
     let specs = [
         "t:syscalls:sys_enter_write \"count=%d\", args->count",
@@ -614,14 +614,25 @@ fn syscall_events_on_raw_links_read_as_perf_events_do() {
     }
     let mut args = vec!["-v"];
     args.extend(specs);
-    for (reads, how) in [
-        ("0", "tracepoints: 0 as raw tracepoint links, 3 syscall events through 2 raw sys_enter/sys_exit links, 0 as perf events"),
-        ("1", "tracepoint syscalls:sys_exit_write: program trace_tp_24"),
+    for (env, how) in [
+        (
+            ("TRACEKIT_NO_KERNEL_READS", "0"),
+            "tracepoints: 0 as raw tracepoint links, 3 syscall events through 2 raw sys_enter/sys_exit links, 0 as perf events",
+        ),
+        (
+            ("TRACEKIT_NO_KERNEL_READS", "1"),
+            "tracepoint syscalls:sys_exit_write: program trace_tp_24",
+        ),
+        // Perf events on request, with kernel reads.
+        (
+            ("TRACEKIT_PERF_SYSCALLS", "1"),
+            "tracepoint syscalls:sys_exit_write: program trace_tp_read",
+        ),
     ] {
-        let env = [("TRACEKIT_NO_KERNEL_READS", reads)];
-        let out = run_on_env(&traced(), "write", 8, &env, &args);
-        assert_eq!(messages(&out.stdout), want, "reads {reads}: {}", out.stderr);
-        assert!(out.stderr.lines().any(|l| l == how), "reads {reads}: {}", out.stderr);
+        let reads = format!("{}={}", env.0, env.1);
+        let out = run_on_env(&traced(), "write", 8, &[env], &args);
+        assert_eq!(messages(&out.stdout), want, "{reads}: {}", out.stderr);
+        assert!(out.stderr.lines().any(|l| l == how), "{reads}: {}", out.stderr);
         let hits: Vec<&str> = out
             .stderr
             .lines()

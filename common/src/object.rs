@@ -396,16 +396,18 @@ impl Plan {
         ones.map(|(i, _)| i).take(RAW_TP_CLONES).collect()
     }
 
-    /// Whether the plan traces syscall events (`syscalls:sys_enter_*`/`sys_exit_*`),
-    /// which the syscall programs serve.
+    /// Whether the plan has syscall events (`syscalls:sys_enter_*`/`sys_exit_*`)
+    /// for the syscall programs to serve.
     pub fn has_syscall_events(&self) -> bool {
         self.syscall_events().next().is_some()
     }
 
-    /// The plan's syscall events, each as whether it is an exit (`sys_exit_*`).
+    /// The plan's syscall events for the syscall programs, each as whether it is
+    /// an exit (`sys_exit_*`); none with TRACEKIT_PERF_SYSCALLS=1 (perf events).
     fn syscall_events(&self) -> impl Iterator<Item = bool> + '_ {
-        self.probes.iter().filter_map(|p| match &p.site {
-            Site::Tracepoint(t) => syscall_event(t).map(|(exit, _)| exit),
+        let raw = !crate::plan::perf_syscalls();
+        self.probes.iter().filter_map(move |p| match &p.site {
+            Site::Tracepoint(t) if raw => syscall_event(t).map(|(exit, _)| exit),
             _ => None,
         })
     }

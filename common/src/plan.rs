@@ -340,6 +340,15 @@ impl Plan {
     }
 }
 
+/// TRACEKIT_PERF_SYSCALLS=1: syscall events as one perf-event tracepoint each
+/// instead of through the raw sys_enter/sys_exit links, whose programs run at
+/// every syscall on the system: ~16 ns more per untraced syscall than the
+/// kernel's perf-event check (`cargo xtask bench`), for a long run on a busy
+/// machine tracing a rare syscall. Each perf event takes ~70 ms to detach.
+pub fn perf_syscalls() -> bool {
+    std::env::var_os("TRACEKIT_PERF_SYSCALLS").is_some_and(|v| v != "0")
+}
+
 /// TRACEKIT_PERF_UPROBES=1: one perf-event uprobe per function instead of tracefs
 /// uprobe groups, where there is no uprobe_multi.
 pub(crate) fn perf_uprobes() -> bool {

@@ -300,6 +300,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
         let here = match &p.site {
             Site::Tracepoint(t) => {
                 !(kernel_reads
+                    && !common::plan::perf_syscalls()
                     && syscall_event(t).is_some_and(|(exit, _)| {
                         format_of(t, &mut formats).is_ok_and(|f| compile::syscall_record(f, exit))
                     }))

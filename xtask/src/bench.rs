@@ -1,7 +1,9 @@
 //! `cargo xtask bench`: funccount against bpftrace on the host, side by side in one
 //! run. Measures exec-to-ready time, peak RSS, and the per-event cost on a hot
 //! tracepoint (getppid) and a hot uprobe (a tight loop of calls), each as the median
-//! of several runs. Every traced run checks that the tool counted exactly the
+//! of several runs; and what tracing one syscall event costs every other syscall
+//! (getppid calls while sys_enter_openat is traced: funccount's raw sys_enter link
+//! runs its program for every syscall, the kernel's perf event checks a bitmap). Every traced run checks that the tool counted exactly the
 //! events the workload made, so a fast wrong answer cannot win. Then, once each,
 //! the time from SIGINT to exit with 360 syscall tracepoints and with 1,000 single
 //! uprobes in a running process (whose code must be restored afterwards).
@@ -32,12 +34,16 @@ enum Tool {
 enum Scenario {
     Tracepoint,
     Uprobe,
+    /// getppid calls while another syscall event is traced: none is counted.
+    UntracedSyscall,
 }
 
 impl Scenario {
     fn workload_args(self) -> Vec<String> {
         match self {
-            Scenario::Tracepoint => vec!["getppid".into(), TP_CALLS.to_string()],
+            Scenario::Tracepoint | Scenario::UntracedSyscall => {
+                vec!["getppid".into(), TP_CALLS.to_string()]
+            }
             Scenario::Uprobe => vec!["funcs".into(), UPROBE_N.to_string()],
         }
     }
@@ -46,6 +52,7 @@ impl Scenario {
         match self {
             Scenario::Tracepoint => TP_CALLS,
             Scenario::Uprobe => 6 * UPROBE_N,
+            Scenario::UntracedSyscall => 0,
         }
     }
 }
@@ -77,6 +84,7 @@ fn traced_run(tool: Tool, sc: Scenario, funccount: &Path, workload: &Path) -> Re
             match sc {
                 Scenario::Tracepoint => c.arg("t:syscalls:sys_enter_getppid"),
                 Scenario::Uprobe => c.arg(format!("{}:tk_*", workload.display())),
+                Scenario::UntracedSyscall => c.arg("t:syscalls:sys_enter_openat"),
             };
             c
         }
@@ -84,6 +92,7 @@ fn traced_run(tool: Tool, sc: Scenario, funccount: &Path, workload: &Path) -> Re
             let probe = match sc {
                 Scenario::Tracepoint => "tracepoint:syscalls:sys_enter_getppid".to_string(),
                 Scenario::Uprobe => format!("uprobe:{}:tk_*", workload.display()),
+                Scenario::UntracedSyscall => "tracepoint:syscalls:sys_enter_openat".to_string(),
             };
             let mut c = Command::new("bpftrace");
             c.arg("-e").arg(format!(
@@ -153,10 +162,15 @@ pub fn host(root: &Path) -> Result<()> {
 
     let mut rows: Vec<(String, f64, f64)> = Vec::new();
     let mut raw = Vec::new();
-    for sc in [Scenario::Tracepoint, Scenario::Uprobe] {
+    for sc in [
+        Scenario::Tracepoint,
+        Scenario::Uprobe,
+        Scenario::UntracedSyscall,
+    ] {
         let label = match sc {
             Scenario::Tracepoint => "tracepoint syscalls:sys_enter_getppid",
             Scenario::Uprobe => "uprobe on 3 functions (tk_*)",
+            Scenario::UntracedSyscall => "getppid while tracing syscalls:sys_enter_openat",
         };
         let mut base = Vec::new();
         for _ in 0..REPEATS {
@@ -184,8 +198,12 @@ pub fn host(root: &Path) -> Result<()> {
         let (f, b) = (per_tool[0], per_tool[1]);
         rows.push((format!("{label}: exec to ready (ms)"), f.0, b.0));
         rows.push((format!("{label}: peak RSS (MiB)"), f.1, b.1));
+        let per = match sc {
+            Scenario::UntracedSyscall => "untraced syscall",
+            _ => "event",
+        };
         rows.push((
-            format!("{label}: overhead per event (ns; untraced call {base:.1} ns)"),
+            format!("{label}: overhead per {per} (ns; untraced call {base:.1} ns)"),
             f.2,
             b.2,
         ));
