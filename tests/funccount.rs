@@ -26,6 +26,15 @@ fn count_with_pid(wargs: &[&str], args: &[&str]) -> Output {
     trace_workload(&funccount(), Workload::start(&workload(), wargs), args, T)
 }
 
+/// [`count_with_pid`] with settings (`VAR=value`) in funccount's environment.
+fn count_with_env(env: &[&str], wargs: &[&str], args: &[&str]) -> Output {
+    let fc = funccount();
+    let mut cmd = vec!["env"];
+    cmd.extend_from_slice(env);
+    cmd.push(fc.to_str().unwrap());
+    trace_workload_via(&cmd, Workload::start(&workload(), wargs), args, T)
+}
+
 #[test]
 fn user_function_counted_exactly() {
     // A private copy of the binary: only this test's process runs it, so no -p.
@@ -1268,32 +1277,23 @@ fn syscall_events_as_perf_events_on_request() {
     // TRACEKIT_PERF_SYSCALLS=1: one perf-event tracepoint per syscall event
     // (cheaper for the syscalls not traced), counted as exactly, with kernel
     // reads and without (the kernel's events know the syscall number).
-    for reads in ["0", "1"] {
-        let w = Workload::start(&workload(), &["getppid", "234"]);
-        let pid = w.pid.to_string();
-        let mut cmd = Command::new(funccount());
-        cmd.env("TRACEKIT_PERF_SYSCALLS", "1")
-            .env("TRACEKIT_NO_KERNEL_READS", reads)
-            .args([
+    for reads in ["TRACEKIT_NO_KERNEL_READS=0", "TRACEKIT_NO_KERNEL_READS=1"] {
+        let out = count_with_env(
+            &["TRACEKIT_PERF_SYSCALLS=1", reads],
+            &["getppid", "234"],
+            &[
                 "-D",
-                "-p",
-                &pid,
                 "t:syscalls:sys_enter_getppid",
                 "t:syscalls:sys_exit_getppid",
-            ]);
-        let mut t = spawn_cmd(cmd);
-        t.wait_ready();
-        w.go();
-        let out = t.finish(T);
-        assert!(w.wait().success());
-        assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+            ],
+        );
         assert_eq!(
             last_table(&out.stdout),
             rows(&[
                 ("syscalls:sys_enter_getppid", 234),
                 ("syscalls:sys_exit_getppid", 234)
             ]),
-            "reads {reads}"
+            "{reads}"
         );
         assert_eq!(
             tracepoint_mechanisms(&out.stderr),
@@ -1306,21 +1306,11 @@ fn syscall_events_as_perf_events_on_request() {
 fn syscall_exit_counted_exactly_without_kernel_reads() {
     // As under lockdown=confidentiality: sys_exit cannot read the syscall number
     // from the registers, so sys_enter remembers it per thread.
-    let w = Workload::start(&workload(), &["getppid", "432"]);
-    let pid = w.pid.to_string();
-    let mut cmd = Command::new(funccount());
-    cmd.env("TRACEKIT_NO_KERNEL_READS", "1").args([
-        "-D",
-        "-p",
-        &pid,
-        "t:syscalls:sys_exit_getppid",
-    ]);
-    let mut t = spawn_cmd(cmd);
-    t.wait_ready();
-    w.go();
-    let out = t.finish(T);
-    assert!(w.wait().success());
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = count_with_env(
+        &["TRACEKIT_NO_KERNEL_READS=1"],
+        &["getppid", "432"],
+        &["-D", "t:syscalls:sys_exit_getppid"],
+    );
     assert_eq!(
         last_table(&out.stdout),
         rows(&[("syscalls:sys_exit_getppid", 432)])

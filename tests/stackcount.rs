@@ -206,6 +206,13 @@ fn offsets_and_addresses() {
     );
 }
 
+/// stackcount `args` with `env` (`VAR=value`) on `workload WARGS`.
+fn stacks_with_env(env: &str, wargs: &[&str], args: &[&str]) -> Output {
+    let tool = stackcount();
+    let w = Workload::start(&prog("workload"), wargs);
+    trace_workload_via(&["env", env, tool.to_str().unwrap()], w, args, T)
+}
+
 #[test]
 fn kernel_stacks_at_syscall_events() {
     // Syscall events, entry and exit, are served by one raw link each on the
@@ -214,16 +221,9 @@ fn kernel_stacks_at_syscall_events() {
     // the entry). Each of the 333 calls is counted once at each, and the
     // stacks begin where the tracepoint fired, not in the BPF program or the
     // kernel's perf code.
-    let tool = stackcount();
-    let tool = tool.to_str().unwrap();
+    let getppid = ["--debug", "-K", "-r", "t:syscalls:sys_e(nter|xit)_getppid"];
     for env in ["TRACEKIT_NO_KERNEL_READS=0", "TRACEKIT_NO_KERNEL_READS=1"] {
-        let w = Workload::start(&prog("workload"), &["getppid", "333"]);
-        let out = trace_workload_via(
-            &["env", env, tool],
-            w,
-            &["--debug", "-K", "-r", "t:syscalls:sys_e(nter|xit)_getppid"],
-            T,
-        );
+        let out = stacks_with_env(env, &["getppid", "333"], &getppid);
         assert_eq!(
             tracepoint_mechanisms(&out.stderr),
             "tracepoints: 0 as raw tracepoint links, 2 syscall events through 2 raw sys_enter/sys_exit links, 0 as perf events",
@@ -246,13 +246,7 @@ fn kernel_stacks_at_syscall_events() {
         assert_eq!(first, ["syscall_exit_work", "syscall_trace_enter"], "{env}");
     }
     // Perf events on request: counted as exactly.
-    let w = Workload::start(&prog("workload"), &["getppid", "333"]);
-    let out = trace_workload_via(
-        &["env", "TRACEKIT_PERF_SYSCALLS=1", tool],
-        w,
-        &["--debug", "-K", "-r", "t:syscalls:sys_e(nter|xit)_getppid"],
-        T,
-    );
+    let out = stacks_with_env("TRACEKIT_PERF_SYSCALLS=1", &["getppid", "333"], &getppid);
     assert_eq!(
         tracepoint_mechanisms(&out.stderr),
         "tracepoints: 0 as raw tracepoint links, 0 syscall events through 0 raw sys_enter/sys_exit links, 2 as perf events",
@@ -268,16 +262,9 @@ fn kernel_stacks_at_a_raw_tracepoint_begin_where_it_fired() {
     // alike. Its kernel stack, taken inside the BPF program that
     // bpf_trace_run2 runs, is shown from the function that fired the
     // tracepoint, as a perf event's is.
-    let tool = stackcount();
-    let tool = tool.to_str().unwrap();
     for env in ["TRACEKIT_NO_RAW_TP_COOKIE=0", "TRACEKIT_NO_RAW_TP_COOKIE=1"] {
-        let w = Workload::start(&prog("workload"), &["rename", "345"]);
-        let out = trace_workload_via(
-            &["env", env, tool],
-            w,
-            &["--debug", "-K", "t:task:task_rename"],
-            T,
-        );
+        let args = ["--debug", "-K", "t:task:task_rename"];
+        let out = stacks_with_env(env, &["rename", "345"], &args);
         let frames = rename_stack(&out, 345);
         assert!(frames.iter().any(|f| f == "do_syscall_64"), "{frames:?}");
     }
