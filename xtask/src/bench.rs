@@ -109,8 +109,11 @@ fn traced_run(tool: Tool, sc: Scenario, funccount: &Path, workload: &Path) -> Re
         Tool::Bpftrace => wait_for(&lines, |l| l == "READY", "bpftrace")?,
     };
     let ready_ms = start.elapsed().as_secs_f64() * 1e3;
+    // Read before the work too: funccount -p exits when the workload does, and
+    // may be gone (no /proc entry, read as 0) by the time the work returns.
+    let before = peak_rss_kib(child.id());
     let ns = w.run()?;
-    let rss = peak_rss_kib(child.id());
+    let rss = peak_rss_kib(child.id()).max(before);
     // SAFETY: plain kill(2) on our child.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     child.wait()?;
