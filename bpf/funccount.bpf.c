@@ -48,34 +48,16 @@ int count_uprobe_multi(struct pt_regs *ctx)
 	return count(bpf_get_attach_cookie(ctx));
 }
 
-/* Without uprobe_multi, the functions of a binary are grouped under one tracefs
- * uprobe event per group (one perf event, so one detach, for the whole group).
- * A group's cookie is UPROBE_GROUP | group << 12; within a group no two functions
- * share the low 12 bits of their file offset, which are those of their address
- * in any process (mappings are page aligned), so group and page offset of the
- * probed address find the probe. */
-#define UPROBE_GROUP (1ULL << 63)
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1); /* resized to the number of user functions */
-	__type(key, __u64);	/* group << 12 | page offset */
-	__type(value, __u32);	/* probe index */
-} uprobe_groups SEC(".maps");
+#include "uprobe_groups.h"
 
 SEC("uprobe")
 int count_uprobe(struct pt_regs *ctx)
 {
-	__u64 cookie = bpf_get_attach_cookie(ctx);
-	__u64 key;
-	__u32 *probe;
+	__u32 probe;
 
-	if (!(cookie & UPROBE_GROUP))
-		return count(cookie);
-	/* At a uprobe the instruction pointer is the probed address. */
-	key = (cookie & ~UPROBE_GROUP) | (PT_REGS_IP(ctx) & 0xfff);
-	probe = bpf_map_lookup_elem(&uprobe_groups, &key);
-	return probe ? count(*probe) : 0;
+	if (!uprobe_entry_probe(ctx, bpf_get_attach_cookie(ctx), &probe))
+		return 0;
+	return count(probe);
 }
 
 SEC("tracepoint")

@@ -119,10 +119,18 @@ int lat_uretprobe_multi(struct pt_regs *ctx)
 	return exit(bpf_get_attach_cookie(ctx));
 }
 
+/* Without uprobe_multi, entries are grouped under tracefs uprobe events (the
+ * cookie names the group; returns stay one uretprobe per function). */
+#include "uprobe_groups.h"
+
 SEC("uprobe")
 int lat_uprobe(struct pt_regs *ctx)
 {
-	return entry(bpf_get_attach_cookie(ctx), PT_REGS_SP(ctx));
+	__u32 probe;
+
+	if (!uprobe_entry_probe(ctx, bpf_get_attach_cookie(ctx), &probe))
+		return 0;
+	return entry(probe, PT_REGS_SP(ctx));
 }
 
 SEC("uretprobe")

@@ -1078,43 +1078,16 @@ int trace_uretprobe_multi(struct pt_regs *ctx)
 	return 0;
 }
 
-/* Without uprobe_multi, an entry-only run groups a binary's functions under
- * tracefs uprobe events (see funccount.bpf.c): the cookie names the group, and
- * the page offset of the probed address the function in it. */
-#define UPROBE_GROUP (1ULL << 63)
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1); /* resized to the number of user functions */
-	__type(key, __u64);	/* group << 12 | page offset */
-	__type(value, __u32);	/* probe index */
-} uprobe_groups SEC(".maps");
-
-static __always_inline __u32 uprobe_probe(struct pt_regs *ctx, bool *ok)
-{
-	__u64 cookie = probe_of(ctx);
-	__u64 key;
-	__u32 *probe;
-
-	*ok = true;
-	if (!(cookie & UPROBE_GROUP))
-		return cookie;
-	key = (cookie & ~UPROBE_GROUP) | (PT_REGS_IP(ctx) & 0xfff);
-	probe = bpf_map_lookup_elem(&uprobe_groups, &key);
-	if (!probe) {
-		*ok = false;
-		return 0;
-	}
-	return *probe;
-}
+/* Without uprobe_multi, a binary's functions are grouped under tracefs uprobe
+ * events for their entries (the cookie names the group). */
+#include "uprobe_groups.h"
 
 SEC("uprobe")
 int trace_uprobe(struct pt_regs *ctx)
 {
-	bool ok;
-	__u32 probe = uprobe_probe(ctx, &ok);
+	__u32 probe;
 
-	if (ok)
+	if (uprobe_entry_probe(ctx, probe_of(ctx), &probe))
 		fn_entry(ctx, probe, false, true);
 	return 0;
 }

@@ -148,8 +148,22 @@ fn one_histogram_per_function() {
             "two",
             25,
             "tk_(fast|slow)",
-            &["-F", "-u", "-r", "--attach-mode", mode],
+            &["-F", "-u", "-r", "--debug", "--attach-mode", mode],
         );
+        if mode == "single" {
+            // Entries in tracefs uprobe groups (one perf event to detach per
+            // group), told apart in the group by address; returns one each.
+            let how = out
+                .stderr
+                .lines()
+                .find(|l| l.starts_with("user functions: "));
+            assert!(
+                how.is_some_and(|l| l.starts_with("user functions: 2 in ")
+                    && l.ends_with(", 2 as single perf-event uprobes")),
+                "{}",
+                out.stderr
+            );
+        }
         // Sections in name order, each with its own histogram; one totals line.
         let fast = out
             .stdout

@@ -121,7 +121,7 @@ impl Plan {
             // Entry hooks take tracefs uprobe groups (fast to detach), but a
             // return pairs with its entry by the function's cookie: a tool that
             // pairs calls groups its entries only when its object can tell the
-            // functions of a group apart (trace).
+            // functions of a group apart (trace, funclatency).
             let may_group = self.hooks == crate::plan::Hooks::Entry || index.is_some();
             for (binary, sites) in by_binary {
                 for (n, &kind) in ProgKind::for_via(via, false, self.hooks).iter().enumerate() {
