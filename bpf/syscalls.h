@@ -68,12 +68,11 @@ struct {
 	__type(value, __u32);	/* syscall number */
 } syscall_nrs SEC(".maps");
 
-/* A raw tracepoint's context is its arguments, a __u64 each (UAPI's struct
+/* At sys_enter(struct pt_regs *regs, long id): the syscall's number,
+ * remembered for its exit when sys_exit cannot read it. `args` is the raw
+ * tracepoint's context, its arguments a __u64 each (UAPI's struct
  * bpf_raw_tracepoint_args), read as such: through vmlinux.h's struct, which
  * carries preserve_access_index, each read would be a CO-RE relocation. */
-
-/* At sys_enter(struct pt_regs *regs, long id): the syscall's number,
- * remembered for its exit when sys_exit cannot read it. */
 static __always_inline __u64 syscall_enter_nr(const __u64 *args)
 {
 	__u64 nr = args[1];

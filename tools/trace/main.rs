@@ -499,10 +499,9 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
         let mut s = String::new();
         for p in &all[..nplan] {
             if let Site::Tracepoint(t) = &p.site {
-                let dir = if t.event.starts_with("sys_exit_") {
-                    "sys_exit"
-                } else {
-                    "sys_enter"
+                let dir = match syscall_event(t) {
+                    Some((true, _)) => "sys_exit",
+                    _ => "sys_enter",
                 };
                 let _ = writeln!(
                     s,

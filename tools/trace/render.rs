@@ -131,14 +131,8 @@ impl Renderer {
     }
 
     fn ksym(&self, addr: u64) -> String {
-        ksym_text(&self.kframe(addr))
-    }
-
-    fn kframe(&self, addr: u64) -> Frame {
-        self.symbols
-            .kernel(&[addr])
-            .remove(&addr)
-            .unwrap_or(Frame::unknown(addr))
+        let f = self.symbols.kernel(&[addr]).remove(&addr);
+        ksym_text(&f.unwrap_or(Frame::unknown(addr)))
     }
 
     fn usyms(&mut self, pid: u32, comm: &str, frames: &[UserFrame]) -> Vec<(u64, String)> {
@@ -242,7 +236,10 @@ impl Renderer {
             )
         });
         let kframes: Option<Vec<(u64, String)>> = kstack.map(|a| {
-            let frames: Vec<Frame> = a.iter().map(|&x| self.kframe(x)).collect();
+            let mut named = self.symbols.kernel(&a);
+            let frames: Vec<Frame> = (a.iter())
+                .map(|&x| named.remove(&x).unwrap_or(Frame::unknown(x)))
+                .collect();
             // A syscall event's stack, taken in the raw sys_enter/sys_exit
             // program, begins where the tracepoint fired.
             let skip = common::stacks::raw_tracepoint_frames(&frames);

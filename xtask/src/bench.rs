@@ -3,8 +3,9 @@
 //! tracepoint (getppid) and a hot uprobe (a tight loop of calls), each as the median
 //! of several runs; and what tracing one syscall event costs every other syscall
 //! (getppid calls while sys_enter_openat is traced: funccount's raw sys_enter link
-//! runs its program for every syscall, the kernel's perf event checks a bitmap). Every traced run checks that the tool counted exactly the
-//! events the workload made, so a fast wrong answer cannot win. Then, once each,
+//! runs its program for every syscall, the kernel's perf event checks a bitmap).
+//! Every traced run checks that the tool counted exactly the events the workload
+//! made, so a fast wrong answer cannot win. Then, once each,
 //! the time from SIGINT to exit with 360 syscall tracepoints and with 1,000 single
 //! uprobes in a running process (whose code must be restored afterwards).
 

@@ -184,7 +184,7 @@ pub(crate) struct SyscallSite {
     pub exit: bool,
 }
 
-/// Slots per direction in the BPF `syscall_probes` map (bpf/funccount.bpf.c).
+/// Slots per direction in the BPF `syscall_probes` map (bpf/syscalls.h).
 const SYSCALL_SLOTS: u32 = 1024;
 
 /// Fills the `syscall_probes` map (syscall number to probe index) and attaches one
