@@ -61,13 +61,14 @@ static __always_inline int entry(__u32 probe, __u64 sp)
 }
 
 /* Not filtered: a return pairs only with an entry that passed the filter (the
- * thread may have moved to another CPU meanwhile). */
-static __always_inline int exit(__u32 probe)
+ * thread may have moved to another CPU meanwhile). `entry_sp`: see pair_pop(). */
+static __always_inline int exit(__u32 probe, __u64 entry_sp)
 {
-	__u64 start = pair_exit(probe);
+	struct frame f;
+	__u64 start = pair_pop(probe, entry_sp, &f);
 
 	if (start)
-		record(probe, start);
+		record(f.probe, start);
 	return 0;
 }
 
@@ -92,7 +93,7 @@ int lat_kprobe_multi(struct pt_regs *ctx)
 SEC("kretprobe.multi")
 int lat_kretprobe_multi(struct pt_regs *ctx)
 {
-	return exit(bpf_get_attach_cookie(ctx));
+	return exit(bpf_get_attach_cookie(ctx), 0);
 }
 
 SEC("kprobe")
@@ -104,7 +105,7 @@ int lat_kprobe(struct pt_regs *ctx)
 SEC("kretprobe")
 int lat_kretprobe(struct pt_regs *ctx)
 {
-	return exit(bpf_get_attach_cookie(ctx));
+	return exit(bpf_get_attach_cookie(ctx), 0);
 }
 
 SEC("uprobe.multi")
@@ -116,11 +117,11 @@ int lat_uprobe_multi(struct pt_regs *ctx)
 SEC("uretprobe.multi")
 int lat_uretprobe_multi(struct pt_regs *ctx)
 {
-	return exit(bpf_get_attach_cookie(ctx));
+	return exit(bpf_get_attach_cookie(ctx), 0);
 }
 
-/* Without uprobe_multi, entries are grouped under tracefs uprobe events (the
- * cookie names the group; returns stay one uretprobe per function). */
+/* Without uprobe_multi, entries and returns are grouped under tracefs uprobe
+ * events (the cookie names the group). */
 #include "uprobe_groups.h"
 
 SEC("uprobe")
@@ -136,7 +137,9 @@ int lat_uprobe(struct pt_regs *ctx)
 SEC("uretprobe")
 int lat_uretprobe(struct pt_regs *ctx)
 {
-	return exit(bpf_get_attach_cookie(ctx));
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+
+	return exit(cookie, uprobe_return_sp(ctx, cookie));
 }
 
 /* A single kernel function through a BPF trampoline (cheapest per call); its
@@ -150,7 +153,7 @@ int lat_fentry(void *ctx)
 SEC("fexit")
 int lat_fexit(void *ctx)
 {
-	return exit(0);
+	return exit(0, 0);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -143,8 +143,11 @@ static __always_inline struct frame *pair_enter(__u32 probe, bool session, __u64
 
 /* At a function's return: pops its frame and returns the entry time, or 0 when
  * this return has no timed entry; the frame is copied to `out` when given.
- * Frames above it whose returns were missed are dropped. */
-static __always_inline __u64 pair_pop(__u32 probe, struct frame *out)
+ * The frame is the innermost of function `probe`, or with `entry_sp` (a return
+ * that does not know its function: a uretprobe of a tracefs group, see
+ * uprobe_groups.h) the innermost entered at that user stack pointer. Frames
+ * above it, whose returns were missed, are dropped. */
+static __always_inline __u64 pair_pop(__u32 probe, __u64 entry_sp, struct frame *out)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct thread_calls *t = bpf_map_lookup_elem(&calls, &tid);
@@ -159,7 +162,7 @@ static __always_inline __u64 pair_pop(__u32 probe, struct frame *out)
 	for (int i = PAIR_DEPTH - 1; i >= 0; i--) {
 		if (i >= t->depth)
 			continue;
-		if (t->frames[i].probe != probe)
+		if (entry_sp ? t->frames[i].sp != entry_sp : t->frames[i].probe != probe)
 			continue;
 		start = t->frames[i].start;
 		if (out)
@@ -174,11 +177,6 @@ static __always_inline __u64 pair_pop(__u32 probe, struct frame *out)
 	if (t->depth == 0)
 		bpf_map_delete_elem(&calls, &tid);
 	return start;
-}
-
-static __always_inline __u64 pair_exit(__u32 probe)
-{
-	return pair_pop(probe, NULL);
 }
 
 #endif

@@ -975,17 +975,19 @@ static __always_inline bool fn_entry(struct pt_regs *ctx, __u32 probe, bool sess
 	return false;
 }
 
-/* A function's return: emits its `r:` specs with the entry's arguments. */
-static __always_inline void fn_return(struct pt_regs *ctx, __u32 probe)
+/* A function's return: emits its `r:` specs with the entry's arguments.
+ * `entry_sp`: see pair_pop(). */
+static __always_inline void fn_return(struct pt_regs *ctx, __u32 probe, __u64 entry_sp)
 {
-	struct specs_of *so = specs_of(probe);
+	struct specs_of *so;
 	struct frame f;
 	struct scratch *sc;
 
+	if (!pair_pop(probe, entry_sp, &f))
+		return; /* no entry: filtered out there, or a p: only site */
+	so = specs_of(f.probe);
 	if (!so)
 		return;
-	if (!pair_pop(probe, &f))
-		return; /* no entry: filtered out there, or a p: only site */
 	if (gate_at == GATE_RETURN) {
 		if (!gate_keeps(&the_gate, ret_reg(ctx, &f, the_gate.reg))) {
 			stat(0, 1);
@@ -1010,7 +1012,7 @@ static __always_inline void fn_return(struct pt_regs *ctx, __u32 probe)
 		sp = bpf_map_lookup_elem(&specs, &id);
 		if (!sp || !(sp->flags & F_RETURN))
 			continue;
-		emit(ctx, probe, id, sp, sc);
+		emit(ctx, f.probe, id, sp, sc);
 	}
 }
 
@@ -1020,7 +1022,7 @@ static __always_inline int session(struct pt_regs *ctx, bool user)
 
 	if (!session_is_return(ctx))
 		return fn_entry(ctx, probe, true, user) ? 0 : 1;
-	fn_return(ctx, probe);
+	fn_return(ctx, probe, 0);
 	return 0;
 }
 
@@ -1046,7 +1048,7 @@ int trace_kprobe_multi(struct pt_regs *ctx)
 SEC("kretprobe.multi")
 int trace_kretprobe_multi(struct pt_regs *ctx)
 {
-	fn_return(ctx, probe_of(ctx));
+	fn_return(ctx, probe_of(ctx), 0);
 	return 0;
 }
 
@@ -1060,7 +1062,7 @@ int trace_kprobe(struct pt_regs *ctx)
 SEC("kretprobe")
 int trace_kretprobe(struct pt_regs *ctx)
 {
-	fn_return(ctx, probe_of(ctx));
+	fn_return(ctx, probe_of(ctx), 0);
 	return 0;
 }
 
@@ -1074,12 +1076,12 @@ int trace_uprobe_multi(struct pt_regs *ctx)
 SEC("uretprobe.multi")
 int trace_uretprobe_multi(struct pt_regs *ctx)
 {
-	fn_return(ctx, probe_of(ctx));
+	fn_return(ctx, probe_of(ctx), 0);
 	return 0;
 }
 
 /* Without uprobe_multi, a binary's functions are grouped under tracefs uprobe
- * events for their entries (the cookie names the group). */
+ * events, entries and returns (the cookie names the group). */
 #include "uprobe_groups.h"
 
 SEC("uprobe")
@@ -1095,7 +1097,9 @@ int trace_uprobe(struct pt_regs *ctx)
 SEC("uretprobe")
 int trace_uretprobe(struct pt_regs *ctx)
 {
-	fn_return(ctx, probe_of(ctx));
+	__u64 cookie = probe_of(ctx);
+
+	fn_return(ctx, cookie, uprobe_return_sp(ctx, cookie));
 	return 0;
 }
 

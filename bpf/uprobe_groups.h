@@ -5,7 +5,10 @@
  * UPROBE_GROUP | group << 12; within a group no two functions share the low 12
  * bits of their file offset, which are those of their address in any process
  * (mappings are page aligned), so group and page offset of the probed address
- * find the probe. Include after regs.h and <bpf/bpf_tracing.h>. */
+ * find the probe. A return, whose instruction pointer is the caller's, cannot
+ * be found that way: returns are grouped one group per binary and paired with
+ * their entries by stack pointer instead (pairing.h). Include after regs.h and
+ * <bpf/bpf_tracing.h>. */
 #ifndef TRACEKIT_UPROBE_GROUPS_H
 #define TRACEKIT_UPROBE_GROUPS_H
 
@@ -37,6 +40,15 @@ static __always_inline bool uprobe_entry_probe(struct pt_regs *ctx, __u64 cookie
 		return false;
 	*probe = *p;
 	return true;
+}
+
+/* For a uretprobe hit with attach cookie `cookie`: the stack pointer its
+ * function was entered with when it is of a group, for pair_pop() (x86-64's
+ * `ret` has popped the return address, which the stack pointer pointed to at
+ * entry); 0 otherwise (the cookie names the function). */
+static __always_inline __u64 uprobe_return_sp(struct pt_regs *ctx, __u64 cookie)
+{
+	return cookie & UPROBE_GROUP ? PT_REGS_SP(ctx) - 8 : 0;
 }
 
 #endif /* TRACEKIT_UPROBE_GROUPS_H */

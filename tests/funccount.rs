@@ -97,7 +97,7 @@ fn single_uprobes_count_the_same() {
     // The three functions' page offsets differ: one tracefs uprobe group.
     assert!(
         out.stderr
-            .contains("attached: 3 probes, 1 links (0 kprobe_multi, 0 uprobe_multi), 0 skipped\nuser functions: 3 in 1 tracefs uprobe group, 0 as single perf-event uprobes\n"),
+            .contains("attached: 3 probes, 1 links (0 kprobe_multi, 0 uprobe_multi), 0 skipped\nuprobes: 3 in 1 tracefs uprobe group, 0 as single perf-event uprobes\n"),
         "{}",
         out.stderr
     );
@@ -1086,7 +1086,7 @@ fn refused_function_is_skipped_from_uprobe_groups() {
         .stderr
         .lines()
         .find_map(|l| {
-            l.strip_prefix("user functions: 3 in ")?
+            l.strip_prefix("uprobes: 3 in ")?
                 .split(' ')
                 .next()?
                 .parse()
@@ -1509,7 +1509,7 @@ fn many_single_uprobes_count_exactly_in_groups() {
         .stderr
         .lines()
         .find_map(|l| {
-            l.strip_prefix("user functions: 1500 in ")?
+            l.strip_prefix("uprobes: 1500 in ")?
                 .split(' ')
                 .next()?
                 .parse()

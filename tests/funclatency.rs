@@ -151,15 +151,13 @@ fn one_histogram_per_function() {
             &["-F", "-u", "-r", "--debug", "--attach-mode", mode],
         );
         if mode == "single" {
-            // Entries in tracefs uprobe groups (one perf event to detach per
-            // group), told apart in the group by address; returns one each.
-            let how = out
-                .stderr
-                .lines()
-                .find(|l| l.starts_with("user functions: "));
+            // Entries and returns in tracefs uprobe groups (one perf event to
+            // detach per group): entries told apart in the group by address,
+            // returns by the stack pointer their entry had.
+            let how = out.stderr.lines().find(|l| l.starts_with("uprobes: "));
             assert!(
-                how.is_some_and(|l| l.starts_with("user functions: 2 in ")
-                    && l.ends_with(", 2 as single perf-event uprobes")),
+                how.is_some_and(|l| l.starts_with("uprobes: 4 in ")
+                    && l.ends_with(", 0 as single perf-event uprobes")),
                 "{}",
                 out.stderr
             );

@@ -118,11 +118,15 @@ impl Plan {
                 attach::remove_stale_uprobe_events();
             }
             let index = obj.maps().find(|m| m.name() == "uprobe_groups");
-            // Entry hooks take tracefs uprobe groups (fast to detach), but a
-            // return pairs with its entry by the function's cookie: a tool that
-            // pairs calls groups its entries only when its object can tell the
-            // functions of a group apart (trace, funclatency).
-            let may_group = self.hooks == crate::plan::Hooks::Entry || index.is_some();
+            // Hooks go in tracefs uprobe groups (fast to detach) where the
+            // object can tell the functions of a group apart (its uprobe_groups
+            // map for entries; returns paired with their entries by stack
+            // pointer: trace, funclatency), or need not (entries only).
+            let may_group = |hook| {
+                !perf_uprobes()
+                    && (index.is_some()
+                        || (hook == attach::Hook::Entry && self.hooks == crate::plan::Hooks::Entry))
+            };
             for (binary, sites) in by_binary {
                 for (n, &kind) in ProgKind::for_via(via, false, self.hooks).iter().enumerate() {
                     let sites: Vec<attach::UserSite> = later_hook_sites(&sites, n, &out)
@@ -131,11 +135,10 @@ impl Plan {
                         .collect();
                     let (p, hook) = (prog(kind)?, kind.hook());
                     match via {
-                        Via::Single
-                            if hook == attach::Hook::Entry && may_group && !perf_uprobes() =>
-                        {
+                        Via::Single if may_group(hook) => {
                             let rest = attach::uprobe_groups(
                                 p,
+                                hook,
                                 index.as_ref(),
                                 pid,
                                 binary,

@@ -20,7 +20,7 @@ impl Attached {
         if user > 0 {
             let _ = writeln!(
                 s,
-                "user functions: {} in {} tracefs uprobe group{}, {} as single perf-event uprobes",
+                "uprobes: {} in {} tracefs uprobe group{}, {} as single perf-event uprobes",
                 self.grouped_uprobes,
                 self.uprobe_groups,
                 if self.uprobe_groups == 1 { "" } else { "s" },

@@ -7,7 +7,7 @@ use std::path::Path;
 use libbpf_rs::ProgramMut as Program;
 use libbpf_sys as sys;
 
-use super::{take_link, Attached, Prog, UserSite};
+use super::{take_link, Attached, Hook, Prog, UserSite};
 use crate::run::Stop;
 
 /// The tracefs group of this process' uprobe events.
@@ -106,14 +106,18 @@ fn perf_event_open_tracepoint(id: u64, pid: Option<u32>) -> Result<i32, i32> {
 /// the BPF program attached. A perf-event uprobe costs the kernel several RCU
 /// grace periods to remove, one at a time under its event_mutex (about 100 ms
 /// each: 1,000 functions took 107 s); a group costs that once for all its
-/// functions. With `index` (the BPF object's `uprobe_groups` map) functions are
-/// told apart by group and page offset (see bpf/funccount.bpf.c), so a group
+/// functions. With `index` (the BPF object's `uprobe_groups` map) entries are
+/// told apart by group and page offset (see bpf/uprobe_groups.h), so a group
 /// holds functions with distinct page offsets; without it (a tool that does not
-/// need to know which function fired) one group holds them all. A group the
-/// kernel refuses is bisected. Returns the sites tracefs would not take (no
-/// tracefs, a path it cannot parse), for single uprobes.
+/// need to know which function fired) one group holds them all, as it does for
+/// returns (`Hook::Return`), which the BPF side pairs with their entries by
+/// stack pointer. A group the kernel refuses is bisected. Returns the sites
+/// tracefs would not take (no tracefs, a path it cannot parse), for single
+/// uprobes.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn uprobe_groups<'a>(
     prog: &Program,
+    hook: Hook,
     index: Option<&libbpf_rs::Map>,
     pid: Option<u32>,
     binary: &Path,
@@ -124,6 +128,7 @@ pub(crate) fn uprobe_groups<'a>(
     let Some(path) = binary.to_str().filter(|p| !p.contains(char::is_whitespace)) else {
         return sites.to_vec();
     };
+    let index = index.filter(|_| hook == Hook::Entry);
     let groups: Vec<Vec<UserSite>> = if index.is_some() {
         let mut groups: Vec<Vec<UserSite>> = Vec::new();
         let mut depth: std::collections::HashMap<u64, usize> = Default::default();
@@ -143,7 +148,7 @@ pub(crate) fn uprobe_groups<'a>(
     let mut fallback = Vec::new();
     for g in groups {
         // An error is tracefs itself refusing (not the kernel's uprobe checks).
-        if uprobe_group(prog, index, pid, path, &g, stop, out).is_err() {
+        if uprobe_group(prog, hook, index, pid, path, &g, stop, out).is_err() {
             fallback.extend(g);
         }
     }
@@ -152,8 +157,10 @@ pub(crate) fn uprobe_groups<'a>(
 
 /// Attaches one group, bisecting it when the kernel refuses it. Fails only when
 /// tracefs will not create the event at all.
+#[allow(clippy::too_many_arguments)]
 fn uprobe_group(
     prog: Prog,
+    hook: Hook,
     index: Option<&libbpf_rs::Map>,
     pid: Option<u32>,
     path: &str,
@@ -168,11 +175,12 @@ fn uprobe_group(
     let group = out.next_group;
     out.next_group += 1;
     let event = format!("{}/g{group}", uprobe_event_group());
+    let kind = if hook == Hook::Return { "r" } else { "p" };
     // Complete lines, many per write (the kernel splits them; a line must not be
     // split across writes).
     let lines: Vec<String> = sites
         .iter()
-        .map(|s| format!("p:{event} {path}:0x{:x}", s.2))
+        .map(|s| format!("{kind}:{event} {path}:0x{:x}", s.2))
         .collect();
     for (k, batch) in lines.chunks(256).enumerate() {
         if let Err(e) = uprobe_events_command(&batch.join("\n")) {
@@ -232,8 +240,8 @@ fn uprobe_group(
             } else {
                 let (a, b) = sites.split_at(sites.len() / 2);
                 // The event was created before: tracefs takes these paths.
-                let _ = uprobe_group(prog, index, pid, path, a, stop, out);
-                let _ = uprobe_group(prog, index, pid, path, b, stop, out);
+                let _ = uprobe_group(prog, hook, index, pid, path, a, stop, out);
+                let _ = uprobe_group(prog, hook, index, pid, path, b, stop, out);
             }
         }
     }
