@@ -1239,6 +1239,20 @@ TP_CLASS(256)
 TP_CLASS(384)
 TP_CLASS(512)
 
+/* A tracepoint whose specs read none of its record's fields (user space checks;
+ * $pid, $comm, stacks and the like come from helpers) on a raw tracepoint link,
+ * the probe in its cookie (Linux 6.10+): it detaches at once, where a
+ * perf-event tracepoint waits out RCU grace periods (about 70 ms each). */
+SEC("raw_tp")
+int trace_raw_tp(void *ctx)
+{
+	struct scratch *sc = tp_start();
+
+	if (sc)
+		hit(ctx, sc, probe_of(ctx), false);
+	return 0;
+}
+
 SEC("usdt")
 int trace_usdt(struct pt_regs *ctx)
 {

@@ -652,6 +652,67 @@ fn syscall_events_on_raw_links_read_as_perf_events_do() {
 }
 
 #[test]
+fn tracepoints_that_read_no_field_on_raw_links() {
+    // A tracepoint whose specs read no field of its record needs no record: a
+    // raw tracepoint link serves it (detached at once, where a perf event
+    // waits out RCU grace periods, about 70 ms each), its probe in the link's
+    // cookie. One whose spec reads a field stays a perf event, as do all of
+    // them without raw tracepoint cookies (before Linux 6.10). The workload's
+    // 6 renames (its comm tk0, tk1 in turn) are seen all three ways, with the
+    // same kernel stacks, which begin where the tracepoint fired.
+    let workload = prog("workload");
+    for (env, spec, how) in [
+        (
+            None,
+            "t:task:task_rename",
+            "tracepoint task:task_rename: program trace_raw_tp on a raw tracepoint link (no field of the record is read)",
+        ),
+        (
+            Some(("TRACEKIT_NO_RAW_TP_COOKIE", "1")),
+            "t:task:task_rename",
+            // trace_tp_read, or trace_tp_12 without kernel reads.
+            "tracepoint task:task_rename: program trace_tp_",
+        ),
+        (
+            None,
+            "t:task:task_rename \"%s\", args->newcomm",
+            "tracepoint task:task_rename: program trace_tp_",
+        ),
+    ] {
+        let env: Vec<(&str, &str)> = env.into_iter().collect();
+        let out = run_on_env(&workload, "rename", 6, &env, &["-v", "-K", spec]);
+        let ctx = format!("{env:?} {spec}: {}", out.stderr);
+        assert!(out.stderr.lines().any(|l| l.starts_with(how)), "{ctx}");
+        let raw = how.contains("raw tracepoint link");
+        let tally = format!(
+            "tracepoints: {} as raw tracepoint links, 0 syscall events through 0 raw sys_enter/sys_exit links, 0 as perf events",
+            u8::from(raw)
+        );
+        assert_eq!(out.stderr.contains(&tally), raw, "{ctx}");
+        let ev = events(&out.stdout);
+        let comms: Vec<&str> = ev.iter().map(|e| e.2.as_str()).collect();
+        assert_eq!(comms, ["workload", "tk0", "tk1", "tk0", "tk1", "tk0"], "{ctx}");
+        if spec.contains("newcomm") {
+            let m: Vec<&str> = ev.iter().map(|e| e.4.as_str()).collect();
+            assert_eq!(m, ["tk0", "tk1", "tk0", "tk1", "tk0", "tk1"], "{ctx}");
+        }
+        // Each event's stack: its first frame, then the prctl that renamed.
+        let stacks: Vec<&str> = out
+            .stdout
+            .split("task_rename")
+            .skip(1)
+            .map(|s| s.lines().nth(1).unwrap_or("").trim())
+            .collect();
+        assert_eq!(stacks.len(), 6, "{ctx}");
+        assert!(
+            stacks.iter().all(|f| f.starts_with("__set_task_comm+")),
+            "{ctx}\n{}",
+            out.stdout
+        );
+    }
+}
+
+#[test]
 fn every_syscall_event_on_two_raw_links() {
     // All of them, entries and exits: two raw links, no perf event (each would
     // take an RCU grace period, about 70 ms, to close). The workload's writes are

@@ -296,10 +296,20 @@ impl Plan {
                 .iter()
                 .map(|(i, t, l)| (*i, t.category.as_str(), t.event.as_str(), *l))
                 .collect();
-            let prog = progs
-                .get(&ProgKind::Tracepoint)
-                .context("internal error: no loaded program for Tracepoint probes")?;
-            attach::tracepoints(prog, &sites, stop, out);
+            match progs.get(&ProgKind::Tracepoint) {
+                Some(prog) => attach::tracepoints(prog, &sites, stop, out),
+                // A tool that gave the plan only tracepoints for raw links
+                // (trace) loads no perf-event program for them.
+                None if self.raw_tracepoints != crate::plan::RawTracepoints::No => {
+                    for (_, _, _, label) in sites {
+                        out.skip_why(
+                            label,
+                            "the kernel refused it as a raw tracepoint link".into(),
+                        );
+                    }
+                }
+                None => bail!("internal error: no loaded program for Tracepoint probes"),
+            }
         }
         Ok(())
     }

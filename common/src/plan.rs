@@ -200,6 +200,22 @@ impl Plan {
         Ok((plan, indexes))
     }
 
+    /// Replaces the probes, for a tool that attaches some of a plan's probes
+    /// itself and leaves the rest to it (trace). `raw[i]`: whether tracepoint i
+    /// may be a raw tracepoint link, its probe in the link's cookie
+    /// ([`RawTracepoints::ByCookie`]; its name checked with
+    /// [`crate::tracepoints::raw_attachable`]).
+    pub fn set_probes(&mut self, probes: Vec<Probe>, raw: Vec<bool>) {
+        assert_eq!(probes.len(), raw.len(), "one flag per probe");
+        self.raw_tracepoints = if raw.contains(&true) {
+            RawTracepoints::ByCookie
+        } else {
+            RawTracepoints::No
+        };
+        self.raw_attachable = raw;
+        self.probes = probes;
+    }
+
     /// What `-D` prints before attaching: matches, sources, modes, every probe.
     pub fn describe(&self) -> String {
         let mut s = String::new();

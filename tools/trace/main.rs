@@ -286,36 +286,68 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     }
 
     // Tracepoints are attached here, each to the program for its record's size
-    // (see bpf/trace.bpf.c), but for syscall events whose record the raw
-    // sys_enter/sys_exit programs rebuild: the plan attaches those and the
-    // rest. Probe indexes (attach cookies): the plan's probes first, then the
-    // tracepoints attached here.
+    // (see bpf/trace.bpf.c), but for those the plan attaches through raw links:
+    // syscall events whose record the raw sys_enter/sys_exit programs rebuild,
+    // and tracepoints whose specs read no field of the record. Probe indexes
+    // (attach cookies): the plan's probes first, then the tracepoints attached
+    // here.
     let kernel_reads = common::features::kernel_reads();
     let mut formats: HashMap<String, Vec<compile::TpField>> = HashMap::new();
-    let mut paired: Vec<(bool, common::plan::Probe, Vec<usize>)> = Vec::new();
-    for (p, l) in std::mem::take(&mut session.plan.probes)
-        .into_iter()
-        .zip(per_probe)
+    let probes = std::mem::take(&mut session.plan.probes);
+    let mut compiled = compile_all(
+        &probes,
+        &per_probe,
+        &parsed,
+        &args,
+        kernel_reads,
+        &mut formats,
+    )?;
+    let reads_record = |i: usize| compiled.iter().any(|c| c.probe == i && c.prog.rec_end > 0);
+    // Raw links to other tracepoints need the cookie to tell probes apart.
+    let raw_candidates: Vec<(usize, &Tracepoint)> = probes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| match &p.site {
+            Site::Tracepoint(t) if syscall_event(t).is_none() && !reads_record(i) => Some((i, t)),
+            _ => None,
+        })
+        .filter(|_| common::features::raw_tp_cookie())
+        .collect();
+    let mut raw = vec![false; probes.len()];
+    let events: Vec<&Tracepoint> = raw_candidates.iter().map(|(_, t)| *t).collect();
+    for ((i, _), ok) in raw_candidates
+        .iter()
+        .zip(common::tracepoints::raw_attachable(&events))
     {
-        let here = match &p.site {
-            Site::Tracepoint(t) => {
-                !(kernel_reads
-                    && !common::plan::perf_syscalls()
-                    && syscall_event(t).is_some_and(|(exit, _)| {
-                        format_of(t, &mut formats).is_ok_and(|f| compile::syscall_record(f, exit))
-                    }))
-            }
-            _ => false,
-        };
-        paired.push((here, p, l));
+        raw[*i] = ok;
     }
-    paired.sort_by_key(|(here, _, _)| *here);
-    let nplan = paired.iter().filter(|(here, _, _)| !here).count();
-    let (all, per_probe): (Vec<common::plan::Probe>, Vec<Vec<usize>>) =
-        paired.into_iter().map(|(_, p, l)| (p, l)).unzip();
-    session.plan.probes = all[..nplan].to_vec();
-
-    let compiled = compile_all(&all, &per_probe, &parsed, &args, kernel_reads, &mut formats)?;
+    let mut here = vec![false; probes.len()];
+    for (i, p) in probes.iter().enumerate() {
+        if let Site::Tracepoint(t) = &p.site {
+            let rebuilt = kernel_reads
+                && !common::plan::perf_syscalls()
+                && syscall_event(t).is_some_and(|(exit, _)| {
+                    format_of(t, &mut formats).is_ok_and(|f| compile::syscall_record(f, exit))
+                });
+            here[i] = !rebuilt && !raw[i];
+        }
+    }
+    // The plan's probes first (in their order), then the others.
+    let mut order: Vec<usize> = (0..probes.len()).collect();
+    order.sort_by_key(|&i| here[i]);
+    let nplan = here.iter().filter(|&&h| !h).count();
+    let mut new_index = vec![0; probes.len()];
+    for (new, &old) in order.iter().enumerate() {
+        new_index[old] = new;
+    }
+    for c in &mut compiled {
+        c.probe = new_index[c.probe];
+    }
+    let all: Vec<common::plan::Probe> = order.iter().map(|&i| probes[i].clone()).collect();
+    session.plan.set_probes(
+        all[..nplan].to_vec(),
+        order[..nplan].iter().map(|&i| raw[i]).collect(),
+    );
     let tp_progs = tracepoint_programs(&all[nplan..], nplan, &compiled, &formats, kernel_reads)?;
     if args.verbose {
         for (id, c) in compiled.iter().enumerate() {
@@ -499,15 +531,21 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
         let mut s = String::new();
         for p in &all[..nplan] {
             if let Site::Tracepoint(t) = &p.site {
-                let dir = match syscall_event(t) {
-                    Some((true, _)) => "sys_exit",
-                    _ => "sys_enter",
+                let _ = match syscall_event(t) {
+                    Some((exit, _)) => {
+                        let dir = if exit { "sys_exit" } else { "sys_enter" };
+                        writeln!(
+                            s,
+                            "tracepoint {}: program trace_{dir} on the raw {dir} link, which rebuilds the record from the registers",
+                            p.label
+                        )
+                    }
+                    None => writeln!(
+                        s,
+                        "tracepoint {}: program trace_raw_tp on a raw tracepoint link (no field of the record is read)",
+                        p.label
+                    ),
                 };
-                let _ = writeln!(
-                    s,
-                    "tracepoint {}: program trace_{dir} on the raw {dir} link, which rebuilds the record from the registers",
-                    p.label
-                );
             }
         }
         for (i, name) in &tp_progs {
