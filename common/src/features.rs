@@ -279,6 +279,33 @@ pub fn answer_ahead(kernel_reads: bool, raw_tp_cookie: bool) {
     }
 }
 
+/// Whether raw tracepoint `name` passes its programs at least `n` (1..=12)
+/// arguments; `None` when there is no such tracepoint or no answer. The kernel
+/// refuses to attach a raw tracepoint program that reads past the tracepoint's
+/// arguments (EINVAL): a program reading argument n is tried, and where it
+/// attaches, detached at once. Tracepoints change arguments between versions
+/// (block_rq_issue lost its queue in Linux 5.11 and in 5.10.137); this answers
+/// without parsing the kernel's BTF (9 ms on the host, for one answer).
+pub fn tracepoint_has_arg(name: &str, n: u8) -> Option<bool> {
+    if !(1..=12).contains(&n) {
+        return None;
+    }
+    let off = (8 * (u16::from(n) - 1)).to_le_bytes();
+    // r0 = *(u64 *)(r1 + off); r0 = 0; exit
+    let read = [0x79, 0x10, off[0], off[1], 0, 0, 0, 0];
+    let prog = load(sys::BPF_PROG_TYPE_RAW_TRACEPOINT, 0, 0, &[read, R0_0, EXIT]).ok()?;
+    let name = CString::new(name).ok()?;
+    // SAFETY: name outlives the call; prog is a loaded program.
+    let fd = unsafe { sys::bpf_raw_tracepoint_open(name.as_ptr(), prog.as_raw_fd()) };
+    if fd >= 0 {
+        // SAFETY: a non-negative return is a new fd that we own; dropping it
+        // detaches the link.
+        drop(unsafe { OwnedFd::from_raw_fd(fd) });
+        return Some(true);
+    }
+    (-fd == libc::EINVAL).then_some(false)
+}
+
 /// Opens a raw tracepoint link with a cookie; the link closes (detaches) when
 /// the fd is dropped.
 fn raw_tp_open(prog: &OwnedFd, name: &str) -> Result<OwnedFd, i32> {
@@ -443,5 +470,16 @@ mod tests {
         // flags; unsigned long syscall_work; u32 status; ... }.
         let btf = Kbtf::load().expect("the kernel's BTF");
         assert_eq!(task_status_in(&btf), Some(16));
+    }
+
+    #[test]
+    fn tracepoint_arguments_as_the_kernel_counts_them() {
+        // sched_switch(preempt, prev, next, prev_state) since Linux 5.18;
+        // block_rq_issue(rq) since 5.11.
+        assert_eq!(tracepoint_has_arg("sched_switch", 4), Some(true));
+        assert_eq!(tracepoint_has_arg("sched_switch", 5), Some(false));
+        assert_eq!(tracepoint_has_arg("block_rq_issue", 1), Some(true));
+        assert_eq!(tracepoint_has_arg("block_rq_issue", 2), Some(false));
+        assert_eq!(tracepoint_has_arg("tracekit_no_such_tracepoint", 1), None);
     }
 }

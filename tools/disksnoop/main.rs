@@ -128,8 +128,8 @@ fn run(mut args: Args, mut ahead: OpenAhead<skel::DisksnoopSkelBuilder>) -> Resu
     let ring = events::ring_bytes()?;
     let filter = session.plan.filter(args.common.cpu);
     // block_rq_issue/insert: (rq) since Linux 5.11 and 5.10.137, (q, rq) before.
-    let rq_arg = match fixed::tracepoint_args("block_rq_issue") {
-        Some(2) => 1,
+    let rq_arg = match common::features::tracepoint_has_arg("block_rq_issue", 2) {
+        Some(true) => 1,
         _ => 0,
     };
 
