@@ -7,8 +7,8 @@
 //!
 //! A trial loads the tool's object with the chosen programs of the earlier groups
 //! plus one candidate's, and attaches them; the last trial that worked is kept, so
-//! no extra load is needed at the end. The first trial takes every group's best
-//! at once: on most kernels it is the only one.
+//! no extra load is needed at the end. Groups that follow the first one's choice
+//! are tried with it in one trial first: on most kernels it is the only one.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -166,13 +166,16 @@ impl Selection {
 /// tool's object in the storage it is given, calls [`Selection::configure`],
 /// loads, and calls [`Selection::attach`].
 ///
-/// The first trial takes the first variant of every group at once: where the
-/// kernel takes them all (the usual case), one load rather than one per group
-/// (each load parses the kernel's BTF and resolves CO-RE relocations: about
-/// 25 ms of disksnoop's start-up on the host). Only if it fails are the groups
-/// tried one at a time, which finds what failed and why (not trying that first
-/// selection again: where a kernel lacks an optional group's events, as before
-/// Linux 6.5 block_io_start, that costs no more trials than before).
+/// Where the later groups all follow the first one's choice ([`Need::SameAs`]:
+/// the same kind of program for more events), the first trial takes the first
+/// variant of every group at once: where the kernel takes them all (the usual
+/// case), one load rather than one per group (each load parses the kernel's BTF
+/// and resolves CO-RE relocations: about 25 ms of disksnoop's start-up on the
+/// host). Only if it fails are the groups tried one at a time, which finds what
+/// failed and why (not trying that first selection again: where a kernel lacks
+/// the later group's events, as before Linux 6.5 block_io_start, that costs no
+/// more trials than before). Independent groups (urandomread's) are tried one
+/// at a time from the start: their first variants fail on many kernels.
 ///
 /// Fails, listing every variant tried and why, when a required group has none.
 pub fn choose<S>(
@@ -206,7 +209,11 @@ pub fn choose<S>(
     };
 
     let mut refused: Option<(Selection, String)> = None;
-    if groups.len() > 1 {
+    let linked = groups
+        .iter()
+        .skip(1)
+        .all(|g| matches!(g.need, Need::SameAs(_)));
+    if groups.len() > 1 && linked {
         let mut all = choice.clone();
         let mut sel = Selection::default();
         for (g, group) in groups.iter().enumerate() {
@@ -398,8 +405,12 @@ mod tests {
     /// Runs `choose` over TWO with a kernel that refuses the programs in
     /// `refused`: the trials made (their programs) and the choice.
     fn run(refused: &[&str]) -> (Vec<String>, Result<Choice>) {
+        run_groups(TWO, refused)
+    }
+
+    fn run_groups(groups: &[Group], refused: &[&str]) -> (Vec<String>, Result<Choice>) {
         let mut trials = Vec::new();
-        let r = choose(TWO, |sel| {
+        let r = choose(groups, |sel| {
             trials.push(sel.progs.join(","));
             match sel.progs.iter().find(|p| refused.contains(p)) {
                 Some(p) => bail!("{p} refused"),
@@ -428,6 +439,22 @@ mod tests {
             .filter(|l| !l.starts_with("kernel lockdown"))
             .map(|l| format!("{l}\n"))
             .collect()
+    }
+
+    #[test]
+    fn independent_groups_one_at_a_time() {
+        // A group that does not follow the first one's choice: no joint trial.
+        let independent = [
+            TWO[0],
+            Group {
+                need: Need::Optional,
+                ..TWO[1]
+            },
+        ];
+        let (trials, c) = run_groups(&independent, &["btf_a"]);
+        assert_eq!(trials, ["btf_a,btf_b", "tp_a,tp_b", "tp_a,tp_b,btf_c"]);
+        let c = c.unwrap();
+        assert_eq!((c.name(0), c.name(1)), (Some("tracepoint"), Some("tp_btf")));
     }
 
     #[test]
