@@ -375,3 +375,63 @@ fn call_stacks_are_allocated_only_for_returns_paired_in_bpf() {
         assert_eq!(calls, entries, "{mode}");
     }
 }
+
+/// Per function, the calls funclatency -F timed (the sum of its histogram).
+fn timed_per_function(stdout: &str) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = Vec::new();
+    for l in stdout.lines() {
+        if let Some(f) = l.strip_prefix("Function = ") {
+            out.push((f.to_string(), 0));
+        } else if let (Some(last), Some((_, rest))) = (out.last_mut(), l.split_once(" : ")) {
+            last.1 += rest
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    out
+}
+
+#[test]
+fn grouped_returns_time_system_libc_as_uprobe_multi_does() {
+    // Debian's ls over /usr/share/doc calls the system libc's str* functions
+    // hundreds of thousands of times, nested and through tail calls (strcoll
+    // into strcoll_l). Without uprobe_multi (single mode) entries and returns
+    // go in tracefs uprobe groups, and a return finds its entry by the stack
+    // pointer: every function must be timed exactly as often as uprobe_multi,
+    // where each return names its function, times it.
+    let run = |mode: &str| {
+        let mut sh = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "echo ready; read go; exec ls -lR /usr/share/doc >/dev/null",
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("sh");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(sh.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert_eq!(line, "ready\n");
+        let pid = sh.id().to_string();
+        let args = ["-F", "--attach-mode", mode, "-p", &pid, "c:str*"];
+        let mut t = spawn(&funclatency(), &args);
+        t.wait_line(|l| l.starts_with("Tracing "), T);
+        std::io::Write::write_all(sh.stdin.as_mut().unwrap(), b"\n").unwrap();
+        assert!(sh.wait().unwrap().success(), "ls failed");
+        let out = t.finish(T);
+        assert_eq!(out.code(), 0, "{mode}: {}", out.stderr);
+        timed_per_function(&out.stdout)
+    };
+    let multi = run("multi");
+    let single = run("single");
+    assert_eq!(single, multi);
+    let calls: u64 = multi.iter().map(|(_, n)| n).sum();
+    let strcoll = |v: &[(String, u64)]| v.iter().find(|(f, _)| f == "strcoll").map(|p| p.1);
+    assert!(calls > 10_000 && strcoll(&multi) > Some(0), "{multi:?}");
+}
