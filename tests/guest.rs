@@ -673,6 +673,23 @@ fn uprobe_groups_and_raw_syscall_links_on_older_kernels() {
         tracepoint_mechanisms(&out.stderr),
         "tracepoints: 3 as raw tracepoint links, 2 syscall events through 2 raw sys_enter/sys_exit links, 0 as perf events"
     );
+    // trace: a tracepoint whose spec reads no field of the record, the run's
+    // only probe, on a raw link on both kernels (before 6.10 without a cookie,
+    // which one probe does not need); all 60 renames printed.
+    let w = Workload::start(&prog("workload"), &["rename", "60"]);
+    let pid = w.pid.to_string();
+    let mut t = spawn(&trace_tool(), &["-v", "-p", &pid, "t:task:task_rename"]);
+    t.wait_line(|l| l.starts_with("PID "), T);
+    w.go();
+    let out = t.finish(T);
+    assert!(w.wait().success(), "the workload failed");
+    let renames =
+        (out.stdout.lines()).filter(|l| l.split_whitespace().nth(3) == Some("task_rename"));
+    assert_eq!(renames.count(), 60, "{}", out.stdout);
+    assert_eq!(
+        tracepoint_mechanisms(&out.stderr),
+        "tracepoints: 1 as raw tracepoint links, 0 syscall events through 0 raw sys_enter/sys_exit links, 0 as perf events"
+    );
     let events = std::fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap();
     assert_eq!(events, "", "uprobe events left behind");
 }

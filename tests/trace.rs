@@ -656,31 +656,31 @@ fn tracepoints_that_read_no_field_on_raw_links() {
     // A tracepoint whose specs read no field of its record needs no record: a
     // raw tracepoint link serves it (detached at once, where a perf event
     // waits out RCU grace periods, about 70 ms each), its probe in the link's
-    // cookie. One whose spec reads a field stays a perf event, as do all of
-    // them without raw tracepoint cookies (before Linux 6.10). The workload's
-    // 6 renames (its comm tk0, tk1 in turn) are seen all three ways, with the
-    // same kernel stacks, which begin where the tracepoint fired.
+    // cookie, or without raw tracepoint cookies (before Linux 6.10) when it is
+    // the run's only probe. One whose spec reads a field stays a perf event,
+    // as do several without cookies. The workload's 6 renames (its comm tk0,
+    // tk1 in turn) are seen all four ways, with the same kernel stacks, which
+    // begin where the tracepoint fired.
     let workload = prog("workload");
-    for (env, spec, how) in [
+    let raw = "tracepoint task:task_rename: program trace_raw_tp on a raw tracepoint link (no field of the record is read)";
+    // trace_tp_read, or trace_tp_12 without kernel reads.
+    let perf = "tracepoint task:task_rename: program trace_tp_";
+    let no_cookie = Some(("TRACEKIT_NO_RAW_TP_COOKIE", "1"));
+    for (env, specs, how) in [
+        (None, &["t:task:task_rename"][..], raw),
+        (no_cookie, &["t:task:task_rename"], raw),
         (
-            None,
-            "t:task:task_rename",
-            "tracepoint task:task_rename: program trace_raw_tp on a raw tracepoint link (no field of the record is read)",
+            no_cookie,
+            &["t:task:task_rename", "t:task:task_newtask"],
+            perf,
         ),
-        (
-            Some(("TRACEKIT_NO_RAW_TP_COOKIE", "1")),
-            "t:task:task_rename",
-            // trace_tp_read, or trace_tp_12 without kernel reads.
-            "tracepoint task:task_rename: program trace_tp_",
-        ),
-        (
-            None,
-            "t:task:task_rename \"%s\", args->newcomm",
-            "tracepoint task:task_rename: program trace_tp_",
-        ),
+        (None, &["t:task:task_rename \"%s\", args->newcomm"], perf),
     ] {
         let env: Vec<(&str, &str)> = env.into_iter().collect();
-        let out = run_on_env(&workload, "rename", 6, &env, &["-v", "-K", spec]);
+        let mut args = vec!["-v", "-K"];
+        args.extend(specs);
+        let spec = specs.join(" ");
+        let out = run_on_env(&workload, "rename", 6, &env, &args);
         let ctx = format!("{env:?} {spec}: {}", out.stderr);
         assert!(out.stderr.lines().any(|l| l.starts_with(how)), "{ctx}");
         let raw = how.contains("raw tracepoint link");
@@ -691,7 +691,11 @@ fn tracepoints_that_read_no_field_on_raw_links() {
         assert_eq!(out.stderr.contains(&tally), raw, "{ctx}");
         let ev = events(&out.stdout);
         let comms: Vec<&str> = ev.iter().map(|e| e.2.as_str()).collect();
-        assert_eq!(comms, ["workload", "tk0", "tk1", "tk0", "tk1", "tk0"], "{ctx}");
+        assert_eq!(
+            comms,
+            ["workload", "tk0", "tk1", "tk0", "tk1", "tk0"],
+            "{ctx}"
+        );
         if spec.contains("newcomm") {
             let m: Vec<&str> = ev.iter().map(|e| e.4.as_str()).collect();
             assert_eq!(m, ["tk0", "tk1", "tk0", "tk1", "tk0", "tk1"], "{ctx}");

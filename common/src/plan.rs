@@ -202,13 +202,13 @@ impl Plan {
 
     /// Replaces the probes, for a tool that attaches some of a plan's probes
     /// itself and leaves the rest to it (trace). `raw[i]`: whether tracepoint i
-    /// may be a raw tracepoint link, its probe in the link's cookie
-    /// ([`RawTracepoints::ByCookie`]; its name checked with
-    /// [`crate::tracepoints::raw_attachable`]).
-    pub fn set_probes(&mut self, probes: Vec<Probe>, raw: Vec<bool>) {
+    /// may be a raw tracepoint link (its name checked with
+    /// [`crate::tracepoints::raw_attachable`]), its program told which probe
+    /// fired as `how` says.
+    pub fn set_probes(&mut self, probes: Vec<Probe>, raw: Vec<bool>, how: RawTracepoints) {
         assert_eq!(probes.len(), raw.len(), "one flag per probe");
         self.raw_tracepoints = if raw.contains(&true) {
-            RawTracepoints::ByCookie
+            how
         } else {
             RawTracepoints::No
         };

@@ -16,7 +16,7 @@ use common::cli::{escape, warn, CommonArgs};
 use common::counters::PerCpuCounters;
 use common::events::{self, Events};
 use common::pattern::Matcher;
-use common::plan::{syscall_event, Hooks, Plan, Site};
+use common::plan::{syscall_event, Hooks, Plan, RawTracepoints, Site};
 use common::run::StopReason;
 use common::session::{How, Session};
 use common::spec::{ProbeSpec, Source};
@@ -303,7 +303,14 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
         &mut formats,
     )?;
     let reads_record = |i: usize| compiled.iter().any(|c| c.probe == i && c.prog.rec_end > 0);
-    // Raw links to other tracepoints need the cookie to tell probes apart.
+    // Raw links to other tracepoints carry the probe in their cookie (Linux
+    // 6.10+); before, a run's only probe needs none (bpf/trace.bpf.c's one_probe).
+    let cookies = common::features::raw_tp_cookie();
+    let raw_how = if cookies {
+        RawTracepoints::ByCookie
+    } else {
+        RawTracepoints::Alike
+    };
     let raw_candidates: Vec<(usize, &Tracepoint)> = probes
         .iter()
         .enumerate()
@@ -311,7 +318,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
             Site::Tracepoint(t) if syscall_event(t).is_none() && !reads_record(i) => Some((i, t)),
             _ => None,
         })
-        .filter(|_| common::features::raw_tp_cookie())
+        .filter(|_| probes.len() == 1 || cookies)
         .collect();
     let mut raw = vec![false; probes.len()];
     let events: Vec<&Tracepoint> = raw_candidates.iter().map(|(_, t)| *t).collect();
@@ -347,6 +354,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     session.plan.set_probes(
         all[..nplan].to_vec(),
         order[..nplan].iter().map(|&i| raw[i]).collect(),
+        raw_how,
     );
     let tp_progs = tracepoint_programs(&all[nplan..], nplan, &compiled, &formats, kernel_reads)?;
     if args.verbose {
