@@ -305,21 +305,24 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     let reads_record = |i: usize| compiled.iter().any(|c| c.probe == i && c.prog.rec_end > 0);
     // Raw links to other tracepoints carry the probe in their cookie (Linux
     // 6.10+); before, a run's only probe needs none (bpf/trace.bpf.c's one_probe).
-    let cookies = common::features::raw_tp_cookie();
-    let raw_how = if cookies {
-        RawTracepoints::ByCookie
-    } else {
-        RawTracepoints::Alike
-    };
-    let raw_candidates: Vec<(usize, &Tracepoint)> = probes
+    // (The cookie probe can take a trial attach: asked only with candidates.)
+    let mut raw_candidates: Vec<(usize, &Tracepoint)> = probes
         .iter()
         .enumerate()
         .filter_map(|(i, p)| match &p.site {
             Site::Tracepoint(t) if syscall_event(t).is_none() && !reads_record(i) => Some((i, t)),
             _ => None,
         })
-        .filter(|_| probes.len() == 1 || cookies)
         .collect();
+    let cookies = !raw_candidates.is_empty() && common::features::raw_tp_cookie();
+    if !cookies && probes.len() > 1 {
+        raw_candidates.clear();
+    }
+    let raw_how = if cookies {
+        RawTracepoints::ByCookie
+    } else {
+        RawTracepoints::Alike
+    };
     let mut raw = vec![false; probes.len()];
     let events: Vec<&Tracepoint> = raw_candidates.iter().map(|(_, t)| *t).collect();
     for ((i, _), ok) in raw_candidates
