@@ -1247,11 +1247,9 @@ SEC("raw_tp")
 int trace_raw_tp(void *ctx)
 {
 	struct scratch *sc = tp_start();
-	__u32 probe = probe_of(ctx);
 
-	if (!sc || !specs_of(probe))
-		return 0;
-	hit(ctx, sc, probe, false);
+	if (sc)
+		hit(ctx, sc, probe_of(ctx), false);
 	return 0;
 }
 

@@ -241,7 +241,7 @@ fn raw_tp_cookie_untried() -> Option<bool> {
     let Ok(prog) = raw_tp_cookie_prog() else {
         return Some(false);
     };
-    match raw_tp_open(&prog, "tracekit_no_such_tracepoint") {
+    match raw_tp_open(&prog, "tracekit_no_such_tracepoint", 1) {
         Err(libc::ENOENT) => Some(true),
         _ => None,
     }
@@ -249,7 +249,7 @@ fn raw_tp_cookie_untried() -> Option<bool> {
 
 /// A link to a tracepoint every kernel has, for the moment of the probe.
 fn raw_tp_cookie_trial() -> bool {
-    raw_tp_cookie_prog().is_ok_and(|prog| raw_tp_open(&prog, "sched_switch").is_ok())
+    raw_tp_cookie_prog().is_ok_and(|prog| raw_tp_open(&prog, "sched_switch", 1).is_ok())
 }
 
 fn raw_tp_cookie_prog() -> Result<OwnedFd, i32> {
@@ -294,26 +294,21 @@ pub fn tracepoint_has_arg(name: &str, n: u8) -> Option<bool> {
     // r0 = *(u64 *)(r1 + off); r0 = 0; exit
     let read = [0x79, 0x10, off[0], off[1], 0, 0, 0, 0];
     let prog = load(sys::BPF_PROG_TYPE_RAW_TRACEPOINT, 0, 0, &[read, R0_0, EXIT]).ok()?;
-    let name = CString::new(name).ok()?;
-    // SAFETY: name outlives the call; prog is a loaded program.
-    let fd = unsafe { sys::bpf_raw_tracepoint_open(name.as_ptr(), prog.as_raw_fd()) };
-    if fd >= 0 {
-        // SAFETY: a non-negative return is a new fd that we own; dropping it
-        // detaches the link.
-        drop(unsafe { OwnedFd::from_raw_fd(fd) });
-        return Some(true);
+    // The link, if made, is dropped (detached) at once.
+    match raw_tp_open(&prog, name, 0) {
+        Ok(_) => Some(true),
+        Err(e) => (e == libc::EINVAL).then_some(false),
     }
-    (-fd == libc::EINVAL).then_some(false)
 }
 
-/// Opens a raw tracepoint link with a cookie; the link closes (detaches) when
-/// the fd is dropped.
-fn raw_tp_open(prog: &OwnedFd, name: &str) -> Result<OwnedFd, i32> {
+/// Opens a raw tracepoint link, with `cookie` unless it is 0 (which kernels
+/// before 6.10 take); the link closes (detaches) when the fd is dropped.
+fn raw_tp_open(prog: &OwnedFd, name: &str, cookie: u64) -> Result<OwnedFd, i32> {
     let name = CString::new(name).map_err(|_| libc::EINVAL)?;
     let opts = sys::bpf_raw_tp_opts {
         sz: size_of::<sys::bpf_raw_tp_opts>() as _,
         tp_name: name.as_ptr(),
-        cookie: 1,
+        cookie,
     };
     // SAFETY: name outlives the call; opts is a valid, sized struct.
     let fd =

@@ -177,7 +177,8 @@ impl Plan {
             crate::timing::note("tables", "none: kernel functions by name");
         }
         let raw_attachable = if opts.raw_tracepoints != RawTracepoints::No {
-            raw_attachable(&probes)
+            // Not syscall events: those have their own raw links.
+            raw_attachable(&probes, |_, t| t.category != "syscalls")
         } else {
             Vec::new()
         };
@@ -203,7 +204,7 @@ impl Plan {
     /// Replaces the probes, for a tool that attaches some of a plan's probes
     /// itself and leaves the rest to it (trace). `raw[i]`: whether tracepoint i
     /// may be a raw tracepoint link (its name checked with
-    /// [`crate::tracepoints::raw_attachable`]), its program told which probe
+    /// [`raw_attachable`]), its program told which probe
     /// fired as `how` says.
     pub fn set_probes(&mut self, probes: Vec<Probe>, raw: Vec<bool>, how: RawTracepoints) {
         assert_eq!(probes.len(), raw.len(), "one flag per probe");
@@ -374,14 +375,18 @@ pub(crate) fn perf_uprobes() -> bool {
 /// [`Plan::fd_reserve`] unless a tool sets more: libbpf, tracefs and output files.
 pub const DEFAULT_FD_RESERVE: usize = 16;
 
-/// Per probe, whether it is a tracepoint a raw tracepoint link may serve (not
-/// a syscall event: those have their own raw links).
-fn raw_attachable(probes: &[Probe]) -> Vec<bool> {
+/// Per probe, whether it is a tracepoint that `candidate` offers (by index)
+/// and whose name a raw tracepoint link may serve
+/// ([`tracepoints::raw_attachable`]).
+pub fn raw_attachable(
+    probes: &[Probe],
+    candidate: impl Fn(usize, &Tracepoint) -> bool,
+) -> Vec<bool> {
     let candidates: Vec<(usize, &Tracepoint)> = probes
         .iter()
         .enumerate()
         .filter_map(|(i, p)| match &p.site {
-            Site::Tracepoint(t) if t.category != "syscalls" => Some((i, t)),
+            Site::Tracepoint(t) if candidate(i, t) => Some((i, t)),
             _ => None,
         })
         .collect();

@@ -306,31 +306,22 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     // Raw links to other tracepoints carry the probe in their cookie (Linux
     // 6.10+); before, a run's only probe needs none (bpf/trace.bpf.c's one_probe).
     // (The cookie probe can take a trial attach: asked only with candidates.)
-    let mut raw_candidates: Vec<(usize, &Tracepoint)> = probes
-        .iter()
-        .enumerate()
-        .filter_map(|(i, p)| match &p.site {
-            Site::Tracepoint(t) if syscall_event(t).is_none() && !reads_record(i) => Some((i, t)),
-            _ => None,
-        })
-        .collect();
-    let cookies = !raw_candidates.is_empty() && common::features::raw_tp_cookie();
-    if !cookies && probes.len() > 1 {
-        raw_candidates.clear();
-    }
+    let candidate = |i: usize, t: &Tracepoint| syscall_event(t).is_none() && !reads_record(i);
+    let any_candidate = probes.iter().enumerate().any(|(i, p)| match &p.site {
+        Site::Tracepoint(t) => candidate(i, t),
+        _ => false,
+    });
+    let cookies = any_candidate && common::features::raw_tp_cookie();
+    let raw = if cookies || probes.len() == 1 {
+        common::plan::raw_attachable(&probes, candidate)
+    } else {
+        vec![false; probes.len()]
+    };
     let raw_how = if cookies {
         RawTracepoints::ByCookie
     } else {
         RawTracepoints::Alike
     };
-    let mut raw = vec![false; probes.len()];
-    let events: Vec<&Tracepoint> = raw_candidates.iter().map(|(_, t)| *t).collect();
-    for ((i, _), ok) in raw_candidates
-        .iter()
-        .zip(common::tracepoints::raw_attachable(&events))
-    {
-        raw[*i] = ok;
-    }
     let mut here = vec![false; probes.len()];
     for (i, p) in probes.iter().enumerate() {
         if let Site::Tracepoint(t) = &p.site {
