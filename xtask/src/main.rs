@@ -78,6 +78,10 @@ fn real_main() -> Result<()> {
         Some("test") => test(&args[1..]),
         Some("guest") => {
             deps::ensure(&[deps::BUILD, deps::GUEST].concat())?;
+            // The guest tests run the release tools: built from the tree as it
+            // is, as `test` does, never left stale.
+            let tools = install::package()?.tools;
+            build_tools(&tools.iter().map(String::as_str).collect::<Vec<_>>())?;
             guest_tests(&args[1..])
         }
         Some("guest-exec") => {
