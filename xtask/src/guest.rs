@@ -375,6 +375,10 @@ pub struct Verdict {
     pub splat: Option<String>,
     /// Console lines after the guest started its script.
     pub lines: Vec<String>,
+    /// Each finished test and how long it took, as seen on the console: libtest
+    /// (one thread) prints a test's line when it ends, so a test took from the
+    /// previous such line (or "running N tests") to its own.
+    pub test_times: Vec<(String, Duration)>,
 }
 
 /// How QEMU's TCG runs the guest's two vCPUs.
@@ -466,6 +470,8 @@ pub fn boot(kernel: &Kernel, script: &Path, timeout: Duration, tcg: Tcg) -> Resu
     let mut exit: Option<i32> = None;
     let mut splat: Option<String> = None;
     let mut timed_out = false;
+    let mut test_times = Vec::new();
+    let mut since: Option<Instant> = None;
     loop {
         let left = timeout.saturating_sub(start.elapsed());
         match rx.recv_timeout(left.max(Duration::from_millis(1))) {
@@ -480,6 +486,16 @@ pub fn boot(kernel: &Kernel, script: &Path, timeout: Duration, tcg: Tcg) -> Resu
                 }
                 if splat.is_none() && SPLATS.iter().any(|s| line.contains(s)) {
                     splat = Some(line.clone());
+                }
+                if began {
+                    let l = line.trim();
+                    if l.starts_with("running ") && (l.ends_with(" test") || l.ends_with(" tests"))
+                    {
+                        since = Some(Instant::now());
+                    } else if let (Some(t0), Some(name)) = (since, finished_test(l)) {
+                        test_times.push((name.to_string(), t0.elapsed()));
+                        since = Some(Instant::now());
+                    }
                 }
                 if began && !line.trim().is_empty() {
                     println!("{prefix} {line}");
@@ -537,7 +553,16 @@ pub fn boot(kernel: &Kernel, script: &Path, timeout: Duration, tcg: Tcg) -> Resu
         summary,
         splat,
         lines,
+        test_times,
     })
+}
+
+/// The name of the test a libtest line reports finished ("test NAME ... ok").
+fn finished_test(line: &str) -> Option<&str> {
+    let (name, result) = line.strip_prefix("test ")?.split_once(" ... ")?;
+    // Colour codes left over from the console, should a run have them.
+    let result = result.trim_matches(|c: char| c.is_control());
+    matches!(result, "ok" | "FAILED").then_some(name)
 }
 
 /// Console bytes as text, without carriage returns and terminal escapes.
@@ -584,6 +609,12 @@ pub fn run_all(script: &Path, timeout: Duration) -> Result<()> {
     eprintln!("xtask: guest results:");
     for v in &verdicts {
         eprintln!("xtask:   {}", v.summary);
+        // Where a guest's time goes, so CI time growth can be traced to a test.
+        let mut times = v.test_times.clone();
+        times.sort_by_key(|t| std::cmp::Reverse(t.1));
+        for (name, took) in times.iter().take(5) {
+            eprintln!("xtask:     {:>6.1}s {name}", took.as_secs_f64());
+        }
     }
     if verdicts.iter().any(|v| !v.passed) {
         bail!("guest kernel tests failed");
@@ -648,6 +679,22 @@ pub fn write_test_script(test_exe: &Path, filter: &[String]) -> Result<PathBuf> 
     let exe = fs::canonicalize(test_exe)?;
     write_script(
         "run-tests.sh",
-        &format!("'{}' --ignored --test-threads=1 {filters}", exe.display()),
+        &format!(
+            "'{}' --ignored --test-threads=1 --color never {filters}",
+            exe.display()
+        ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finished_tests_are_recognised() {
+        assert_eq!(finished_test("test vfs_read ... ok"), Some("vfs_read"));
+        assert_eq!(finished_test("test a ... FAILED\x0f"), Some("a"));
+        assert_eq!(finished_test("test a ... ignored"), None);
+        assert_eq!(finished_test("test result: ok. 1 passed"), None);
+    }
 }
