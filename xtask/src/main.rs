@@ -53,7 +53,7 @@ mod install_test;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
@@ -188,27 +188,44 @@ fn run_tool(args: &[String]) -> Result<()> {
 /// `cargo xtask test`: the README's second command, and what CI runs.
 fn test(args: &[String]) -> Result<()> {
     let guest = !args.iter().any(|a| a == "--no-guest");
+    // Each phase's time, printed as it ends, so CI time can be traced to a phase.
+    let start = Instant::now();
+    let mut phase_start = start;
+    let mut done = |what: &str| {
+        eprintln!(
+            "xtask: {what} took {:.0}s ({:.0}s in all)",
+            phase_start.elapsed().as_secs_f64(),
+            start.elapsed().as_secs_f64()
+        );
+        phase_start = Instant::now();
+    };
     let mut pkgs = [deps::BUILD, deps::TEST, deps::INSTALL_TEST, deps::DEB].concat();
     if guest {
         pkgs.extend(deps::GUEST);
     }
     deps::ensure(&pkgs)?;
+    done("installing packages");
     let mut t = cargo();
     // Builds the test programs (examples) without running them as tests.
     t.args(["test", "--workspace"]);
     status(t)?;
+    done("debug build and host tests");
     // The host tests again, against the release tools users get: linked
     // statically, unlike the debug builds above, so anything that depends on the
     // tool's own libc (ifunc.rs's helper) is tested as shipped.
     let tools = install::package()?.tools;
     build_tools(&tools.iter().map(String::as_str).collect::<Vec<_>>())?;
+    done("release build");
     let mut t = cargo();
     t.args(["test", "--workspace", "--tests", "--quiet"])
         .env("TRACEKIT_TOOL_DIR", workspace_root().join("target/release"));
     status(t)?;
+    done("host tests of the release tools");
     install_test::run()?;
+    done("install test");
     if guest {
         guest_tests(&[])?;
+        done("guest tests");
     }
     Ok(())
 }
