@@ -51,6 +51,7 @@ mod guest;
 mod install;
 mod install_test;
 
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -268,26 +269,74 @@ pub fn build_release(targets: &[&str]) -> Result<()> {
 /// host; and the tools run in any container or distribution, whatever C library
 /// it has, or none.
 ///
-/// `crt-static` goes to each tool's final crate only (`cargo rustc`): given to the
-/// whole build it would also make the test programs static, and tests trace their
-/// calls into the system's libc.so; and cargo refuses it for proc-macro crates.
-/// std decides how it links libc at the final link, so the dependencies are the
-/// same compiled crates as in a dynamic build. What a static tool cannot do
-/// itself, ask a dynamic linker which implementation an IFUNC (libc's strlen)
-/// picks, it asks of a small dynamic helper it embeds (common/src/ifunc.rs).
+/// `crt-static` goes to the target's crates only (`--target` with target
+/// rustflags): cargo then builds build scripts and proc macros for the host
+/// without it (it refuses crt-static for proc macros), and it does not touch
+/// the test programs, which `cargo test` builds dynamically into target/debug:
+/// tests trace their calls into the system's libc.so. One cargo build for all
+/// the tools links them in parallel: from a clean target, 285 s on this 2-core
+/// machine, against 477 s for one `cargo rustc` per tool (the seven fat-LTO
+/// links one after the other), of a 1,355 s `cargo xtask test`. The binaries are copied to
+/// target/release, where everything else looks for them. What a static tool
+/// cannot do itself, ask a dynamic linker which implementation an IFUNC
+/// (libc's strlen) picks, it asks of a small dynamic helper it embeds
+/// (common/src/ifunc.rs).
 pub fn build_tools(tools: &[&str]) -> Result<()> {
+    if tools.is_empty() {
+        return Ok(());
+    }
+    let triple = host_triple()?;
+    let mut c = cargo();
+    c.args([
+        "build",
+        "--release",
+        "--quiet",
+        "--package",
+        install::PACKAGE,
+    ])
+    .args(["--target", &triple, "--config"])
+    // Target rustflags replace .cargo/config.toml's [build] rustflags, so
+    // those (frame pointers) are repeated here.
+    .arg(format!(
+        "target.{triple}.rustflags=[\"-C\", \"force-frame-pointers=yes\", \
+             \"-C\", \"target-feature=+crt-static\"]"
+    ));
     for tool in tools {
-        let mut c = cargo();
-        c.args([
-            "rustc",
-            "--release",
-            "--quiet",
-            "--package",
-            install::PACKAGE,
-        ])
-        .args(["--bin", tool])
-        .args(["--", "-C", "target-feature=+crt-static"]);
-        status(c)?;
+        c.args(["--bin", tool]);
+    }
+    status(c)?;
+    let built = workspace_root()
+        .join("target")
+        .join(&triple)
+        .join("release");
+    let dest = workspace_root().join("target/release");
+    fs::create_dir_all(&dest)?;
+    for tool in tools {
+        // A copy renamed into place: a tool running from target/release keeps
+        // its file, where writing over it would fail ("text file busy").
+        let tmp = dest.join(format!(".{tool}.new"));
+        fs::copy(built.join(tool), &tmp).with_context(|| {
+            format!(
+                "copying {} to {}",
+                built.join(tool).display(),
+                tmp.display()
+            )
+        })?;
+        fs::rename(&tmp, dest.join(tool))?;
     }
     Ok(())
+}
+
+/// The host's target triple (rustc -vV), which the tools are built for.
+fn host_triple() -> Result<String> {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let out = Command::new(&rustc)
+        .arg("-vV")
+        .output()
+        .with_context(|| format!("running {rustc:?} -vV"))?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .map(str::to_string)
+        .context("rustc -vV printed no host triple")
 }
