@@ -14,7 +14,7 @@ fn main() {
     let compiler = cc::Build::new().opt_level(2).get_compiler();
     let mut cmd = Command::new(compiler.path());
     cmd.args(compiler.args().iter().filter(|a| *a != "-static"))
-        .envs(compiler.env().iter().map(|(k, v)| (k, v)));
+        .envs(compiler.get_envs());
     cmd.args(["-s", "-o"]).arg(&out).arg(src).arg("-ldl");
     let status = cmd
         .status()
