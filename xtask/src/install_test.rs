@@ -189,9 +189,14 @@ fn check_static(bin: &Path, tool: &str, pkg: &Package) -> Result<()> {
 fn check_counts(funccount: &Path) -> Result<()> {
     use crate::bench_common::{lines_of, wait_for, Workload};
     let root = crate::workspace_root();
-    crate::build_release(&["--example", "workload"])?;
+    // The debug build `cargo test` made (and the host tests count with): a
+    // release one would compile all the package's dependencies once more for
+    // target/release, which the tools' `--target` build does not share (90 s).
+    let mut c = crate::cargo();
+    c.args(["build", "--quiet", "--example", "workload"]);
+    crate::status(c)?;
     let w = Workload::start(
-        &root.join("target/release/examples/workload"),
+        &root.join("target/debug/examples/workload"),
         &["libc".into(), "345".into()],
     )?;
     let mut tool = Command::new(funccount)

@@ -161,11 +161,11 @@ fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-fn cargo() -> Command {
+pub fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
 
-fn status(mut cmd: Command) -> Result<()> {
+pub fn status(mut cmd: Command) -> Result<()> {
     let st = cmd.status().with_context(|| format!("running {cmd:?}"))?;
     if !st.success() {
         bail!("{cmd:?} failed ({st})");
