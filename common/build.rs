@@ -9,8 +9,10 @@ fn main() {
     println!("cargo:rerun-if-changed={src}");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR")).join("ifunc-helper");
     // The target's C compiler (CC, CC_<target>, or cc), found as the cc crate finds it.
-    // Not -static, which cc adds when the tools are built with crt-static
-    // (`cargo xtask` builds them so): the helper must be dynamic.
+    // Dynamic, whatever the tools are: its whole point is a dynamic linker. So
+    // not the -static cc adds when the tools are built with crt-static (`cargo
+    // xtask` builds them so). -ldl for glibc before 2.34, where dlopen lived in
+    // libdl.
     let compiler = cc::Build::new().opt_level(2).get_compiler();
     let mut cmd = Command::new(compiler.path());
     cmd.args(compiler.args().iter().filter(|a| *a != "-static"))

@@ -274,12 +274,12 @@ pub fn build_release(targets: &[&str]) -> Result<()> {
 /// without it (it refuses crt-static for proc macros), and it does not touch
 /// the test programs, which `cargo test` builds dynamically into target/debug:
 /// tests trace their calls into the system's libc.so. One cargo build for all
-/// the tools links them in parallel: from a clean target, 285 s on this 2-core
+/// the tools links them in parallel: from a clean target, 285 s on a 2-core
 /// machine, against 477 s for one `cargo rustc` per tool (the seven fat-LTO
-/// links one after the other), of a 1,355 s `cargo xtask test`. The binaries are copied to
-/// target/release, where everything else looks for them. What a static tool
-/// cannot do itself, ask a dynamic linker which implementation an IFUNC
-/// (libc's strlen) picks, it asks of a small dynamic helper it embeds
+/// links one after the other) of a 1,355 s `cargo xtask test`. The binaries
+/// are copied to target/release, where everything else looks for them. What a
+/// static tool cannot do itself, ask a dynamic linker which implementation an
+/// IFUNC (libc's strlen) picks, it asks of a small dynamic helper it embeds
 /// (common/src/ifunc.rs).
 pub fn build_tools(tools: &[&str]) -> Result<()> {
     if tools.is_empty() {
