@@ -1,5 +1,6 @@
 //! Stacks stored by bpf/stacks.h (a hash map from the 64-bit hash of a stack to
-//! `struct stack { u32 depth; u32 pad; u64 ip[127]; }`), resolved in batches (each
+//! `struct stack { u32 depth; u32 first; u64 ip[127]; }`, the stack being
+//! `depth` addresses from `ip[first]`), resolved in batches (each
 //! distinct address once per summary), and rendered as folded lines or a flame
 //! graph SVG.
 
@@ -19,8 +20,9 @@ use crate::symbolize::{Frame, Symbols};
 pub fn read(map: &dyn MapCore, hash: u64) -> Option<Vec<u64>> {
     let raw = map.lookup(&hash.to_ne_bytes(), MapFlags::ANY).ok()??;
     let depth = u32::from_ne_bytes(raw.get(..4)?.try_into().ok()?) as usize;
+    let first = u32::from_ne_bytes(raw.get(4..8)?.try_into().ok()?) as usize;
     Some(
-        raw.get(8..)?
+        raw.get(8 + 8 * first..)?
             .chunks_exact(8)
             .take(depth)
             .map(|c| u64::from_ne_bytes(c.try_into().expect("8 bytes")))
