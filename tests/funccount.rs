@@ -686,6 +686,21 @@ fn c_binary_without_debug_info() {
 }
 
 #[test]
+fn cold_parts_are_counted() {
+    // Only return hooks are refused on a cold part (tests/funclatency.rs): an
+    // entry counts the jumps into it, and the workload checks its results.
+    let dir = Scratch::new();
+    let bin = build_userfuncs(&dir, "cold", &[]);
+    let w = Workload::start(&bin, &["cold", "60"]);
+    let spec = format!("{}:uf_split*", bin.display());
+    let out = trace_workload(&funccount(), w, &[&spec], T);
+    assert_eq!(
+        last_table(&out.stdout),
+        rows(&[("uf_split.cold", 60), ("uf_split", 120)])
+    );
+}
+
+#[test]
 fn stripped_binary_exports_only() {
     let dir = Scratch::new();
     // Stripped, its functions are gone, and the message says why.

@@ -251,6 +251,48 @@ fn a_tail_call_and_its_caller_are_both_timed() {
 }
 
 #[test]
+fn cold_parts_are_not_timed() {
+    // uf_split.cold is entered by a jump and uses the word at its stack
+    // pointer: a return hook there made every call through it compute a wrong
+    // result (the workload fails). It is skipped with the reason, in every mode.
+    for (mode, out) in time_userfuncs("cold", 50, "uf_split.*") {
+        assert_eq!(
+            timed_per_function(&out.stdout),
+            [("uf_split".to_string(), 100)],
+            "{mode}: {}",
+            out.stdout
+        );
+        assert!(
+            out.stderr.contains(
+                "uf_split.cold (it is a cold part of uf_split, entered by a jump, not a call, \
+                 so a return hook there would overwrite a value in uf_split's frame; time \
+                 uf_split itself)"
+            ),
+            "{mode}: {}",
+            out.stderr
+        );
+    }
+    // Named alone, it is an error that says why.
+    let dir = Scratch::new();
+    let bin = build_userfuncs(&dir, "uf", &[]);
+    let out = run(
+        &funclatency(),
+        &[&format!("{}:uf_split.cold", bin.display())],
+        T,
+    );
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert_eq!(
+        out.stderr.lines().collect::<Vec<_>>(),
+        [format!(
+            "funclatency: error: uf_split.cold in {} cannot be traced: it is a cold part of \
+             uf_split, entered by a jump, not a call, so a return hook there would overwrite a \
+             value in uf_split's frame; time uf_split itself",
+            bin.display()
+        )]
+    );
+}
+
+#[test]
 fn vfsreadlat_without_kernel_functions_says_what_it_needs() {
     // The host cannot trace kernel functions; vfsreadlat takes no patterns, so
     // the common message's list of what still works is not for it.

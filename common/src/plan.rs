@@ -137,6 +137,7 @@ impl Plan {
                 expand(
                     spec,
                     opts.pid,
+                    opts.hooks == Hooks::EntryAndReturn,
                     &mut kfuncs,
                     by_name,
                     &wanted,
@@ -532,9 +533,12 @@ fn kernel_by_name(
     Ok(true)
 }
 
+/// Expands one spec into its probes. `returns`: the plan hooks returns too.
+#[allow(clippy::too_many_arguments)]
 fn expand(
     spec: &ProbeSpec,
     pid: Option<u32>,
+    returns: bool,
     kfuncs: &mut Option<KernelFuncs>,
     by_name: bool,
     wanted: &crate::kcache::Want,
@@ -586,7 +590,10 @@ fn expand(
             let in_spec = || format!("probe \"{}\"", escape_str(&spec.raw));
             let binary = binaries.resolve(target, pid).with_context(in_spec)?;
             let bin = binaries.read(&binary).with_context(in_spec)?;
-            let found = ufuncs::functions(&bin, m);
+            let mut found = ufuncs::functions(&bin, m);
+            if returns {
+                ufuncs::skip_cold_parts(&mut found);
+            }
             if found.funcs.is_empty() {
                 bail!(no_user_function(spec, &bin, &found.skipped));
             }

@@ -291,6 +291,35 @@ pub fn functions(bin: &Binary, m: &Matcher) -> Found {
     found
 }
 
+/// Whether `name` is the cold part of a function that a compiler split off
+/// (GCC's `f.cold`, `f.part.0.cold`; LLVM's `f.cold.1`).
+pub fn is_cold_part(name: &str) -> bool {
+    name.split('.').skip(1).any(|p| p == "cold")
+}
+
+/// Moves cold parts from `found.funcs` to `found.skipped`, for a plan that hooks
+/// returns: a cold part is entered by a jump from its function, so the word at
+/// the stack pointer there is not a return address but whatever the function
+/// keeps at the top of its frame, which a return hook would overwrite (the
+/// traced program goes on with a wrong value). Its entries are counted safely.
+pub fn skip_cold_parts(found: &mut Found) {
+    let (cold, funcs): (Vec<UserFunc>, Vec<UserFunc>) = std::mem::take(&mut found.funcs)
+        .into_iter()
+        .partition(|f| is_cold_part(&f.name));
+    found.funcs = funcs;
+    for f in cold {
+        let whole = f.name.split(".cold").next().unwrap_or(&f.name).to_string();
+        found.skipped.push((
+            f.name,
+            format!(
+                "it is a cold part of {whole}, entered by a jump, not a call, so a return \
+                 hook there would overwrite a value in {whole}'s frame; time {whole} itself"
+            ),
+        ));
+    }
+    found.skipped.sort();
+}
+
 /// The file offsets the IFUNCs `funcs` lead to on this machine, in order; all
 /// looked up together (one helper run, see [`ifunc`]).
 fn ifunc_targets<'a>(

@@ -18,6 +18,10 @@
  *             caller's setjmp; then uf_target N times.
  *   tail N    N calls of uf_tail, which tail-calls uf_target (a jmp: both are
  *             entered at the same stack pointer, and return once each).
+ *   cold N    uf_split(i) and uf_split(-i - 1) for i < N, each result checked.
+ *             A negative x goes through uf_split.cold, a cold part as GCC
+ *             splits them off (entered by a jmp, not a call), which uses the
+ *             word at its stack pointer: a return hook there overwrites it.
  *   cpu       prints "avx2 avx512" flags of this CPU and exits.
  */
 #define _GNU_SOURCE
@@ -50,6 +54,14 @@ void uf_evex(unsigned char *out, int c);
 long uf_tail(long x);
 __asm__(".text\n.globl uf_tail\n.type uf_tail,@function\nuf_tail:\n jmp uf_target\n"
         ".size uf_tail, .-uf_tail\n");
+
+/* uf_split(x): x + 1 for x >= 0, -x + 1 otherwise, through uf_split.cold. */
+long uf_split(long x);
+__asm__(".text\n.globl uf_split\n.type uf_split,@function\nuf_split:\n push %rdi\n"
+        " test %rdi,%rdi\n js uf_split.cold\n.Luf_split_back:\n pop %rax\n add $1,%rax\n ret\n"
+        ".size uf_split, .-uf_split\n"
+        ".type uf_split.cold,@function\nuf_split.cold:\n negq (%rsp)\n jmp .Luf_split_back\n"
+        ".size uf_split.cold, .-uf_split.cold\n");
 
 __asm__(".text\n" FUNC(uf_sse, " movd %esi,%xmm3\n movd %xmm3,(%rdi)\n")
             FUNC(uf_vex, " vmovd %esi,%xmm0\n vpbroadcastb %xmm0,%ymm2\n"
@@ -124,6 +136,11 @@ int main(int argc, char **argv) {
         long s = 0;
         for (long i = 0; i < n; i++) s += uf_tail(i);
         if (s == -1) bad = 1;
+    } else if (strcmp(mode, "cold") == 0) {
+        for (long i = 0; i < n; i++) {
+            bad |= uf_split(i) != i + 1;
+            bad |= uf_split(-i - 1) != i + 2;
+        }
     } else if (strcmp(mode, "jump") == 0) {
         for (volatile long i = 0; i < n; i++)
             if (!setjmp(jump_back)) uf_jumper(i);
@@ -157,7 +174,7 @@ int main(int argc, char **argv) {
     } else if (strcmp(mode, "victim") == 0) {
         bad = victim(n);
     } else {
-        fprintf(stderr, "usage: userfuncs plain|entries|victim N | cpu\n");
+        fprintf(stderr, "usage: userfuncs plain|entries|victim|tail|jump|cold N | cpu\n");
         _exit(2);
     }
     if (bad) fprintf(stderr, "wrong results\n");
