@@ -173,6 +173,18 @@ fn ends_with_its_process_and_on_signals() {
         t.signal(sig);
         assert_eq!(t.finish(T).code(), 0);
     }
+    // A second signal soon after the first (an impatient Ctrl-C) waits for the
+    // detach: it cut it short with status 130 (urandomread's tools-own links
+    // had no phase for the signal handler).
+    for _ in 0..3 {
+        let mut t = spawn(&urandomread(), &[]);
+        t.wait_line(header_or_tracing, Duration::from_secs(60));
+        t.signal(libc::SIGINT);
+        std::thread::sleep(Duration::from_millis(5));
+        t.signal(libc::SIGINT);
+        let out = t.finish(T);
+        assert_eq!(out.code(), 0, "{}", out.stderr);
+    }
     let mut c = std::process::Command::new("true").spawn().unwrap();
     let gone = c.id();
     c.wait().unwrap();

@@ -34,6 +34,10 @@ pub enum Phase {
     Tracing = 2,
     /// Probes are being detached: further signals are ignored.
     Detaching = 3,
+    /// Everything attached has been detached and the run is ending: further
+    /// signals are ignored too (a second Ctrl-C there would turn a clean stop
+    /// into status 130 as the last output is written).
+    Done = 4,
 }
 
 /// Process-wide stop request, set from the signal handler or a watcher thread and
@@ -93,6 +97,7 @@ impl Stop {
             Phase::Tracing | Phase::Detaching => {
                 "detaching is in progress; it is not interrupted, so no probe is left behind"
             }
+            Phase::Done => return,
         };
         if !self.told.swap(true, Ordering::Relaxed) {
             crate::cli::warn(note);
@@ -109,6 +114,7 @@ impl Stop {
             1 => Phase::Attaching,
             2 => Phase::Tracing,
             3 => Phase::Detaching,
+            4 => Phase::Done,
             _ => Phase::Idle,
         }
     }

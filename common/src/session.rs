@@ -21,7 +21,7 @@ use crate::cli::{self, CommonArgs};
 use crate::events::Events;
 use crate::output;
 use crate::plan::{self, Hooks, Plan, RawTracepoints};
-use crate::run::{self, Schedule, Stop, StopReason};
+use crate::run::{self, Phase, Schedule, Stop, StopReason};
 use crate::serve::{Reply, Request, Served, Server};
 use crate::spec::ProbeSpec;
 use crate::system;
@@ -168,7 +168,11 @@ impl Session {
         };
         let t = Instant::now();
         drop(self.attached.take());
-        self.links.clear();
+        if !self.links.is_empty() {
+            self.stop.set_phase(Phase::Detaching);
+            self.links.clear();
+            self.stop.set_phase(Phase::Done);
+        }
         let marks = self.marks.get_mut();
         marks.detached(t.elapsed());
         if self.debug || timing::requested() {
@@ -245,6 +249,8 @@ impl Session {
             .get_mut()
             .attached_within(timing::total("attach"));
         self.links.extend(links);
+        // A second signal now waits for the detach (see run::Phase).
+        self.stop.set_phase(Phase::Tracing);
         if let Some(pid) = self.pid {
             self.stop.watch_pid(pid)?;
         }

@@ -152,7 +152,7 @@ impl Drop for Attached {
         }
         self.detach();
         if let Some(s) = stop {
-            s.set_phase(Phase::Idle);
+            s.set_phase(Phase::Done);
         }
     }
 }
