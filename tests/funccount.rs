@@ -492,6 +492,40 @@ fn pid_that_does_not_exist() {
 }
 
 #[test]
+fn pid_that_exits_during_the_attach() {
+    // A process that lives 20 ms, past funccount's start-up but not its attach
+    // of all of libc: the probes after its exit fail (ESRCH), and the error says
+    // it exited (it named the first function skipped for another reason).
+    let mut exited_during = 0;
+    for _ in 0..5 {
+        let mut c = Command::new("sleep").arg("0.02").spawn().unwrap();
+        let pid = c.id().to_string();
+        let reaper = std::thread::spawn(move || c.wait());
+        let out = run(&funccount(), &["-p", &pid, "c:*"], T);
+        reaper.join().unwrap().unwrap();
+        if out.code() == 0 {
+            continue; // it exited after the attach: an empty summary
+        }
+        assert_eq!(out.code(), 1, "{}", out.stderr);
+        let during = format!(
+            "funccount: error: no process with PID {pid}: it exited while the probes were being \
+             attached\n"
+        );
+        let before = format!("funccount: error: no process with PID {pid}\n");
+        assert!(
+            out.stderr == during || out.stderr == before,
+            "{}",
+            out.stderr
+        );
+        exited_during += (out.stderr == during) as u32;
+    }
+    assert!(
+        exited_during > 0,
+        "the process never exited during the attach"
+    );
+}
+
+#[test]
 fn not_root() {
     let out = Command::new("setpriv")
         .args([

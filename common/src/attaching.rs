@@ -190,6 +190,11 @@ impl Plan {
             attach::usdts(prog(ProgKind::Usdt)?, pid, &usdts, stop, &mut out);
         }
 
+        // A -p process that exited during the attach fails the probes after it
+        // (ESRCH): say that, not the first reason in the list of skips.
+        if let Some(pid) = pid.filter(|&p| crate::system::exited(p)) {
+            bail!("no process with PID {pid}: it exited while the probes were being attached");
+        }
         if out.probes_attached() == 0 && !stop.is_set() {
             match out.skipped.first() {
                 Some(s) => bail!("nothing could be attached: {}: {}", s.label, s.reason),

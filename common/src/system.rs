@@ -55,6 +55,19 @@ pub fn check_pid(pid: u32) -> Result<()> {
     thread_group(pid).map(|_| ())
 }
 
+/// Whether process `pid` has exited: it is gone, or a zombie not yet reaped
+/// (which uprobes refuse with ESRCH).
+pub fn exited(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_none_or(|state| state == "Z" || state == "X"),
+        Err(_) => true,
+    }
+}
+
 /// The process (thread group id) that `pid` belongs to: `pid` itself for a
 /// process, its leader for a thread id. Fails when there is no such task.
 pub fn thread_group(pid: u32) -> Result<u32> {
