@@ -1074,8 +1074,19 @@ fn unwritable_stderr_is_not_a_crash() {
 
 #[test]
 fn full_stdout_says_what_failed() {
+    // --help and --version too (clap said nothing and exited 0).
+    for args in [
+        &["--help"][..],
+        &["-V"],
+        &["-d", "0.2", "t:sched:sched_switch"],
+    ] {
+        full_stdout(args);
+    }
+}
+
+fn full_stdout(args: &[&str]) {
     let out = Command::new(funccount())
-        .args(["-d", "0.2", "t:sched:sched_switch"])
+        .args(args)
         .stdout(
             std::fs::OpenOptions::new()
                 .write(true)

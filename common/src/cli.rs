@@ -48,6 +48,19 @@ pub fn parse<A: clap::Parser>() -> A {
             let failed = out.write_all(&script).and_then(|()| out.flush()).is_err();
             std::process::exit(i32::from(failed))
         }
+        // --help and --version go to stdout: a full disk or a closed file is
+        // reported as other output is (clap's exit ignores it and says 0).
+        Err(e) if !e.use_stderr() => {
+            let written = e.print().and_then(|()| std::io::stdout().flush());
+            match written {
+                Err(w) if w.kind() != std::io::ErrorKind::BrokenPipe => {
+                    let tool = TOOL.get().copied().unwrap_or("tracekit");
+                    stderr(&format!("{tool}: error: writing the output: {w}\n"));
+                    std::process::exit(1)
+                }
+                _ => std::process::exit(0),
+            }
+        }
         Err(e) => e.exit(),
     }
 }
@@ -159,7 +172,8 @@ pub struct CommonArgs {
     #[arg(long, value_name = "PATH", visible_alias = "cgroup-path")]
     pub cgroup: Option<std::path::PathBuf>,
 
-    /// Print one JSON object per summary instead of text
+    /// Print JSON instead of text: one object per line, per summary (per event
+    /// in tools that print events)
     #[arg(long)]
     pub json: bool,
 

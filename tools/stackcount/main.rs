@@ -39,7 +39,7 @@ Examples:
   stackcount 'tcp_send*'         # stacks for functions matching tcp_send*
   stackcount -r '^tcp_send.*'    # the same, as a regular expression
   stackcount -Ti 5 ip_output     # a summary every 5 seconds, with timestamps
-  stackcount -p 185 ip_output    # only process 185 (implies -P)
+  stackcount -p 185 ip_output    # only process 185
   stackcount -U t:sched:sched_switch  # user stacks at a tracepoint
   stackcount -K t:sched:sched_switch  # kernel stacks at a tracepoint
   stackcount -P c:malloc         # malloc() stacks per process
@@ -49,7 +49,13 @@ Examples:
 /// Count events by kernel and user stack (kernel functions, user functions,
 /// tracepoints, USDT probes); stacks are aggregated in the kernel.
 #[derive(Parser, Debug)]
-#[command(name = "stackcount", version, after_help = EXAMPLES)]
+#[command(
+    name = "stackcount",
+    version,
+    after_help = EXAMPLES,
+    // One pattern, as BCC's: a second is refused with a hint (one_pattern), not by clap.
+    override_usage = "stackcount [OPTIONS] <PATTERN>"
+)]
 struct Args {
     #[command(flatten)]
     common: CommonArgs,
@@ -65,7 +71,8 @@ struct Args {
     #[arg(short = 's', long)]
     offset: bool,
 
-    /// Count stacks per process and print "comm [pid]" (implied by -p)
+    /// Count stacks per process and print "comm [pid]" with each (-p counts per
+    /// process too, without that line, as BCC)
     #[arg(short = 'P', long)]
     perpid: bool,
 
