@@ -720,6 +720,31 @@ fn c_binary_without_debug_info() {
 }
 
 #[test]
+fn ifuncs_sharing_their_code_are_said_to() {
+    // On x86-64 glibc picks one implementation for memmove and memcpy: a probe
+    // on it sees the calls of both, and funccount says so. Where the program
+    // finds them apart, each counts its own calls and nothing is said.
+    let dir = Scratch::new();
+    let bin = build_userfuncs(&dir, "copies", &[]);
+    let how = Command::new(&bin).arg("ifuncs").output().unwrap();
+    let shared = String::from_utf8_lossy(&how.stdout).trim() == "shared";
+    let w = Workload::start(&bin, &["copies", "40"]);
+    let out = trace_workload(&funccount(), w, &["c:memmove"], T);
+    let note = "funccount: memmove runs the same code as memcpy on this CPU";
+    if shared {
+        assert_eq!(last_table(&out.stdout), rows(&[("memmove", 120)]));
+        assert!(
+            out.stderr.contains(note) && out.stderr.contains("also counts the calls of memcpy"),
+            "{}",
+            out.stderr
+        );
+    } else {
+        assert_eq!(last_table(&out.stdout), rows(&[("memmove", 40)]));
+        assert!(!out.stderr.contains(note), "{}", out.stderr);
+    }
+}
+
+#[test]
 fn cold_parts_are_counted() {
     // Only return hooks are refused on a cold part (tests/funclatency.rs): an
     // entry counts the jumps into it, and the workload checks its results.

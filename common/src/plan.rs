@@ -594,6 +594,9 @@ fn expand(
             if returns {
                 ufuncs::skip_cold_parts(&mut found);
             }
+            for note in &found.notes {
+                crate::cli::warn(note);
+            }
             if found.funcs.is_empty() {
                 bail!(no_user_function(spec, &bin, &found.skipped));
             }

@@ -202,6 +202,9 @@ pub struct Found {
     pub funcs: Vec<UserFunc>,
     /// Matching functions that cannot be probed: (name, reason).
     pub skipped: Vec<(String, String)>,
+    /// What the user should know of the probes found: IFUNCs that run the same
+    /// implementation as other IFUNCs on this CPU (one probe sees the calls of all).
+    pub notes: Vec<String>,
 }
 
 /// Functions of `bin` with a name matching `m`, one per entry address (aliases
@@ -220,9 +223,21 @@ pub fn functions(bin: &Binary, m: &Matcher) -> Found {
     // Per entry: its names and size.
     let mut at: BTreeMap<u64, (Vec<&Name>, u64)> = BTreeMap::new();
     let mut found = Found::default();
-    let mut ifuncs = ifunc_targets(bin, candidates.iter().filter(|f| f.ifunc)).into_iter();
+    // Every exported IFUNC is looked up when one matches (one helper run): which
+    // others share its implementation is known only then.
+    let all_ifuncs: Vec<&Func> = if candidates.iter().any(|f| f.ifunc) {
+        bin.functions().iter().filter(|f| f.ifunc).collect()
+    } else {
+        Vec::new()
+    };
+    let targets: HashMap<*const Func, Result<u64, String>> = all_ifuncs
+        .iter()
+        .map(|f| *f as *const Func)
+        .zip(ifunc_targets(bin, all_ifuncs.iter()))
+        .collect();
+    let mut via_ifunc: BTreeMap<u64, Vec<&str>> = BTreeMap::new();
     for f in candidates {
-        let ifunc = f.ifunc.then(|| ifuncs.next().expect("an answer per IFUNC"));
+        let ifunc = f.ifunc.then(|| targets[&(f as *const Func)].clone());
         let matched: Vec<&Name> = f.names.iter().filter(|n| m.is_match(&n.name)).collect();
         let Some(label) = elf::preferred(matched.iter().copied()) else {
             continue;
@@ -239,10 +254,45 @@ pub fn functions(bin: &Binary, m: &Matcher) -> Found {
                 e.0.extend(matched);
                 if !f.ifunc {
                     e.1 = e.1.max(f.size);
+                } else {
+                    via_ifunc.entry(off).or_default().push(f.label());
                 }
             }
             Err(why) => found.skipped.push((label.name.clone(), why)),
         }
+    }
+    // IFUNCs whose implementation on this CPU is one probe's: memmove and memcpy
+    // both run __memmove_avx512_unaligned_erms, say.
+    for (off, mine) in &via_ifunc {
+        let mut all: Vec<&str> = all_ifuncs
+            .iter()
+            .filter(|f| matches!(targets[&(**f as *const Func)], Ok(o) if o == *off))
+            .map(|f| f.label())
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        if all.len() < 2 {
+            continue;
+        }
+        let code = bin
+            .function_at_offset(*off)
+            .map_or_else(|| format!("offset {off:#x}"), |f| f.label().to_string());
+        let others: Vec<&str> = all.iter().copied().filter(|n| !mine.contains(n)).collect();
+        found.notes.push(if others.is_empty() {
+            format!(
+                "{} run the same code on this CPU ({code}): one probe counts their calls \
+                 together",
+                all.join(" and ")
+            )
+        } else {
+            format!(
+                "{} runs the same code as {} on this CPU ({code}): its probe also counts the \
+                 calls of {}",
+                mine.join(" and "),
+                others.join(" and "),
+                others.join(" and ")
+            )
+        });
     }
     let mut chosen: Vec<(&Name, u64, u64)> = Vec::new();
     // TRACEKIT_NO_INSN_CHECK=1 leaves the refusal to the kernel (to test how a

@@ -23,6 +23,9 @@
  *             splits them off (entered by a jmp, not a call), which uses the
  *             word at its stack pointer: a return hook there overwrites it.
  *   cpu       prints "avx2 avx512" flags of this CPU and exits.
+ *   ifuncs    prints "shared" when memmove and memcpy resolve to one
+ *             implementation in this process, else "apart", and exits.
+ *   copies N  N calls of memmove and 2N of memcpy, each result checked.
  */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -118,6 +121,13 @@ int main(int argc, char **argv) {
     long n = argc > 2 ? atol(argv[2]) : 0;
     int avx2 = __builtin_cpu_supports("avx2");
     int avx512 = __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw");
+    /* Through volatile pointers: the compiler may not inline the copies. */
+    void *(*volatile move)(void *, const void *, size_t) = memmove;
+    void *(*volatile copy)(void *, const void *, size_t) = memcpy;
+    if (strcmp(mode, "ifuncs") == 0) {
+        printf("%s\n", (void *)move == (void *)copy ? "shared" : "apart");
+        return 0;
+    }
     if (strcmp(mode, "cpu") == 0) {
         printf("%s%s\n", avx2 ? "avx2 " : "", avx512 ? "avx512" : "");
         return 0;
@@ -140,6 +150,16 @@ int main(int argc, char **argv) {
         for (long i = 0; i < n; i++) {
             bad |= uf_split(i) != i + 1;
             bad |= uf_split(-i - 1) != i + 2;
+        }
+    } else if (strcmp(mode, "copies") == 0) {
+        char a[64] = "0123456789abcdef", b[64];
+        for (long i = 0; i < n; i++) {
+            move(b, a, 16 + i % 16);
+            bad |= memcmp(a, b, 16) != 0;
+            for (int k = 0; k < 2; k++) {
+                copy(b, a, 16 + k);
+                bad |= memcmp(a, b, 16) != 0;
+            }
         }
     } else if (strcmp(mode, "jump") == 0) {
         for (volatile long i = 0; i < n; i++)
