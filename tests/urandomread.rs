@@ -164,6 +164,31 @@ fn lost_records_are_counted_exactly() {
 }
 
 #[test]
+fn too_few_file_descriptors_say_so() {
+    // With 8 descriptors the object cannot even be opened: the error names the
+    // limit (it blamed the kernel: "none of the events can be traced").
+    let tool = urandomread();
+    let out = std::process::Command::new("sh")
+        .args(["-c", "ulimit -n 8 && exec \"$0\" --duration 0.2"])
+        .arg(&tool)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    // Where it runs out depends on the build (what it opens first).
+    let last = stderr.lines().last().unwrap_or("");
+    assert!(
+        last.starts_with("urandomread: error: ")
+            && last.ends_with(
+                ": Too many open files (os error 24): the open-file limit is 8: raise it with \
+                 `ulimit -n 1024` (or `prlimit --nofile=1024`)"
+            )
+            && !last.contains("no tracepoint"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn ends_with_its_process_and_on_signals() {
     let out = run(&urandomread(), &["--duration", "0.3"], T);
     assert_eq!(out.code(), 0, "{}", out.stderr);

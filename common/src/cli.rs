@@ -24,7 +24,11 @@ pub fn main(tool: &'static str, body: impl FnOnce() -> Result<()>) -> ! {
         Ok(()) => 0,
         Err(e) if crate::output::is_closed_stdout(&e) => 0,
         Err(e) => {
-            stderr(&format!("{tool}: error: {}\n", one_line(&format!("{e:#}"))));
+            let mut msg = format!("{e:#}");
+            if system::out_of_fds(&e) {
+                msg = format!("{msg}: {}", system::fd_limit_hint());
+            }
+            stderr(&format!("{tool}: error: {}\n", one_line(&msg)));
             1
         }
     };

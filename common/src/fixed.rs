@@ -231,6 +231,8 @@ pub fn choose<S>(
         if all.chosen.iter().all(Option::is_some) {
             match trial(&sel) {
                 Ok(s) => return Ok((s, all)),
+                // Out of descriptors is not the kernel refusing a variant.
+                Err(e) if crate::system::out_of_fds(&e) => return Err(e),
                 // Where only the last group failed, its trial below is this one.
                 Err(e) => refused = Some((sel, one_reason(&e))),
             }
@@ -262,6 +264,7 @@ pub fn choose<S>(
                     choice.chosen[g] = Some(v);
                     break;
                 }
+                Err(e) if crate::system::out_of_fds(&e) => return Err(e),
                 Err(e) => choice.failed[g].push((var.name, one_reason(&e))),
             }
         }
@@ -316,8 +319,13 @@ impl Format {
             .join(category)
             .join(event)
             .join("format");
-        let text = fs::read_to_string(&path)
-            .with_context(|| format!("no tracepoint {category}:{event} ({})", path.display()))?;
+        let text = fs::read_to_string(&path).with_context(|| {
+            if path.exists() {
+                format!("reading {}", path.display())
+            } else {
+                format!("no tracepoint {category}:{event} ({})", path.display())
+            }
+        })?;
         Ok(Format::parse(&text))
     }
 

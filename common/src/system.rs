@@ -203,6 +203,23 @@ pub fn open_fds() -> usize {
     fs::read_dir("/proc/self/fd").map_or(0, |d| d.count().saturating_sub(1))
 }
 
+/// Whether `e` comes from running out of file descriptors (EMFILE), which
+/// libbpf's errors carry only in their text.
+pub fn out_of_fds(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.raw_os_error() == Some(libc::EMFILE))
+            || c.to_string()
+                .contains(&format!("(os error {})", libc::EMFILE))
+    })
+}
+
+/// What to do about [`out_of_fds`]: the limit, and how to raise it.
+pub fn fd_limit_hint() -> String {
+    let limit = raise_fd_soft_limit();
+    format!("the open-file limit is {limit}: raise it with `ulimit -n 1024` (or `prlimit --nofile=1024`)")
+}
+
 /// Fails, before anything is attached, when `probes` more descriptors (plus
 /// `reserve` for what the run opens later, such as symbol files) would not fit
 /// under the open-file limit, saying how many are needed and how to get them.
