@@ -45,6 +45,11 @@ pub fn run(main: fn()) -> ! {
     standard_fds();
     // SAFETY: setting a signal's disposition to SIG_IGN has no memory effects.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    // The stop handler first, before options are parsed: a tool started in the
+    // background by a script inherits SIGINT ignored (BCC #2374), and a SIGINT
+    // sent before the handler replaces that is lost, leaving the run endless.
+    // One that comes early now ends the run at its first check.
+    let _ = crate::run::Stop::install();
     // `main` ends the process itself; exiting here flushes stdout as std does
     // after a panic (whose message the panic hook has printed).
     let code = match std::panic::catch_unwind(main) {
