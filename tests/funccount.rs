@@ -1773,3 +1773,15 @@ fn libbpf_feature_probes_are_asked_on_the_opening_thread() {
     // The 9 probes and the warm-up object's own BTF.
     assert!(opening_thread >= 10, "{}", tr_out.stdout);
 }
+
+#[test]
+fn a_tracepoint_the_kernel_refuses_says_why() {
+    // It said "EINVAL: not traceable (notrace, inlined, or not a function entry)",
+    // the words for a kernel function.
+    fails_with(
+        &["t:ftrace:print"],
+        "nothing could be attached: ftrace:print: the kernel refused it (EINVAL): BPF cannot \
+         attach to ftrace's own events or to events defined in tracefs (kprobe, uprobe, \
+         synthetic)",
+    );
+}

@@ -951,3 +951,37 @@ fn aggregate_flushed_on_sigterm() {
     w.go();
     assert!(w.wait().success());
 }
+
+#[test]
+fn tracepoints_the_kernel_refuses_are_skipped_with_the_reason() {
+    // ftrace:print takes no BPF program (EINVAL), as t:*:* always matches it:
+    // trace ran nothing ("attaching tracepoint ftrace:print: failed to attach").
+    let ftrace_print = "ftrace:print (the kernel refused it (EINVAL): BPF cannot attach to \
+                        ftrace's own events or to events defined in tracefs (kprobe, uprobe, \
+                        synthetic))";
+    let out = run(
+        &trace(),
+        &[
+            "-M",
+            "1",
+            r#"t:ftrace:print "%d", args->ip"#,
+            "t:sched:sched_switch",
+        ],
+        T,
+    );
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "trace: skipped 1 tracepoint that could not be attached: {ftrace_print}\n"
+        )),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(out.stdout.lines().count(), 2, "{}", out.stdout);
+    // Alone, it is an error that says why.
+    fails_with(
+        &trace(),
+        &[r#"t:ftrace:print "%d", args->ip"#],
+        &format!("nothing could be attached: {ftrace_print}"),
+    );
+}

@@ -501,10 +501,14 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
             _ => p.label.clone(),
         })
         .collect();
+    let mut attached = 0;
     if nplan > 0 {
-        session.attach(skel.object())?;
+        attached = session.attach(skel.object())?;
     }
     let mut links = Vec::new();
+    // A tracepoint the kernel refuses (ftrace's own events, a kprobe event
+    // defined in tracefs) is skipped with the reason, as the plan's are.
+    let mut refused = Vec::new();
     for (i, name) in &tp_progs {
         let Site::Tracepoint(t) = &all[*i].site else {
             continue;
@@ -514,17 +518,35 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
             .progs_mut()
             .find(|p| p.name().to_string_lossy() == name.as_str())
             .with_context(|| format!("internal error: no program {name}"))?;
-        let link = prog
-            .attach_tracepoint_with_opts(
-                libbpf_rs::TracepointCategory::Custom(t.category.clone()),
-                &t.event,
-                libbpf_rs::TracepointOpts {
-                    cookie: *i as u64,
-                    ..Default::default()
-                },
-            )
-            .with_context(|| format!("attaching tracepoint {}", t.name()))?;
-        links.push(link);
+        let link = prog.attach_tracepoint_with_opts(
+            libbpf_rs::TracepointCategory::Custom(t.category.clone()),
+            &t.event,
+            libbpf_rs::TracepointOpts {
+                cookie: *i as u64,
+                ..Default::default()
+            },
+        );
+        match link {
+            Ok(link) => links.push(link),
+            Err(e) => {
+                let why = match common::attach::errno_of(&e) {
+                    Some(errno) => common::attach::tracepoint_errno_reason(errno),
+                    None => e.to_string(),
+                };
+                refused.push(format!("{} ({why})", t.name()));
+            }
+        }
+    }
+    if !refused.is_empty() {
+        if attached + links.len() == 0 {
+            bail!("nothing could be attached: {}", refused.join(", "));
+        }
+        warn(&format!(
+            "skipped {} tracepoint{} that could not be attached: {}",
+            refused.len(),
+            if refused.len() == 1 { "" } else { "s" },
+            refused.join(", ")
+        ));
     }
     if !links.is_empty() {
         session.adopt(links)?;

@@ -135,6 +135,10 @@ impl Attached {
         self.skip_why(label, errno_reason(errno));
     }
 
+    fn skip_tracepoint(&mut self, label: &str, errno: i32) {
+        self.skip_why(label, tracepoint_errno_reason(errno));
+    }
+
     pub(crate) fn skip_why(&mut self, label: &str, reason: String) {
         self.skipped.push(Skipped {
             label: label.to_string(),
@@ -242,6 +246,32 @@ pub fn errno_reason(errno: i32) -> String {
         libc::EOPNOTSUPP | 524 => "not supported by this kernel",
         libc::EMFILE | libc::ENFILE => "out of file descriptors",
         libc::EPERM | libc::EACCES => "permission denied",
+        _ => return std::io::Error::from_raw_os_error(errno).to_string(),
+    };
+    why.to_string()
+}
+
+/// The errno an error's text ends with (`... (os error 22)`): libbpf-rs keeps
+/// the io::Error it wraps out of the source chain.
+pub fn errno_of(e: &dyn std::fmt::Display) -> Option<i32> {
+    // The alternate form has the whole chain: "context: ... (os error N)".
+    let text = format!("{e:#}");
+    let (_, n) = text.rsplit_once("(os error ")?;
+    n.strip_suffix(')')?.parse().ok()
+}
+
+/// Describes an errno from attaching a tracepoint (the kernel-function wording of
+/// [`errno_reason`] would mislead).
+pub fn tracepoint_errno_reason(errno: i32) -> String {
+    let why = match errno {
+        libc::EINVAL => {
+            "the kernel refused it (EINVAL): BPF cannot attach to ftrace's own events or \
+             to events defined in tracefs (kprobe, uprobe, synthetic)"
+        }
+        libc::EPERM | libc::EACCES => "the kernel does not let BPF attach to it (EPERM)",
+        libc::ENOENT | libc::ESRCH => "not found in the running kernel (ENOENT)",
+        libc::EOPNOTSUPP | 524 => "not supported by this kernel (ENOTSUPP)",
+        libc::EMFILE | libc::ENFILE => "out of file descriptors",
         _ => return std::io::Error::from_raw_os_error(errno).to_string(),
     };
     why.to_string()

@@ -8,7 +8,9 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use libbpf_rs::{Link, ProgramMut as Program};
 use libbpf_sys as sys;
 
-use super::{collect, errno_reason, parallel, take_link, Attached, Held, Prog, ATTACH_THREADS};
+use super::{
+    collect, parallel, take_link, tracepoint_errno_reason, Attached, Held, Prog, ATTACH_THREADS,
+};
 use crate::run::Stop;
 
 /// Tracepoint sites: probe index, category, event, label.
@@ -37,7 +39,14 @@ pub(crate) fn tracepoints(
         })
     });
     let before = out.links();
-    collect(sites, results, |s| s.0, |s| s.3, out, Attached::skip);
+    collect(
+        sites,
+        results,
+        |s| s.0,
+        |s| s.3,
+        out,
+        Attached::skip_tracepoint,
+    );
     out.perf_tracepoints += out.links() - before;
 }
 
@@ -230,7 +239,7 @@ pub(crate) fn syscalls(
         .map_err(|errno| {
             format!(
                 "the kernel refused a raw {tp} link: {}",
-                errno_reason(errno)
+                tracepoint_errno_reason(errno)
             )
         })
     };
