@@ -482,3 +482,46 @@ fn too_few_file_descriptors_fail_before_attaching() {
         )
     );
 }
+
+#[test]
+fn process_names_cannot_break_lines_or_add_frames() {
+    // The workload names itself `a;b\nc\x1b[1m`: raw, its folded line broke in
+    // two and the `;` added a frame; its -P line printed the newline and the
+    // escape sequence.
+    let w = Workload::start(&prog("workload"), &["oddname", "7", "--hold"]);
+    let pid = w.pid.to_string();
+    let mut t = spawn(
+        &stackcount(),
+        &["-f", "-K", "-p", &pid, "t:syscalls:sys_enter_getppid"],
+    );
+    // No status line in folded mode: give attaching time to finish.
+    std::thread::sleep(Duration::from_secs(2));
+    w.go();
+    std::thread::sleep(Duration::from_millis(300));
+    t.signal(libc::SIGINT);
+    let out = t.finish(T);
+    w.go();
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "{}", out.stdout);
+    assert!(
+        lines[0].starts_with(r"a\x3bb\x0ac\x1b[1m;") && lines[0].ends_with(" 7"),
+        "{}",
+        out.stdout
+    );
+    // The comm line of -P (without -p, as BCC prints it).
+    let w = Workload::start(&prog("workload"), &["oddname", "7", "--hold"]);
+    let pid = w.pid;
+    let mut t = spawn(&stackcount(), &["-P", "-K", "t:syscalls:sys_enter_getppid"]);
+    t.wait_ready();
+    w.go();
+    std::thread::sleep(Duration::from_millis(300));
+    t.signal(libc::SIGINT);
+    let out = t.finish(T);
+    w.go();
+    assert!(
+        out.stdout
+            .contains(&format!("    a;b\\x0ac\\x1b[1m [{pid}]\n")),
+        "{}",
+        out.stdout
+    );
+}

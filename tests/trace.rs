@@ -985,3 +985,20 @@ fn tracepoints_the_kernel_refuses_are_skipped_with_the_reason() {
         &format!("nothing could be attached: {ftrace_print}"),
     );
 }
+
+#[test]
+fn control_bytes_in_strings_are_escaped() {
+    // The workload renames itself `a;b\nc\x1b[1m`: %s printed the newline and
+    // the escape sequence raw, splitting the event over two lines and sending
+    // the terminal an escape; COMM was already escaped.
+    let out = run_on_env(
+        &prog("workload"),
+        "oddname",
+        1,
+        &[],
+        &[r#"t:task:task_rename "%s", args->newcomm"#],
+    );
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", out.stdout);
+    assert!(lines[1].ends_with(r" a;b\x0ac\x1b[1m"), "{}", out.stdout);
+}

@@ -151,7 +151,10 @@ pub fn folded(
     count: u64,
 ) -> String {
     let mut parts: Vec<&str> = Vec::new();
-    if let Some(p) = prefix {
+    // The process name is the one part a user sets: control bytes and `;` (the
+    // frame separator) in it would break the line or add a frame.
+    let prefix = prefix.map(|p| crate::output::escape(p.as_bytes()).replace(';', "\\x3b"));
+    if let Some(p) = &prefix {
         parts.push(p);
     }
     let leaf_first = |frames: &'_ [Frame]| -> Vec<String> {

@@ -14,6 +14,8 @@
 //! names as any C program does (strlen is an IFUNC); `zlib` calls zlib's crc32 N
 //! times (libz.so.1 opened with dlopen before `ready`; crc32 tail-calls crc32_z).
 //! `rename` renames its thread N times with prctl(PR_SET_NAME) (N task:task_rename).
+//! `oddname` renames its thread once to `a;b\nc\x1b[1m` (a name with a
+//! semicolon, a newline and an escape sequence), then calls getppid() N times.
 //! `int80` makes N native getppid calls, then N compat (ia32) ones with `int 0x80`,
 //! whose number, 64, is semget's in the native table.
 
@@ -95,10 +97,10 @@ fn main() {
         // SAFETY: valid path string.
         "libc" => unsafe { libc::open(c"/dev/zero".as_ptr(), libc::O_RDONLY) },
         "funcs" | "getpid" | "getppid" | "thread-getppid" | "usdt" | "zlib" | "rename"
-        | "int80" => -1,
+        | "int80" | "oddname" => -1,
         _ => {
             eprintln!(
-                "usage: workload funcs|getpid|getppid|thread-getppid|usdt|read|libc|zlib|rename|int80 N [FILE] [--hold]"
+                "usage: workload funcs|getpid|getppid|thread-getppid|usdt|read|libc|zlib|rename|oddname|int80 N [FILE] [--hold]"
             );
             std::process::exit(2);
         }
@@ -183,6 +185,13 @@ fn main() {
                 let r = unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr()) };
                 assert_eq!(r, 0, "prctl");
             }
+        }
+        "oddname" => {
+            // SAFETY: PR_SET_NAME with a valid NUL-terminated string.
+            let r = unsafe { libc::prctl(libc::PR_SET_NAME, c"a;b\nc\x1b[1m".as_ptr()) };
+            assert_eq!(r, 0, "prctl");
+            // SAFETY: getppid has no preconditions.
+            (0..n).for_each(|_| sink ^= unsafe { libc::getppid() } as u64);
         }
         "int80" => {
             let mut ppid = 0;

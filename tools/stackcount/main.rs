@@ -71,8 +71,8 @@ struct Args {
     #[arg(short = 's', long)]
     offset: bool,
 
-    /// Count stacks per process and print "comm [pid]" with each (-p counts per
-    /// process too, without that line, as BCC)
+    /// Count stacks per process and print "comm [pid]" with each (not with -p,
+    /// which counts per process too, as BCC)
     #[arg(short = 'P', long)]
     perpid: bool,
 
@@ -188,7 +188,8 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
     let shape = Shape {
         perpid,
         comm: perpid || args.folded || args.svg.is_some(),
-        comm_line: args.perpid,
+        // BCC prints it only with -P and no -p.
+        comm_line: args.perpid && args.common.pid.is_none(),
         delimit: args.delimited && !args.kernel_stacks_only && !args.user_stacks_only,
     };
 
@@ -591,7 +592,7 @@ fn text(entries: &[(Key, u64)], args: &Args, shape: &Shape) -> String {
         }
         frame_lines(&mut s, &k.user, args);
         if let (true, Some(comm), Some(pid)) = (shape.comm_line, &k.comm, k.pid) {
-            let _ = writeln!(s, "    {comm} [{pid}]");
+            let _ = writeln!(s, "    {} [{pid}]", cli::escape(comm));
         }
         let _ = writeln!(s, "    {count}\n");
     }

@@ -192,7 +192,15 @@ impl Renderer {
                     let end = (off + self.o.str_size).min(tail.len());
                     let bytes = tail.get(off..end).unwrap_or(&[]);
                     let s: Vec<u8> = bytes.iter().copied().take_while(|&c| c != 0).collect();
-                    Value::Text(String::from_utf8_lossy(&s).into_owned())
+                    // Text keeps an event on its line and the terminal's state
+                    // its own: control bytes (a newline or escape sequence in
+                    // a process name, say) print as \xNN, as COMM does. JSON
+                    // encodes them itself.
+                    Value::Text(if self.o.json {
+                        String::from_utf8_lossy(&s).into_owned()
+                    } else {
+                        common::output::escape(&s)
+                    })
                 }
             };
             // Typed values are only printed by --json.
