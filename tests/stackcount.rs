@@ -490,7 +490,7 @@ fn process_names_cannot_break_lines_or_add_frames() {
     // escape sequence.
     let w = Workload::start(&prog("workload"), &["oddname", "7", "--hold"]);
     let pid = w.pid.to_string();
-    let mut t = spawn(
+    let t = spawn(
         &stackcount(),
         &["-f", "-K", "-p", &pid, "t:syscalls:sys_enter_getppid"],
     );
