@@ -1785,3 +1785,26 @@ fn a_tracepoint_the_kernel_refuses_says_why() {
          synthetic)",
     );
 }
+
+#[test]
+fn a_signal_while_attaching_says_how_far_it_got() {
+    // Ctrl-C 20 ms into attaching ~2,300 tracepoints (which takes far longer):
+    // no "Tracing 0 functions ... Hit Ctrl-C to end", but how many were attached.
+    let mut t = spawn(&funccount(), &["t:*:*"]);
+    std::thread::sleep(Duration::from_millis(20));
+    t.signal(libc::SIGINT);
+    let out = t.finish(T);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert!(!out.stdout.contains("Tracing"), "{}", out.stdout);
+    let line = out
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("funccount: stopped by a signal while attaching: "))
+        .unwrap_or_else(|| panic!("{}", out.stderr));
+    let (n, m) = line
+        .strip_suffix(" probes were attached")
+        .and_then(|r| r.split_once(" of "))
+        .unwrap_or_else(|| panic!("{line}"));
+    let (n, m): (usize, usize) = (n.parse().unwrap(), m.parse().unwrap());
+    assert!(n < m && m > 1000, "{line}");
+}
