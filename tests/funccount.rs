@@ -1790,7 +1790,7 @@ fn a_tracepoint_the_kernel_refuses_says_why() {
 fn a_signal_while_attaching_says_how_far_it_got() {
     // Ctrl-C 20 ms into attaching ~2,300 tracepoints (which takes far longer):
     // no "Tracing 0 functions ... Hit Ctrl-C to end", but how many were attached.
-    let mut t = spawn(&funccount(), &["t:*:*"]);
+    let t = spawn(&funccount(), &["t:*:*"]);
     std::thread::sleep(Duration::from_millis(20));
     t.signal(libc::SIGINT);
     let out = t.finish(T);
