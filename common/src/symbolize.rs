@@ -168,11 +168,30 @@ struct ExecMapping {
     pgoff: u64,
     /// The file (None: the vDSO).
     path: Option<PathBuf>,
+    /// Start less file offset of the file's lowest mapping, executable or not
+    /// (where the kernel puts an address below every mapping; see user_frames).
+    low_base: u64,
 }
 
 /// The executable mappings of `pid` (files and the vDSO), from /proc/PID/maps.
 fn exec_mappings(pid: &str) -> Option<Vec<ExecMapping>> {
     let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let mut low: HashMap<&str, (u64, u64)> = HashMap::new();
+    for l in maps.lines() {
+        let mut f = l.split_whitespace();
+        let (Some(range), Some(off), Some(path)) = (f.next(), f.nth(1), f.nth(2)) else {
+            continue;
+        };
+        let start = range
+            .split_once('-')
+            .and_then(|(s, _)| u64::from_str_radix(s, 16).ok());
+        if let (Some(start), Ok(off)) = (start, u64::from_str_radix(off, 16)) {
+            let e = low.entry(path).or_insert((start, off));
+            if start < e.0 {
+                *e = (start, off);
+            }
+        }
+    }
     Some(
         maps.lines()
             .filter_map(|l| {
@@ -187,6 +206,7 @@ fn exec_mappings(pid: &str) -> Option<Vec<ExecMapping>> {
                         end: u64::from_str_radix(end, 16).ok()?,
                         pgoff: u64::from_str_radix(pgoff, 16).ok()?,
                         path: path.starts_with('/').then(|| PathBuf::from(path)),
+                        low_base: low.get(path).map_or(0, |(s, o)| s.wrapping_sub(*o)),
                     })
                 })?
             })
@@ -360,16 +380,26 @@ impl Symbols {
                     let Some(path) = path.as_deref() else {
                         return (Frame::unknown(0), None);
                     };
+                    let mine = || {
+                        maps.into_iter()
+                            .flatten()
+                            .filter(move |m| m.path.as_deref() == Some(path))
+                    };
+                    let within =
+                        mine().find(|m| *offset >= m.pgoff && *offset - m.pgoff < m.end - m.start);
+                    // An address below every mapping (a garbage frame of a walk
+                    // without frame pointers: 0x20, say) is given by the kernel
+                    // as an offset in the lowest mapping, computed as if it were
+                    // in it (find_vma takes the first mapping ending above it):
+                    // it is no frame of that file.
+                    if let (None, Some(low)) = (within, mine().min_by_key(|m| m.start)) {
+                        let ip = low.low_base.wrapping_add(*offset);
+                        if ip < low.start {
+                            return (Frame::unknown(ip), None);
+                        }
+                    }
                     // The address, where the process's map is known (0 if not).
-                    let addr = maps
-                        .and_then(|m| {
-                            m.iter().find(|m| {
-                                m.path.as_deref() == Some(path)
-                                    && *offset >= m.pgoff
-                                    && *offset - m.pgoff < m.end - m.start
-                            })
-                        })
-                        .map_or(0, |m| m.start + (*offset - m.pgoff));
+                    let addr = within.map_or(0, |m| m.start + (*offset - m.pgoff));
                     let mut f = by_offset
                         .get(&(path, *offset))
                         .cloned()
@@ -601,6 +631,37 @@ mod tests {
         assert_eq!(got[0].0.name.as_deref(), Some("tk_symbolize_me"));
         assert_eq!(got[0].0.offset, 0);
         assert_eq!(got[0].1.as_deref(), path.file_name().unwrap().to_str());
+    }
+
+    #[test]
+    fn a_frame_below_every_mapping_is_no_frame_of_the_file() {
+        // A walk without frame pointers may give 0x20: the kernel's build-ID
+        // stack gives it as the lowest mapping's file at offset 0x20 - its start
+        // (wrapped). It was shown as a frame of that file with address "?".
+        let exe = fs::read_link("/proc/self/exe").unwrap();
+        let maps = fs::read_to_string("/proc/self/maps").unwrap();
+        let base = maps
+            .lines()
+            .filter(|l| l.ends_with(exe.to_str().unwrap()))
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                let start = u64::from_str_radix(f.next()?.split_once('-')?.0, 16).ok()?;
+                let pgoff = u64::from_str_radix(f.nth(1)?, 16).ok()?;
+                Some(start.wrapping_sub(pgoff))
+            })
+            .min()
+            .unwrap();
+        let id = elf::build_id(&exe).expect("a build ID");
+        let mut build_id = [0u8; 20];
+        build_id[..id.len().min(20)].copy_from_slice(&id[..id.len().min(20)]);
+        let frame = UserFrame::File {
+            build_id,
+            offset: 0x20u64.wrapping_sub(base),
+        };
+        let got = Symbols::new().user_frames(std::process::id(), "", &[frame]);
+        assert_eq!(got[0].0.addr, 0x20);
+        assert_eq!(got[0].0.name, None);
+        assert_eq!(got[0].1, None);
     }
 
     #[test]
