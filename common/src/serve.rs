@@ -277,6 +277,14 @@ fn accept(
             let _ = stream.write_all(
                 b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n",
             );
+            // What the client has sent is read before the close: closing with
+            // unread data sends a reset, and the client saw ECONNRESET, not
+            // the 503. Only what has arrived, without waiting.
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+            if stream.set_nonblocking(true).is_ok() {
+                let mut sink = [0u8; 4096];
+                while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
+            }
             continue;
         }
         let (tx, token, guard) = (tx.clone(), token.clone(), Active(active.clone()));
@@ -386,8 +394,15 @@ fn read_head(s: &mut TcpStream) -> std::result::Result<Vec<u8>, Option<Verdict>>
     }
 }
 
+/// The end of the head: its blank line, CRLF or a bare LF (RFC 9112 2.2: a
+/// recipient may take LF alone as a line end; httparse does).
 fn find_blank_line(buf: &[u8]) -> Option<usize> {
-    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
+    let crlf = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
+    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
+    match (crlf, lf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 fn answer(status: u16, msg: &str) -> Verdict {
@@ -417,7 +432,17 @@ fn judge(head: &[u8], peer: Option<IpAddr>, token: Option<&str>) -> Verdict {
     if header("transfer-encoding").is_some() {
         return answer(411, "no request body is accepted");
     }
-    if let Some(len) = header("content-length") {
+    let lengths: Vec<&[u8]> = req
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("content-length"))
+        .map(|h| h.value)
+        .collect();
+    if lengths.len() > 1 {
+        // Two lengths are how requests are smuggled (RFC 9112 6.3).
+        return answer(400, "more than one Content-Length");
+    }
+    if let Some(len) = lengths.first() {
         if std::str::from_utf8(len)
             .ok()
             .and_then(|l| l.trim().parse::<u64>().ok())
@@ -426,6 +451,13 @@ fn judge(head: &[u8], peer: Option<IpAddr>, token: Option<&str>) -> Verdict {
             return answer(413, "no request body is accepted");
         }
     }
+    // The absolute form (http://host:port/metrics) names the same resource.
+    let target = match target.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => {
+            rest.find('/').map_or("/", |i| &rest[i..])
+        }
+        _ => target,
+    };
     let path = target.split(['?', '#']).next().unwrap_or("");
     let get = matches!(method, "GET" | "HEAD");
     let allow = |allowed: &'static str| {
@@ -557,6 +589,37 @@ mod tests {
 
     fn j(head: &str, peer: &str, token: Option<&str>) -> Verdict {
         judge(head.as_bytes(), Some(peer.parse().unwrap()), token)
+    }
+
+    #[test]
+    fn heads_as_clients_send_them() {
+        // A head ended by bare LFs is complete (it waited 5 s for a CRLF, then 408).
+        let lf = b"GET /metrics HTTP/1.1\nHost: x\n\n";
+        assert_eq!(find_blank_line(lf), Some(lf.len()));
+        assert_eq!(find_blank_line(b"GET / HTTP/1.1\r\n\r\nrest"), Some(18));
+        assert_eq!(find_blank_line(b"GET / HTTP/1.1\r\nHost: x\r\n"), None);
+        assert_eq!(
+            j("GET /metrics HTTP/1.1\nHost: x\n\n", "127.0.0.1", None),
+            Verdict::Forward(Route::Metrics, false)
+        );
+        // The absolute form names the same endpoint (it was a 404).
+        assert_eq!(
+            j(
+                "GET http://x:9435/summary?y HTTP/1.1\r\n\r\n",
+                "127.0.0.1",
+                None
+            ),
+            Verdict::Forward(Route::Summary, false)
+        );
+        // Two lengths are refused, even if one is 0 (POST /reset took them).
+        assert!(matches!(
+            j(
+                "POST /reset HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 5\r\n\r\n",
+                "127.0.0.1",
+                None
+            ),
+            Verdict::Answer(400, ..)
+        ));
     }
 
     #[test]
