@@ -525,3 +525,29 @@ fn process_names_cannot_break_lines_or_add_frames() {
         out.stdout
     );
 }
+
+#[test]
+fn names_come_from_the_file_the_process_runs() {
+    // The traced binary is replaced at its path while the process runs (as a
+    // package upgrade does): its frames are named from the file it runs, read
+    // through /proc/PID/map_files, not from the new file at the path (whose
+    // names were given to the old addresses).
+    let dir = Scratch::new();
+    let bin = dir.copy(&prog("stacks"));
+    let w = Workload::start(&bin, &[&N.to_string(), &M.to_string(), "--hold"]);
+    let spec = format!("{}:tk_target", bin.display());
+    let mut t = spawn(&stackcount(), &[&spec]);
+    t.wait_ready();
+    let other = dir.copy(&prog("workload"));
+    std::fs::rename(&other, &bin).unwrap();
+    w.go();
+    std::thread::sleep(Duration::from_millis(300));
+    t.signal(libc::SIGINT);
+    let out = t.finish(T);
+    w.go();
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let stacks = parse_stacks(&out.stdout);
+    assert_eq!(stacks.len(), 2, "{}", out.stdout);
+    let libc = libc_start(&stacks[0].0);
+    assert_eq!(stacks, expected_stacks(&libc, false), "{}", out.stdout);
+}

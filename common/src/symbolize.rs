@@ -423,8 +423,11 @@ impl Symbols {
     /// their names.
     pub fn user(&self, pid: u32, addrs: &[u64]) -> HashMap<u64, Frame> {
         let mut p = Process::new(Pid::from(pid));
-        // Snapshotted VMAs carry paths; /proc/PID/map_files is gone once it exits.
-        p.map_files = false;
+        // While the process lives, its files are read through /proc/PID/map_files:
+        // the files it runs, even if a package upgrade replaced or deleted them
+        // since (by path, the new file's names were given to the old addresses).
+        // Once it has exited, that is gone; the snapshotted VMAs carry paths.
+        p.map_files = !crate::system::exited(pid);
         let maps = self.maps_of(pid);
         let maps = maps.as_deref();
         let (named, outside): (Vec<u64>, Vec<u64>) = addrs
