@@ -4,7 +4,7 @@
 
 mod util;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use util::*;
@@ -20,6 +20,15 @@ fn stackcount() -> PathBuf {
 /// Runs stackcount `args` + `BIN:tk_target` on a private copy of the stacks program
 /// (calls N via tk_a, M via tk_b/tk_c), stopping it with SIGINT after the calls.
 fn run_on_target(extra: &[&str]) -> (Output, PathBuf, Scratch) {
+    run_on_target_then(extra, |_, _| {})
+}
+
+/// [`run_on_target`], calling `attached(dir, bin)` once stackcount is attached,
+/// before the calls.
+fn run_on_target_then(
+    extra: &[&str],
+    attached: impl FnOnce(&Scratch, &Path),
+) -> (Output, PathBuf, Scratch) {
     let dir = Scratch::new();
     let bin = dir.copy(&prog("stacks"));
     let w = Workload::start(&bin, &[&N.to_string(), &M.to_string(), "--hold"]);
@@ -33,6 +42,7 @@ fn run_on_target(extra: &[&str]) -> (Output, PathBuf, Scratch) {
     } else {
         t.wait_ready();
     }
+    attached(&dir, &bin);
     w.go();
     std::thread::sleep(Duration::from_millis(300));
     t.signal(libc::SIGINT);
@@ -532,20 +542,9 @@ fn names_come_from_the_file_the_process_runs() {
     // package upgrade does): its frames are named from the file it runs, read
     // through /proc/PID/map_files, not from the new file at the path (whose
     // names were given to the old addresses).
-    let dir = Scratch::new();
-    let bin = dir.copy(&prog("stacks"));
-    let w = Workload::start(&bin, &[&N.to_string(), &M.to_string(), "--hold"]);
-    let spec = format!("{}:tk_target", bin.display());
-    let mut t = spawn(&stackcount(), &[&spec]);
-    t.wait_ready();
-    let other = dir.copy(&prog("workload"));
-    std::fs::rename(&other, &bin).unwrap();
-    w.go();
-    std::thread::sleep(Duration::from_millis(300));
-    t.signal(libc::SIGINT);
-    let out = t.finish(T);
-    w.go();
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let (out, _bin, _dir) = run_on_target_then(&[], |dir, bin| {
+        std::fs::rename(dir.copy(&prog("workload")), bin).unwrap();
+    });
     let stacks = parse_stacks(&out.stdout);
     assert_eq!(stacks.len(), 2, "{}", out.stdout);
     let libc = libc_start(&stacks[0].0);
