@@ -123,6 +123,15 @@ impl Stop {
         self.phase.store(phase as u8, Ordering::SeqCst);
     }
 
+    /// Runs `detach` as [`Phase::Detaching`], then enters [`Phase::Done`]: signals
+    /// are ignored from here to the exit, so none cuts a detach short.
+    pub fn detaching<T>(&self, detach: impl FnOnce() -> T) -> T {
+        self.set_phase(Phase::Detaching);
+        let out = detach();
+        self.set_phase(Phase::Done);
+        out
+    }
+
     pub fn is_set(&self) -> bool {
         self.flag.load(Ordering::Relaxed)
     }

@@ -180,9 +180,8 @@ impl Session {
         let t = Instant::now();
         drop(self.attached.take());
         if !self.links.is_empty() {
-            self.stop.set_phase(Phase::Detaching);
-            self.links.clear();
-            self.stop.set_phase(Phase::Done);
+            let stop = self.stop;
+            stop.detaching(|| self.links.clear());
         }
         let marks = self.marks.get_mut();
         marks.detached(t.elapsed());

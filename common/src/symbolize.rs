@@ -176,39 +176,39 @@ struct ExecMapping {
 /// The executable mappings of `pid` (files and the vDSO), from /proc/PID/maps.
 fn exec_mappings(pid: &str) -> Option<Vec<ExecMapping>> {
     let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    // Each line once: start, end, permissions, file offset, path ("" for none).
+    let lines: Vec<(u64, u64, &str, u64, &str)> = maps
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (start, end) = f.next()?.split_once('-')?;
+            let perms = f.next()?;
+            let pgoff = u64::from_str_radix(f.next()?, 16).ok()?;
+            let path = f.nth(2).unwrap_or("");
+            let hex = |v| u64::from_str_radix(v, 16).ok();
+            Some((hex(start)?, hex(end)?, perms, pgoff, path))
+        })
+        .collect();
+    // Per file, its lowest mapping of any kind: (start, file offset).
     let mut low: HashMap<&str, (u64, u64)> = HashMap::new();
-    for l in maps.lines() {
-        let mut f = l.split_whitespace();
-        let (Some(range), Some(off), Some(path)) = (f.next(), f.nth(1), f.nth(2)) else {
-            continue;
-        };
-        let start = range
-            .split_once('-')
-            .and_then(|(s, _)| u64::from_str_radix(s, 16).ok());
-        if let (Some(start), Ok(off)) = (start, u64::from_str_radix(off, 16)) {
-            let e = low.entry(path).or_insert((start, off));
-            if start < e.0 {
-                *e = (start, off);
-            }
+    for &(start, _, _, pgoff, path) in &lines {
+        let e = low.entry(path).or_insert((start, pgoff));
+        if start < e.0 {
+            *e = (start, pgoff);
         }
     }
     Some(
-        maps.lines()
-            .filter_map(|l| {
-                let mut f = l.split_whitespace();
-                let (start, end) = f.next()?.split_once('-')?;
-                let perms = f.next()?;
-                let pgoff = f.next()?;
-                let path = f.nth(2).unwrap_or("");
-                (perms.contains('x') && (path.starts_with('/') || path == "[vdso]")).then(|| {
-                    Some(ExecMapping {
-                        start: u64::from_str_radix(start, 16).ok()?,
-                        end: u64::from_str_radix(end, 16).ok()?,
-                        pgoff: u64::from_str_radix(pgoff, 16).ok()?,
-                        path: path.starts_with('/').then(|| PathBuf::from(path)),
-                        low_base: low.get(path).map_or(0, |(s, o)| s.wrapping_sub(*o)),
-                    })
-                })?
+        lines
+            .iter()
+            .filter(|(_, _, perms, _, path)| {
+                perms.contains('x') && (path.starts_with('/') || *path == "[vdso]")
+            })
+            .map(|&(start, end, _, pgoff, path)| ExecMapping {
+                start,
+                end,
+                pgoff,
+                path: path.starts_with('/').then(|| PathBuf::from(path)),
+                low_base: low.get(path).map_or(0, |(s, o)| s.wrapping_sub(*o)),
             })
             .collect(),
     )

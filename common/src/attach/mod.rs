@@ -15,7 +15,7 @@ use libbpf_rs::{AsRawLibbpf, Link, ProgramMut as Program};
 use libbpf_sys as sys;
 
 use crate::kfuncs::KernelFunc;
-use crate::run::{Phase, Stop};
+use crate::run::Stop;
 
 mod tracepoints;
 mod uprobe_groups;
@@ -150,13 +150,9 @@ impl Attached {
 impl Drop for Attached {
     fn drop(&mut self) {
         // Signals during the detach must not end the process half way through it.
-        let stop = Stop::global();
-        if let Some(s) = stop {
-            s.set_phase(Phase::Detaching);
-        }
-        self.detach();
-        if let Some(s) = stop {
-            s.set_phase(Phase::Done);
+        match Stop::global() {
+            Some(s) => s.detaching(|| self.detach()),
+            None => self.detach(),
         }
     }
 }
