@@ -19,7 +19,7 @@ use tabled::settings::Style;
 
 use crate::bench_common::{announce_start, matches, median, wait_clean, MARK, QUICK};
 
-/// (row, funccount's pattern, bpftrace's probe, BCC's pattern).
+/// (row, funccount's patterns (split at spaces), bpftrace's probe, BCC's pattern).
 const ROWS: &[(&str, &str, &str, &str)] = &[
     ("'tcp_*'", "tcp_*", "kprobe:tcp_*", "tcp_*"),
     ("vfs_read", "vfs_read", "kprobe:vfs_read", "vfs_read"),
@@ -28,6 +28,17 @@ const ROWS: &[(&str, &str, &str, &str)] = &[
         "t:sched:sched_switch",
         "tracepoint:sched:sched_switch",
         "t:sched:sched_switch",
+    ),
+];
+/// The host's rows: the tracepoint, and user functions in three binaries, whose
+/// links (one per binary) each wait out an RCU grace period as they close.
+const HOST_ROWS: &[(&str, &str, &str, &str)] = &[
+    ROWS[2],
+    (
+        "c:getpid bash:main z:inflate",
+        "c:getpid /usr/bin/bash:main z:inflate",
+        "uprobe:libc:getpid,uprobe:/usr/bin/bash:main,uprobe:libz:inflate",
+        "",
     ),
 ];
 pub const TOOLS: &[&str] = &[
@@ -53,7 +64,7 @@ pub fn guest(funccount: &str, bcc: bool, done: &[Value]) -> Result<()> {
     })
 }
 
-/// The tracepoint row on the host (`cargo xtask bench-startup`): real hardware,
+/// The host's rows (`cargo xtask bench-startup`): real hardware,
 /// where the guest's emulator adds the translation of every instruction a run
 /// executes for the first time (with ASLR, in every run: QEMU 7.2 does not
 /// share translations between address-space layouts), tracekit against
@@ -63,7 +74,7 @@ pub fn host(root: &std::path::Path) -> Result<()> {
     let mut results = Vec::new();
     measure(
         funccount.to_str().context("path not UTF-8")?,
-        &ROWS[2..],
+        HOST_ROWS,
         false,
         &[],
         false,
@@ -87,8 +98,9 @@ fn measure(
 ) -> Result<()> {
     let mut all: Vec<(&str, &str, &str, &str)> = vec![("--version", "", "", "")];
     all.extend_from_slice(rows);
-    // The function table does not matter to a tracepoint: no run without it.
-    let tracepoints_only = rows.iter().all(|r| r.1.starts_with("t:"));
+    // The kernel function table does not matter to a tracepoint or a user
+    // function (patterns with a ':'): no run without it.
+    let no_table = rows.iter().all(|r| r.1.contains(':'));
     for (row, pattern, bpftrace, bcc_pattern) in all {
         let version = row == "--version";
         let tools: Vec<&str> = TOOLS
@@ -98,7 +110,7 @@ fn measure(
                 let key = serde_json::json!({"startup": row, "tool": tool});
                 !((version && !matches!(tool, "tracekit (cached)" | "bpftrace"))
                     || (tool == "bcc" && !bcc)
-                    || (tool == "tracekit (no cache)" && tracepoints_only)
+                    || (tool == "tracekit (no cache)" && no_table)
                     || done.iter().any(|d| matches(d, &key)))
             })
             .collect();
@@ -141,7 +153,8 @@ fn measure(
                         let _ = fs::remove_dir_all(CACHE);
                     }
                     let mut c = Command::new(funccount);
-                    c.args(["-d", "1", pattern])
+                    c.args(["-d", "1"])
+                        .args(pattern.split(' '))
                         .env("TRACEKIT_CACHE_DIR", CACHE);
                     if timed {
                         c.env("TRACEKIT_TIMING", "1");
@@ -154,7 +167,7 @@ fn measure(
         // boot would (the no-cache runs empty it); a function named exactly reads
         // no table, so its row's fill is a wildcard.
         let fill_cache = |tool: &str| {
-            if tool != "tracekit (cached)" || version || pattern.starts_with("t:") {
+            if tool != "tracekit (cached)" || version || pattern.contains(':') {
                 return;
             }
             let fill = if pattern.contains('*') {
@@ -306,6 +319,7 @@ pub fn table(results: &[Value]) {
     t.push_record(header);
     for (row, ..) in ROWS
         .iter()
+        .chain(&HOST_ROWS[1..])
         .filter(|r| rows.iter().any(|x| x["startup"] == r.0))
     {
         let mut r = vec![row.to_string()];

@@ -42,8 +42,8 @@ pub struct Skipped {
     pub reason: String,
 }
 
-/// Everything a plan attached. Dropping it detaches, in parallel when there are
-/// many links (each perf-event probe costs an RCU grace period to remove).
+/// Everything a plan attached. Dropping it detaches, in parallel when several
+/// links each wait out an RCU grace period to close (kprobes and uprobes).
 pub struct Attached {
     links: Vec<Held>,
     attached: Vec<bool>,
@@ -166,13 +166,19 @@ impl Attached {
 
     fn close_links(&mut self) {
         let links = std::mem::take(&mut self.links);
-        if links.len() < 64 {
+        // Closing a kprobe or uprobe link (multi or perf event) waits out an RCU
+        // grace period, 20-60 ms each on hardware, one after another when closed
+        // in turn; closed in parallel, they share one. Tracepoint links close
+        // without one (and perf-event ones serialize on the kernel's
+        // event_mutex whatever we do): for those alone, no thread is worth
+        // starting.
+        let tracepoint_links =
+            self.raw_tracepoint_links + self.syscall_links + self.perf_tracepoints;
+        let waiting = links.len().saturating_sub(tracepoint_links);
+        if waiting < 2 {
             return;
         }
-        // Each perf-event kprobe/uprobe waits out RCU grace periods as it closes;
-        // closes in parallel share them. (Tracepoint perf events serialize on the
-        // kernel's event_mutex whatever we do.)
-        let per = links.len().div_ceil(DETACH_THREADS);
+        let per = links.len().div_ceil(waiting.min(DETACH_THREADS));
         let mut links = links.into_iter();
         thread::scope(|s| loop {
             let chunk: Vec<Held> = links.by_ref().take(per).collect();
