@@ -45,6 +45,9 @@ pub const COMPLETIONS_FLAG: &str = "--completions";
 /// deb` install those scripts. The flag is looked for only as the sole option,
 /// before clap parses, so it appears in no help, completion or suggestion.
 pub fn parse<A: clap::Parser>() -> A {
+    // Building the command again costs as much as parsing: only a message
+    // that names the debug flag does it ([`debug_flag`]).
+    let _ = COMMAND.set(<A as clap::CommandFactory>::command);
     match parse_from::<A>(std::env::args_os()) {
         Ok(Parsed::Run(args)) => args,
         Ok(Parsed::Completions(script)) => {
@@ -109,6 +112,31 @@ fn parse_from<A: clap::Parser>(
         return Ok(Parsed::Completions(script));
     }
     A::try_parse_from(argv).map(Parsed::Run)
+}
+
+/// The running tool's clap command, for [`debug_flag`] (set by [`parse`]).
+static COMMAND: OnceLock<fn() -> clap::Command> = OnceLock::new();
+
+/// The option that makes the running tool list what it matched and skipped:
+/// its `--debug` (as `-D` where it has that short form: stackcount's `-D` is
+/// BCC's duration), else its `--verbose` (trace's `-v`).
+pub fn debug_flag() -> String {
+    COMMAND
+        .get()
+        .map_or_else(|| "--debug".into(), |command| debug_flag_of(&command()))
+}
+
+fn debug_flag_of(cmd: &clap::Command) -> String {
+    let flag = |id: &str| {
+        let a = cmd.get_arguments().find(|a| a.get_id() == id)?;
+        match (a.get_short(), a.get_long()) {
+            (Some(c), _) => Some(format!("-{c}")),
+            (None, l) => l.map(|l| format!("--{l}")),
+        }
+    };
+    flag("debug")
+        .or_else(|| flag("verbose"))
+        .unwrap_or_else(|| "--debug".into())
 }
 
 /// The running tool's name (as given to [`main`]).
@@ -415,5 +443,34 @@ mod tests {
     fn escapes_control_bytes() {
         assert_eq!(escape("a\x1b[31mb\nc\x01"), "a\\x1b[31mb\\x0ac\\x01");
         assert_eq!(escape("vfs_*"), "vfs_*");
+    }
+
+    /// The debug options of funccount (`-D`/`--debug`), stackcount (`--debug`
+    /// beside `-v`/`--verbose` and a `-D` of its own) and trace (`-v`/`--verbose`).
+    #[test]
+    fn the_debug_flag_is_the_tools_own() {
+        #[derive(clap::Parser)]
+        struct Funccount {
+            #[arg(short = 'D', long)]
+            debug: bool,
+        }
+        #[derive(clap::Parser)]
+        struct Stackcount {
+            #[arg(long)]
+            debug: bool,
+            #[arg(short, long)]
+            verbose: bool,
+            #[arg(short = 'D')]
+            duration: Option<u64>,
+        }
+        #[derive(clap::Parser)]
+        struct Trace {
+            #[arg(short, long)]
+            verbose: bool,
+        }
+        use clap::CommandFactory as _;
+        assert_eq!(debug_flag_of(&Funccount::command()), "-D");
+        assert_eq!(debug_flag_of(&Stackcount::command()), "--debug");
+        assert_eq!(debug_flag_of(&Trace::command()), "-v");
     }
 }

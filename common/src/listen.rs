@@ -146,7 +146,7 @@ impl Session {
         );
         m.gauges(
             "tracekit_probes_skipped",
-            "Probes that matched but could not be attached (-D lists them)",
+            "Probes that matched but could not be attached (the debug option lists them)",
             None,
             one(skipped as f64),
         );

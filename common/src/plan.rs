@@ -488,9 +488,10 @@ fn no_user_function(spec: &ProbeSpec, bin: &Binary, skipped: &[(String, String)]
         [(name, why)] => format!("{name} in {path} cannot be traced: {why}"),
         [(name, why), rest @ ..] => format!(
             "none of the {} functions in {path} matching \"{spec}\" can be traced: {name}: {why} \
-             (and {} more; -D lists them)",
+             (and {} more; {} lists them)",
             rest.len() + 1,
-            rest.len()
+            rest.len(),
+            crate::cli::debug_flag()
         ),
     }
 }
