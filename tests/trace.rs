@@ -978,6 +978,29 @@ fn tracepoints_the_kernel_refuses_are_skipped_with_the_reason() {
         out.stderr
     );
     assert_eq!(out.stdout.lines().count(), 2, "{}", out.stdout);
+    // -v, which the warning's "and N more" names, says so of each.
+    let out = run(
+        &trace(),
+        &[
+            "-v",
+            "-M",
+            "1",
+            r#"t:ftrace:print "%d", args->ip"#,
+            "t:sched:sched_switch",
+        ],
+        T,
+    );
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("tracepoint ftrace:print: program "))
+        .unwrap_or_else(|| panic!("{}", out.stderr));
+    let reason = ftrace_print
+        .strip_prefix("ftrace:print (")
+        .and_then(|r| r.strip_suffix(')'))
+        .expect("a reason");
+    assert!(line.ends_with(&format!(", skipped: {reason}")), "{line}");
     // Alone, it is an error that says why.
     fails_with(
         &trace(),

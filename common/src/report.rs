@@ -1,7 +1,9 @@
 //! What an attached set reports: the links made and every probe skipped, for
-//! `-D`/`--debug`, and a one-line warning otherwise.
+//! the tool's debug option (`-D`/`--debug`; trace's `-v`), and a one-line warning otherwise.
 
 use std::fmt::Write as _;
+
+use crate::attach::Skipped;
 
 use crate::attach::Attached;
 
@@ -47,27 +49,34 @@ impl Attached {
 
     /// A one-line warning about skipped probes, if any.
     pub fn skipped_warning(&self) -> Option<String> {
-        if self.skipped.is_empty() {
-            return None;
-        }
-        const SHOWN: usize = 5;
-        let mut list: Vec<String> = self
-            .skipped
-            .iter()
-            .take(SHOWN)
-            .map(|k| format!("{} ({})", k.label, k.reason))
-            .collect();
-        if self.skipped.len() > SHOWN {
-            list.push(format!(
-                "and {} more (-D lists them)",
-                self.skipped.len() - SHOWN
-            ));
-        }
-        Some(format!(
-            "skipped {} probe{} that could not be attached: {}",
-            self.skipped.len(),
-            if self.skipped.len() == 1 { "" } else { "s" },
-            list.join(", ")
-        ))
+        skipped_warning("probe", &self.skipped)
     }
+}
+
+/// A one-line warning about `skipped` sites (`noun`s: probes, tracepoints), if
+/// any: the first few with their reasons, then how many more, which the
+/// tool's debug option lists.
+pub fn skipped_warning(noun: &str, skipped: &[Skipped]) -> Option<String> {
+    if skipped.is_empty() {
+        return None;
+    }
+    const SHOWN: usize = 5;
+    let mut list: Vec<String> = skipped
+        .iter()
+        .take(SHOWN)
+        .map(|k| format!("{} ({})", k.label, k.reason))
+        .collect();
+    if skipped.len() > SHOWN {
+        list.push(format!(
+            "and {} more ({} lists them)",
+            skipped.len() - SHOWN,
+            crate::cli::debug_flag()
+        ));
+    }
+    Some(format!(
+        "skipped {} {noun}{} that could not be attached: {}",
+        skipped.len(),
+        if skipped.len() == 1 { "" } else { "s" },
+        list.join(", ")
+    ))
 }

@@ -12,11 +12,13 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 use common::ahead::OpenAhead;
+use common::attach::Skipped;
 use common::cli::{escape, warn, CommonArgs};
 use common::counters::PerCpuCounters;
 use common::events::{self, Events};
 use common::pattern::Matcher;
 use common::plan::{syscall_event, Hooks, Plan, RawTracepoints, Site};
+use common::report::skipped_warning;
 use common::run::StopReason;
 use common::session::{How, Session};
 use common::spec::{ProbeSpec, Source};
@@ -533,20 +535,22 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
                     Some(errno) => common::attach::tracepoint_errno_reason(errno),
                     None => e.to_string(),
                 };
-                refused.push(format!("{} ({why})", t.name()));
+                refused.push(Skipped {
+                    label: t.name(),
+                    reason: why,
+                });
             }
         }
     }
-    if !refused.is_empty() {
-        if attached + links.len() == 0 {
-            bail!("nothing could be attached: {}", refused.join(", "));
-        }
-        warn(&format!(
-            "skipped {} tracepoint{} that could not be attached: {}",
-            refused.len(),
-            if refused.len() == 1 { "" } else { "s" },
-            refused.join(", ")
-        ));
+    if !refused.is_empty() && attached + links.len() == 0 {
+        let list: Vec<String> = refused
+            .iter()
+            .map(|k| format!("{} ({})", k.label, k.reason))
+            .collect();
+        bail!("nothing could be attached: {}", list.join(", "));
+    }
+    if let Some(w) = skipped_warning("tracepoint", &refused) {
+        warn(&w);
     }
     if !links.is_empty() {
         session.adopt(links)?;
@@ -573,7 +577,15 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
             }
         }
         for (i, name) in &tp_progs {
-            let _ = writeln!(s, "tracepoint {}: program {name}", all[*i].label);
+            let label = &all[*i].label;
+            let _ = match refused.iter().find(|k| &k.label == label) {
+                Some(k) => writeln!(
+                    s,
+                    "tracepoint {label}: program {name}, skipped: {}",
+                    k.reason
+                ),
+                None => writeln!(s, "tracepoint {label}: program {name}"),
+            };
         }
         if !s.is_empty() {
             common::cli::stderr(&s);
