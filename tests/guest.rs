@@ -1057,6 +1057,16 @@ fn trace_kernel_arguments_by_btf_name_members_and_retval() {
         })
         .collect();
     assert_eq!(ev, want, "{}", out.stdout);
+    // A struct's bytes are not a string (BCC prints them as such).
+    let spec = "p::vfs_write \"%s\", file";
+    util::fails_with(
+        &trace_tool(),
+        &[spec],
+        &format!(
+            "bad probe \"{spec}\": vfs_write: 'file' points to a struct file, not to a \
+             string: print one of its fields"
+        ),
+    );
 }
 
 #[test]

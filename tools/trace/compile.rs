@@ -1019,6 +1019,24 @@ impl Gen<'_> {
             _ => {
                 let space = v.space;
                 let v = self.rvalue(v)?;
+                // The bytes at a pointer to a pointer or to a struct are
+                // addresses and fields, not text (BCC prints them as garbage).
+                match &v.ty {
+                    Ty::Ptr(t) if matches!(**t, Ty::Ptr(_)) => {
+                        return Err(format!(
+                            "'{0}' points to a pointer, not to a string: print *{0} or {0}[N]",
+                            show(e)
+                        ));
+                    }
+                    Ty::Ptr(t) if matches!(**t, Ty::Record(..)) => {
+                        return Err(format!(
+                            "'{}' points to a {}, not to a string: print one of its fields",
+                            show(e),
+                            t.name()
+                        ));
+                    }
+                    _ => {}
+                }
                 if matches!(v.ty, Ty::Int { bytes, .. } if bytes < 8) {
                     return Err(format!(
                         "'{}' is a {}-byte integer, not a pointer to a string",
