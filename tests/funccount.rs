@@ -718,6 +718,22 @@ fn c_binary_without_debug_info() {
 }
 
 #[test]
+fn one_name_in_two_binaries_is_told_apart() {
+    // Two rows of one name said nothing of which was which: each is labelled
+    // with its binary where the name is shared; a name of one binary is not.
+    let out = trace_two_copies(
+        &funccount(),
+        ("ufa", 30),
+        ("ufb", 70),
+        &["{a}:uf_target", "{b}:uf_target", "{a}:uf_tail"],
+    );
+    assert_eq!(
+        last_table(&out.stdout),
+        rows(&[("ufa:uf_target", 30), ("ufb:uf_target", 70)])
+    );
+}
+
+#[test]
 fn ifuncs_sharing_their_code_are_said_to() {
     // On x86-64 glibc picks one implementation for memmove and memcpy: a probe
     // on it sees the calls of both, and funccount says so. Where the program

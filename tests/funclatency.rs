@@ -418,6 +418,26 @@ fn call_stacks_are_allocated_only_for_returns_paired_in_bpf() {
     }
 }
 
+#[test]
+fn one_name_in_two_binaries_gets_two_histograms() {
+    // -F merged them into one section of that name.
+    let out = trace_two_copies(
+        &funclatency(),
+        ("ufa", 30),
+        ("ufb", 70),
+        &["-F", "{a}:uf_target", "{b}:uf_target"],
+    );
+    assert_eq!(
+        timed_per_function(&out.stdout),
+        [
+            ("ufa:uf_target".to_string(), 30),
+            ("ufb:uf_target".to_string(), 70)
+        ],
+        "{}",
+        out.stdout
+    );
+}
+
 /// Per function, the calls funclatency -F timed (the sum of its histogram).
 fn timed_per_function(stdout: &str) -> Vec<(String, u64)> {
     let mut out: Vec<(String, u64)> = Vec::new();

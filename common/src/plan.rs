@@ -172,6 +172,7 @@ impl Plan {
             }
             indexes.push(mine);
         }
+        qualify_shared_labels(&mut probes);
         if let Some(k) = &kfuncs {
             crate::timing::note("tables", k.how);
         } else if by_name {
@@ -371,6 +372,43 @@ pub fn perf_syscalls() -> bool {
 /// uprobe groups, where there is no uprobe_multi.
 pub(crate) fn perf_uprobes() -> bool {
     std::env::var_os("TRACEKIT_PERF_UPROBES").is_some_and(|v| v != "0")
+}
+
+/// Labels user functions `BINARY:NAME` where their name is also another
+/// binary's (or a kernel function's, a tracepoint's...), so that summaries tell
+/// them apart rather than print two rows, or one histogram, of one name.
+/// `BINARY` is the file's name, or its path where two files share a name.
+/// Functions of one name within one binary (static ones) keep it, as BCC does.
+fn qualify_shared_labels(probes: &mut [Probe]) {
+    let binary = |p: &Probe| match &p.site {
+        Site::User { binary, .. } => Some(binary.clone()),
+        _ => None,
+    };
+    let mut origins: HashMap<&str, HashSet<Option<PathBuf>>> = HashMap::new();
+    for p in probes.iter() {
+        origins.entry(&p.label).or_default().insert(binary(p));
+    }
+    let shared: HashMap<String, HashSet<Option<PathBuf>>> = origins
+        .into_iter()
+        .filter(|(_, o)| o.len() > 1)
+        .map(|(l, o)| (l.to_string(), o))
+        .collect();
+    for p in probes.iter_mut() {
+        let (Some(origins), Some(path)) = (shared.get(&p.label), binary(p)) else {
+            continue;
+        };
+        let file = path.file_name().map(|f| f.to_string_lossy().into_owned());
+        let same_file_name = origins
+            .iter()
+            .flatten()
+            .filter(|o| o.file_name() == path.file_name())
+            .count()
+            > 1;
+        p.label = match file {
+            Some(f) if !same_file_name => format!("{f}:{}", p.label),
+            _ => format!("{}:{}", path.display(), p.label),
+        };
+    }
 }
 
 /// [`Plan::fd_reserve`] unless a tool sets more: libbpf, tracefs and output files.
@@ -658,4 +696,61 @@ fn expand(
         }
     };
     Ok(probes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(path: &str, name: &str) -> Probe {
+        Probe {
+            label: name.into(),
+            site: Site::User {
+                binary: PathBuf::from(path),
+                func: UserFunc {
+                    name: name.into(),
+                    offset: 0x1000,
+                    size: 8,
+                    exported: true,
+                },
+            },
+        }
+    }
+
+    #[test]
+    fn shared_names_are_qualified_by_binary() {
+        let tp = Tracepoint {
+            category: "sched".into(),
+            event: "sched_switch".into(),
+        };
+        let mut probes = vec![
+            user("/a/prog", "foo"),
+            user("/b/prog", "foo"),
+            user("/c/other", "foo"),
+            // Two of one name in one binary (static functions) keep it.
+            user("/a/prog", "bar"),
+            user("/a/prog", "bar"),
+            user("/a/prog", "only"),
+            user("/c/other", "sched:sched_switch"),
+            Probe {
+                label: tp.name(),
+                site: Site::Tracepoint(tp),
+            },
+        ];
+        qualify_shared_labels(&mut probes);
+        let labels: Vec<&str> = probes.iter().map(|p| p.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "/a/prog:foo",
+                "/b/prog:foo",
+                "other:foo",
+                "bar",
+                "bar",
+                "only",
+                "other:sched:sched_switch",
+                "sched:sched_switch"
+            ]
+        );
+    }
 }

@@ -816,3 +816,41 @@ pub fn wait_stopped(pid: u32, timeout: Duration) {
         thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// Runs `tool args` (without -p) while two copies of userfuncs, built as
+/// `a_name` and `b_name`, call uf_target `a_calls` and `b_calls` times; the tool
+/// is stopped with SIGINT once both are done. `args` may name `{a}` and `{b}`,
+/// the two binaries' paths.
+pub fn trace_two_copies(
+    tool: &Path,
+    (a_name, a_calls): (&str, u64),
+    (b_name, b_calls): (&str, u64),
+    args: &[&str],
+) -> Output {
+    let dir = Scratch::new();
+    let a = build_userfuncs(&dir, a_name, &[]);
+    let b = build_userfuncs(&dir, b_name, &[]);
+    let (an, bn) = (a_calls.to_string(), b_calls.to_string());
+    let wa = Workload::start(&a, &["plain", &an]);
+    let wb = Workload::start(&b, &["plain", &bn]);
+    let args: Vec<String> = args
+        .iter()
+        .map(|s| {
+            s.replace("{a}", &a.display().to_string())
+                .replace("{b}", &b.display().to_string())
+        })
+        .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut t = spawn(tool, &args);
+    t.wait_ready();
+    wa.go();
+    wb.go();
+    assert!(
+        wa.wait().success() && wb.wait().success(),
+        "a workload failed"
+    );
+    t.signal(libc::SIGINT);
+    let out = t.finish(Duration::from_secs(60));
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    out
+}

@@ -221,8 +221,8 @@ fn sections<'a>(
             totals,
         }];
     }
-    // Functions that share a name (a static function in two files, or the same
-    // name in two binaries) share a section.
+    // Functions that share a name within a binary (static functions of two
+    // files) share a section; in two binaries their labels name the binary.
     let mut by_name: BTreeMap<&str, (Log2Hist, Totals)> = BTreeMap::new();
     for ((h, t), label) in rows.iter().zip(labels) {
         if t.count == 0 {
