@@ -492,6 +492,40 @@ fn pid_that_does_not_exist() {
 }
 
 #[test]
+fn pid_of_a_zombie() {
+    // A child that exited, under a parent that never reaps it: the error said
+    // it "exited while the probes were being attached".
+    let mut parent = Command::new("sh")
+        .args(["-c", "sleep 0 & echo $!; exec sleep 30"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(parent.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let zombie: u32 = line.trim().parse().unwrap();
+    let state = || {
+        let stat = std::fs::read_to_string(format!("/proc/{zombie}/stat")).unwrap_or_default();
+        stat.rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().next().map(str::to_string))
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while state().as_deref() != Some("Z") && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(state().as_deref(), Some("Z"));
+    fails_with(
+        &["-p", &zombie.to_string(), "c:getpid"],
+        &format!(
+            "no process with PID {zombie}: it has exited (a zombie its parent has not reaped)"
+        ),
+    );
+    let _ = parent.kill();
+    let _ = parent.wait();
+}
+
+#[test]
 fn pid_that_exits_during_the_attach() {
     // A process that lives 20 ms, past funccount's start-up but not its attach
     // of all of libc: the probes after its exit fail (ESRCH), and the error says

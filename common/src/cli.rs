@@ -254,6 +254,11 @@ impl CommonArgs {
                 ));
                 self.pid = Some(tgid);
             }
+            if system::exited(tgid) {
+                bail!(
+                    "no process with PID {pid}: it has exited (a zombie its parent has not reaped)"
+                );
+            }
         }
         if let Some(path) = &self.cgroup {
             crate::cgroup::arm(path)?;
