@@ -293,6 +293,53 @@ fn cold_parts_are_not_timed() {
 }
 
 #[test]
+fn the_entry_point_is_not_timed() {
+    // _start is entered from the kernel with argc at its stack pointer: a
+    // return hook there gave programs started during the run argc -8192.
+    let dir = Scratch::new();
+    let bin = build_userfuncs(&dir, "uf", &[]);
+    let why = "_start (it is the program's entry point, entered by a jump from the kernel, \
+               not a call, so a return hook there would overwrite argc at the top of the \
+               stack; time main instead)";
+    // Among others, it is skipped with the reason; the others are timed.
+    let mut t = spawn(
+        &funclatency(),
+        &[
+            "-F",
+            "-r",
+            &format!("{}:^(_start|uf_target)$", bin.display()),
+        ],
+    );
+    t.wait_ready();
+    let w = Workload::start(&bin, &["plain", "7"]);
+    w.go();
+    assert!(w.wait().success(), "the workload failed");
+    t.signal(libc::SIGINT);
+    let out = t.finish(T);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert!(out.stderr.contains(why), "{}", out.stderr);
+    assert_eq!(
+        timed_per_function(&out.stdout),
+        [("uf_target".to_string(), 7)],
+        "{}",
+        out.stdout
+    );
+    // Alone, it is an error that says why.
+    let out = run(&funclatency(), &[&format!("{}:_start", bin.display())], T);
+    assert_eq!(out.code(), 1, "{}", out.stderr);
+    assert_eq!(
+        out.stderr,
+        format!(
+            "funclatency: error: _start in {} cannot be traced: {}\n",
+            bin.display(),
+            why.strip_prefix("_start (")
+                .and_then(|w| w.strip_suffix(')'))
+                .unwrap()
+        )
+    );
+}
+
+#[test]
 fn vfsreadlat_without_kernel_functions_says_what_it_needs() {
     // The host cannot trace kernel functions; vfsreadlat takes no patterns, so
     // the common message's list of what still works is not for it.

@@ -256,6 +256,8 @@ pub struct Binary {
     pub has_symtab: bool,
     /// The separate debug file whose `.symtab` was read, if any.
     pub debug_file: Option<PathBuf>,
+    /// The file offset of the ELF entry point (`_start`), if it is in code.
+    pub entry: Option<u64>,
 }
 
 /// A symbol as read from one table.
@@ -290,6 +292,7 @@ impl Binary {
                 segments.push((ph.p_vaddr(endian), ph.p_filesz(endian), ph.p_offset(endian)));
             }
         }
+        let entry = file_offset(&segments, file.elf_header().e_entry(endian));
         let mut syms = Vec::new();
         let mut has_symtab = symbols(&file, elf::SHT_SYMTAB, &mut syms).map_err(corrupt)?;
         symbols(&file, elf::SHT_DYNSYM, &mut syms).map_err(corrupt)?;
@@ -320,6 +323,7 @@ impl Binary {
             funcs,
             has_symtab,
             debug_file,
+            entry,
         })
     }
 

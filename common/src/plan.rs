@@ -631,7 +631,7 @@ fn expand(
             let bin = binaries.read(&binary).with_context(in_spec)?;
             let mut found = ufuncs::functions(&bin, m);
             if returns {
-                ufuncs::skip_cold_parts(&mut found);
+                ufuncs::skip_jump_entered(&mut found, bin.entry);
             }
             for note in &found.notes {
                 crate::cli::warn(note);

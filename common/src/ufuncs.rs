@@ -347,25 +347,32 @@ pub fn is_cold_part(name: &str) -> bool {
     name.split('.').skip(1).any(|p| p == "cold")
 }
 
-/// Moves cold parts from `found.funcs` to `found.skipped`, for a plan that hooks
-/// returns: a cold part is entered by a jump from its function, so the word at
-/// the stack pointer there is not a return address but whatever the function
-/// keeps at the top of its frame, which a return hook would overwrite (the
-/// traced program goes on with a wrong value). Its entries are counted safely.
-pub fn skip_cold_parts(found: &mut Found) {
-    let (cold, funcs): (Vec<UserFunc>, Vec<UserFunc>) = std::mem::take(&mut found.funcs)
+/// Moves the functions that are entered by a jump, not a call, from
+/// `found.funcs` to `found.skipped`, for a plan that hooks returns: the word at
+/// the stack pointer there is not a return address, and a return hook would
+/// overwrite it (the traced program goes on with a wrong value). Their entries
+/// are counted safely. They are cold parts, entered from their function, and
+/// the program's entry point (`_start`, at the ELF header's `entry`), entered
+/// from the kernel with argc at the top of the stack.
+pub fn skip_jump_entered(found: &mut Found, entry: Option<u64>) {
+    let (jumped, funcs): (Vec<UserFunc>, Vec<UserFunc>) = std::mem::take(&mut found.funcs)
         .into_iter()
-        .partition(|f| is_cold_part(&f.name));
+        .partition(|f| is_cold_part(&f.name) || Some(f.offset) == entry);
     found.funcs = funcs;
-    for f in cold {
-        let whole = f.name.split(".cold").next().unwrap_or(&f.name).to_string();
-        found.skipped.push((
-            f.name,
+    for f in jumped {
+        let reason = if Some(f.offset) == entry {
+            "it is the program's entry point, entered by a jump from the kernel, not a \
+             call, so a return hook there would overwrite argc at the top of the stack; \
+             time main instead"
+                .to_string()
+        } else {
+            let whole = f.name.split(".cold").next().unwrap_or(&f.name).to_string();
             format!(
                 "it is a cold part of {whole}, entered by a jump, not a call, so a return \
                  hook there would overwrite a value in {whole}'s frame; time {whole} itself"
-            ),
-        ));
+            )
+        };
+        found.skipped.push((f.name, reason));
     }
     found.skipped.sort();
 }
