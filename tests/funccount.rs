@@ -492,6 +492,13 @@ fn pid_that_does_not_exist() {
 }
 
 #[test]
+fn a_closed_pipe_ends_the_run() {
+    // `funccount ... | head -1` takes the banner; nobody reads the summary.
+    let (code, err) = exit_after_head_1(&funccount(), &["t:syscalls:sys_enter_acct"], T);
+    assert_eq!((code, err.as_str()), (0, ""));
+}
+
+#[test]
 fn pid_of_a_zombie() {
     // A child that exited, under a parent that never reaps it: the error said
     // it "exited while the probes were being attached".

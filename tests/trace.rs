@@ -1011,6 +1011,14 @@ fn tracepoints_the_kernel_refuses_are_skipped_with_the_reason() {
 }
 
 #[test]
+fn a_closed_pipe_ends_the_run_with_no_event_to_write() {
+    // `trace ... | head -1` ran on after the header until the next event: with
+    // none coming (no program calls acct), forever.
+    let (code, err) = exit_after_head_1(&trace(), &["t:syscalls:sys_enter_acct"], T);
+    assert_eq!((code, err.as_str()), (0, ""));
+}
+
+#[test]
 fn control_bytes_in_strings_are_escaped() {
     // The workload renames itself `a;b\nc\x1b[1m`: %s printed the newline and
     // the escape sequence raw, splitting the event over two lines and sending

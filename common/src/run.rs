@@ -16,6 +16,8 @@ pub enum StopReason {
     TargetExited,
     /// `POST /stop` through `--listen`.
     Requested,
+    /// The reader of stdout (a pipe or socket) went away: `... | head` has its lines.
+    OutputClosed,
 }
 
 /// What the process is doing, for the signal handler: a repeated signal may end
@@ -168,6 +170,53 @@ impl Stop {
                 }
             }
         }
+    }
+
+    /// Stops the run when stdout is a pipe or socket whose reader goes away
+    /// (`... | head -1` once the head has its line): a tool that writes only
+    /// at events (trace, with none coming) or at its end would otherwise run on
+    /// unseen, as BCC's do. Its next write fails and it ends quietly. A thread
+    /// that sleeps in poll(2), started once and only for such an stdout.
+    pub fn watch_output(&'static self) {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            // SAFETY: an all-zero stat is valid; fstat(1) writes into it.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            if unsafe { libc::fstat(1, &mut st) } != 0 {
+                return;
+            }
+            let kind = st.st_mode & libc::S_IFMT;
+            if kind != libc::S_IFIFO && kind != libc::S_IFSOCK {
+                return;
+            }
+            let _ = thread::Builder::new()
+                .name("stdout-watch".into())
+                .spawn(move || loop {
+                    // No events asked: poll returns on POLLERR (a pipe without
+                    // readers) or POLLHUP (a socket whose peer is gone).
+                    let mut pfd = libc::pollfd {
+                        fd: 1,
+                        events: 0,
+                        revents: 0,
+                    };
+                    // SAFETY: pfd is a valid pollfd for the duration of the call.
+                    let rc = unsafe { libc::poll(&mut pfd, 1, -1) };
+                    if rc < 0 {
+                        if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+                        {
+                            continue;
+                        }
+                        return;
+                    }
+                    if pfd.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
+                        self.trigger(StopReason::OutputClosed);
+                        return;
+                    }
+                    if pfd.revents & libc::POLLNVAL != 0 {
+                        return;
+                    }
+                });
+        });
     }
 
     /// Stops the run when process `pid` exits (as bpftrace does for `-p`).

@@ -104,6 +104,7 @@ impl Session {
         if let Some(pid) = self.pid {
             self.stop.watch_pid(pid)?;
         }
+        self.stop.watch_output();
         Ok(n)
     }
 
@@ -264,6 +265,7 @@ impl Session {
         if let Some(pid) = self.pid {
             self.stop.watch_pid(pid)?;
         }
+        self.stop.watch_output();
         Ok(())
     }
 

@@ -854,3 +854,41 @@ pub fn trace_two_copies(
     assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
     out
 }
+
+/// Runs `tool args` with stdout to a pipe whose reader takes the first line and
+/// goes away (`... | head -1`), and returns how it exited, within `timeout`
+/// (killed and failing past it) with its stderr: the tool must notice with no
+/// more output of its own to write.
+pub fn exit_after_head_1(tool: &Path, args: &[&str], timeout: Duration) -> (i32, String) {
+    let mut child = Command::new(tool)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(!first.is_empty(), "no first line");
+    // The reader is dropped: the pipe has no reader left.
+    let end = Instant::now() + timeout;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{} did not exit within {timeout:?} of its reader going",
+                tool.display()
+            );
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    let _ = std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err);
+    (status.code().unwrap_or(-1), err)
+}
