@@ -222,6 +222,14 @@ fn strcmp_and_signature_names() {
     );
     let out = run_on("calls", 20, &[&spec]);
     assert_eq!(messages(&out.stdout), ["name-7 7", "name-12 12"]);
+    // C's escapes name bytes: "\x2d" and "\055" are '-' (an octal escape was
+    // read as \0 and digits, "a NUL byte"); "\x31\63" is "13".
+    let spec = format!(
+        r#"{}:tt_args(u64 a, long b, char *name) (STRCMP("name\x2d7", name) || STRCMP("name\055\x31\63", name)) "%s", name"#,
+        bin()
+    );
+    let out = run_on("calls", 20, &[&spec]);
+    assert_eq!(messages(&out.stdout), ["name-7", "name-13"]);
 }
 
 #[test]

@@ -734,7 +734,7 @@ pub fn compile(probe: &Probe, ctx: &Ctx) -> Result<Program, String> {
 pub fn show(e: &Expr) -> String {
     match e {
         Expr::Num(v) => v.to_string(),
-        Expr::Str(s) => format!("\"{s}\""),
+        Expr::Str(s) => format!("\"{}\"", String::from_utf8_lossy(s)),
         Expr::Ident(n) => n.clone(),
         Expr::Var(v) => format!("${v}"),
         Expr::Member { base, name, arrow } => {
@@ -1080,7 +1080,8 @@ impl Gen<'_> {
                 })
             }
             Expr::Str(s) => Err(format!(
-                "the string \"{s}\" can only be used in STRCMP(\"...\", value)"
+                "the string \"{}\" can only be used in STRCMP(\"...\", value)",
+                String::from_utf8_lossy(s)
             )),
             Expr::Var(v) => {
                 let (input, ty) = match v.as_str() {
@@ -1267,11 +1268,11 @@ impl Gen<'_> {
                     }
                 };
                 let (bytes, raw) = if self.ctx.bin_cmp {
-                    (byte_list(lit)?, RAW)
-                } else if lit.contains('\0') {
+                    (byte_list(&String::from_utf8_lossy(lit))?, RAW)
+                } else if lit.contains(&0) {
                     return Err("a STRCMP literal cannot hold a NUL byte (-B compares bytes: STRCMP(\"{0x6C, 0x00}\", arg1))".into());
                 } else {
-                    (lit.as_bytes().to_vec(), 0)
+                    (lit.clone(), 0)
                 };
                 if bytes.len() >= LIT_MAX - 2 {
                     return Err(format!(

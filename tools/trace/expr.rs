@@ -59,7 +59,7 @@ pub enum UnOp {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Expr {
     Num(u64),
-    Str(String),
+    Str(Vec<u8>),
     /// `arg1`, `retval`, `args`, a parameter name.
     Ident(String),
     /// `$pid`, `$tgid`, ...
@@ -82,7 +82,7 @@ pub enum Expr {
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {
     Num(u64),
-    Str(String),
+    Str(Vec<u8>),
     Char(u8),
     Ident(String),
     Var(String),
@@ -146,7 +146,7 @@ fn lex(s: &str) -> Result<Vec<(Tok, usize)>, String> {
             if v.len() != 1 {
                 return Err(format!("bad character constant {}", excerpt(&s[i..])));
             }
-            out.push((Tok::Char(v.as_bytes()[0]), start));
+            out.push((Tok::Char(v[0]), start));
             i += n;
         } else if let Some(p) = PUNCT.iter().find(|p| s[i..].starts_with(**p)) {
             out.push((Tok::Punct(p), start));
@@ -201,37 +201,66 @@ pub fn parse_number(s: &str) -> Option<i64> {
     }
 }
 
-/// A quoted string at the start of `s` (C escapes \n \t \\ \" \' \0 \xHH): its
-/// value and length with the quotes.
-pub fn string(s: &str) -> Result<(String, usize), String> {
-    let q = s.chars().next().expect("a quote");
-    let mut out = String::new();
-    let mut it = s.char_indices().skip(1);
-    while let Some((i, c)) = it.next() {
+/// A quoted string at the start of `s`, with C's escapes (\n \t \r \a \b \f
+/// \v \\ \" \' \? \ooo octal, \xHH hex): its bytes (an escape is the byte it
+/// names, \xff one byte, not a character's UTF-8) and its length with the quotes.
+pub fn string(s: &str) -> Result<(Vec<u8>, usize), String> {
+    let b = s.as_bytes();
+    let q = b[0];
+    let mut out = Vec::new();
+    let mut i = 1;
+    while i < b.len() {
+        let c = b[i];
         if c == q {
             return Ok((out, i + 1));
         }
-        if c == '\\' {
-            let Some((_, e)) = it.next() else { break };
-            out.push(match e {
-                'n' => '\n',
-                't' => '\t',
-                'r' => '\r',
-                '0' => '\0',
-                '\\' => '\\',
-                '"' => '"',
-                '\'' => '\'',
-                'x' => {
-                    let h: String = (0..2).filter_map(|_| it.next().map(|(_, c)| c)).collect();
-                    let v = u8::from_str_radix(&h, 16)
-                        .map_err(|_| format!("bad escape '\\x{h}' in {}", excerpt(s)))?;
-                    v as char
-                }
-                other => return Err(format!("unknown escape '\\{other}' in {}", excerpt(s))),
-            });
-        } else {
+        i += 1;
+        if c != b'\\' {
             out.push(c);
+            continue;
         }
+        let Some(&e) = b.get(i) else { break };
+        i += 1;
+        out.push(match e {
+            b'n' => b'\n',
+            b't' => b'\t',
+            b'r' => b'\r',
+            b'a' => 0x07,
+            b'b' => 0x08,
+            b'f' => 0x0c,
+            b'v' => 0x0b,
+            b'\\' | b'"' | b'\'' | b'?' => e,
+            b'0'..=b'7' => {
+                // Up to three octal digits, as in C: \0, \33, \033.
+                let mut v = u32::from(e - b'0');
+                for _ in 0..2 {
+                    match b.get(i) {
+                        Some(&d @ b'0'..=b'7') => {
+                            v = v * 8 + u32::from(d - b'0');
+                            i += 1;
+                        }
+                        _ => break,
+                    }
+                }
+                u8::try_from(v)
+                    .map_err(|_| format!("octal escape above \\377 in {}", excerpt(s)))?
+            }
+            b'x' => {
+                let hex: String = b[i..]
+                    .iter()
+                    .take(2)
+                    .take_while(|d| d.is_ascii_hexdigit())
+                    .map(|&d| d as char)
+                    .collect();
+                i += hex.len();
+                u8::from_str_radix(&hex, 16)
+                    .map_err(|_| format!("bad escape '\\x{hex}' in {}", excerpt(s)))?
+            }
+            _ => {
+                let other = s[i - 1..].chars().next().unwrap_or('?');
+                return Err(format!("unknown escape '\\{other}' in {}", excerpt(s)));
+            }
+        });
     }
     Err(format!("unterminated string {}", excerpt(s)))
 }
@@ -580,6 +609,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn strings_take_c_escapes_as_bytes() {
+        let (v, n) = string(r#""A\101\33\0339\a\b\f\v\?\'\"\\\xff\x4g\n" rest"#).unwrap();
+        assert_eq!(
+            v,
+            [
+                b'A', b'A', 0x1b, 0x1b, b'9', 7, 8, 0x0c, 0x0b, b'?', b'\'', b'"', b'\\', 0xff,
+                0x04, b'g', b'\n'
+            ]
+        );
+        assert_eq!(n, 41);
+        // UTF-8 text is its bytes.
+        assert_eq!(string("\"é\"").unwrap().0, "é".as_bytes());
+        assert!(string(r#""\400""#)
+            .unwrap_err()
+            .contains("octal escape above \\377"));
+        assert!(string(r#""\q""#)
+            .unwrap_err()
+            .contains("unknown escape '\\q'"));
+        assert!(string(r#""\xzz""#)
+            .unwrap_err()
+            .contains("bad escape '\\x'"));
+    }
+
+    #[test]
     fn precedence() {
         let e = parse("arg1 > 2 && arg2 == 3 || !retval").unwrap();
         let Expr::Binary(BinOp::LOr, l, _) = e else {
@@ -615,7 +668,7 @@ mod tests {
             parse("STRCMP(\"a\\\"b\", arg1)").unwrap(),
             Expr::Call(
                 "STRCMP".into(),
-                vec![Expr::Str("a\"b".into()), Expr::Ident("arg1".into())]
+                vec![Expr::Str(b"a\"b".to_vec()), Expr::Ident("arg1".into())]
             )
         );
         assert_eq!(parse("0x10").unwrap(), Expr::Num(16));

@@ -100,6 +100,11 @@ pub fn parse(text: &str) -> Result<Probe, String> {
         ));
     }
     let (fmt, n) = expr::string(rest).map_err(|e| format!("in the format: {e}"))?;
+    let fmt = String::from_utf8(fmt).map_err(|_| {
+        "in the format: an escape above \\x7f makes it other than UTF-8 text, which the \
+         output is; write the character itself"
+            .to_string()
+    })?;
     let format = Format::parse(&fmt).map_err(|e| format!("in the format: {e}"))?;
     let mut after = rest[n..].trim_start();
     let mut args = Vec::new();
