@@ -587,6 +587,40 @@ fn not_root() {
 }
 
 #[test]
+fn capabilities_without_tracefs() {
+    // CAP_BPF and CAP_PERFMON without root: tracefs (mode 0700, root's) cannot
+    // be read, and a tracepoint was "not matched" (it exists). Where tracefs is
+    // open to all, the run is allowed and this case does not arise.
+    let open_to_all = std::fs::metadata("/sys/kernel/tracing")
+        .is_ok_and(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o005 == 0o005);
+    for pattern in ["t:sched:sched_switch", "t:sched:sched_sw*"] {
+        let out = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=+bpf,+perfmon",
+                "--ambient-caps=+bpf,+perfmon",
+            ])
+            .arg(funccount())
+            .args(["-d", "0.1", pattern])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        if open_to_all {
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(1), "{pattern}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            "funccount: error: cannot read /sys/kernel/tracing/events: permission denied \
+             (tracepoints are found in tracefs, which only root may read here; run as root)\n"
+        );
+    }
+}
+
+#[test]
 fn kernel_functions_on_a_kernel_without_kprobes() {
     // The host kernel of this project's machines has no kprobes (see ENVIRONMENT.md);
     // kernel functions themselves are tested in the guest kernels.

@@ -2,7 +2,7 @@
 
 use std::fs;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::pattern::Matcher;
 use crate::tracefs;
@@ -24,7 +24,14 @@ impl Tracepoint {
 pub fn matching(m: &Matcher) -> Result<Vec<Tracepoint>> {
     let events = tracefs::tracefs()?.join("events");
     if let Some((cat, ev)) = m.literal().and_then(|l| l.split_once(':')) {
-        let found = events.join(cat).join(ev).join("id").exists();
+        let id = events.join(cat).join(ev).join("id");
+        let found = match fs::metadata(&id) {
+            Ok(_) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                bail!(denied(&events))
+            }
+            Err(_) => false,
+        };
         return Ok(found
             .then(|| Tracepoint {
                 category: cat.to_string(),
@@ -34,7 +41,11 @@ pub fn matching(m: &Matcher) -> Result<Vec<Tracepoint>> {
             .collect());
     }
     let mut found = Vec::new();
-    let cats = fs::read_dir(&events).with_context(|| format!("listing {}", events.display()))?;
+    let cats = match fs::read_dir(&events) {
+        Ok(c) => c,
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => bail!(denied(&events)),
+        Err(e) => return Err(e).with_context(|| format!("listing {}", events.display())),
+    };
     for cat in cats.flatten() {
         let Ok(cat_name) = cat.file_name().into_string() else {
             continue;
@@ -57,6 +68,17 @@ pub fn matching(m: &Matcher) -> Result<Vec<Tracepoint>> {
     }
     found.sort();
     Ok(found)
+}
+
+/// Tracepoints need tracefs, which is root's alone on most systems: with CAP_BPF
+/// and CAP_PERFMON but not root, user functions work and tracepoints cannot be
+/// found (they were "no tracepoint matches").
+fn denied(events: &std::path::Path) -> String {
+    format!(
+        "cannot read {}: permission denied (tracepoints are found in tracefs, which only \
+         root may read here; run as root)",
+        events.display()
+    )
 }
 
 /// Whether an event can be attached as the kernel tracepoint of the same name (a
