@@ -499,6 +499,22 @@ fn a_closed_pipe_ends_the_run() {
 }
 
 #[test]
+fn attach_modes_of_timing_tools_are_refused() {
+    // Whatever the patterns: with tracepoints alone they were ignored.
+    for pattern in ["t:sched:sched_switch", "c:getpid"] {
+        fails_with(
+            &["--attach-mode", "session", pattern],
+            "--attach-mode session is for tools that time calls (entry and return)",
+        );
+        fails_with(
+            &["--attach-mode", "fentry", pattern],
+            "--attach-mode fentry: fentry/fexit serve a single kernel function, in tools that \
+             time calls",
+        );
+    }
+}
+
+#[test]
 fn pid_of_a_zombie() {
     // A child that exited, under a parent that never reaps it: the error said
     // it "exited while the probes were being attached".
