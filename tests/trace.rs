@@ -859,6 +859,8 @@ const BAD: &[(&str, &str)] = &[
     ("p:c:malloc \"%d\", args->x", "malloc: unknown name 'args' (user functions have arg1..arg6, or names from a signature: func(int args))"),
     ("p:c:malloc (arg1 ==== 2)", "in the predicate: unexpected '==' at '== 2'"),
     ("p:c:malloc \"%s\", 1", "malloc: '1' is a 4-byte integer, not a pointer to a string"),
+    ("p:c:malloc \"%s\", arg1 == 0", "malloc: 'arg1 == 0' is a 4-byte integer, not a pointer to a string"),
+    ("p:c:malloc(int a, long a) \"%d\", a", "in the signature: parameter name 'a' is used twice"),
     ("p:c:malloc(char **v) \"%s\", v", "malloc: 'v' points to a pointer, not to a string: print *v or v[N]"),
     ("p:c:malloc [arg1]", "expected a predicate in parentheses or a \"format\", not '[arg1]'"),
     ("p:c:malloc (arg1 ? 1 : 2)", "in the predicate: unexpected '?'"),

@@ -371,6 +371,9 @@ pub fn parse_signature(text: &str) -> Result<Vec<(TypeName, String)>, String> {
             ));
         }
         words.retain(|w| w != "const" && w != "volatile");
+        if out.iter().any(|(_, n)| *n == name) {
+            return Err(format!("parameter name '{name}' is used twice"));
+        }
         out.push((
             TypeName {
                 base: words.join(" "),
