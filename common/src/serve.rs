@@ -405,6 +405,19 @@ fn find_blank_line(buf: &[u8]) -> Option<usize> {
     }
 }
 
+/// Whether the request line ends in a well-formed version other than 1.0 and
+/// 1.1 (HTTP/2.0, HTTP/9.9): a 505, where garbage there is a 400.
+fn is_other_http_version(head: &[u8]) -> bool {
+    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let version = line.rsplit(|&b| b == b' ').next().unwrap_or_default();
+    match version.strip_prefix(b"HTTP/") {
+        Some([major, b'.', minor]) => major.is_ascii_digit() && minor.is_ascii_digit(),
+        Some([major]) => major.is_ascii_digit(),
+        _ => false,
+    }
+}
+
 fn answer(status: u16, msg: &str) -> Verdict {
     Verdict::Answer(status, msg.to_string(), Vec::new())
 }
@@ -417,6 +430,9 @@ fn judge(head: &[u8], peer: Option<IpAddr>, token: Option<&str>) -> Verdict {
         Ok(httparse::Status::Complete(_)) => {}
         Ok(httparse::Status::Partial) => return answer(400, "malformed request"),
         Err(httparse::Error::TooManyHeaders) => return answer(431, "too many headers"),
+        Err(httparse::Error::Version) if is_other_http_version(head) => {
+            return answer(505, "only HTTP/1.0 and HTTP/1.1 are served")
+        }
         Err(_) => return answer(400, "malformed request"),
     }
     let (Some(method), Some(target)) = (req.method, req.path) else {
@@ -443,12 +459,15 @@ fn judge(head: &[u8], peer: Option<IpAddr>, token: Option<&str>) -> Verdict {
         return answer(400, "more than one Content-Length");
     }
     if let Some(len) = lengths.first() {
-        if std::str::from_utf8(len)
-            .ok()
-            .and_then(|l| l.trim().parse::<u64>().ok())
-            != Some(0)
-        {
-            return answer(413, "no request body is accepted");
+        // Digits only (RFC 9110 8.6): "-5" or "+5" is a malformed request, not
+        // a body too large.
+        let len = std::str::from_utf8(len).ok().map(str::trim);
+        match len.filter(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit())) {
+            None => return answer(400, "malformed Content-Length"),
+            Some(l) if l.bytes().any(|b| b != b'0') => {
+                return answer(413, "no request body is accepted")
+            }
+            Some(_) => {}
         }
     }
     // The absolute form (http://host:port/metrics) names the same resource.
@@ -547,6 +566,7 @@ fn reason(status: u16) -> &'static str {
         413 => "Content Too Large",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
+        505 => "HTTP Version Not Supported",
         _ => "Service Unavailable",
     }
 }
@@ -685,6 +705,25 @@ mod tests {
             j(body, "127.0.0.1", None),
             Verdict::Answer(413, ..)
         ));
+        for bad in ["-5", "+5", "5x", ""] {
+            let head = format!("POST /stop HTTP/1.1\r\nContent-Length: {bad}\r\n\r\n");
+            assert!(
+                matches!(j(&head, "127.0.0.1", None), Verdict::Answer(400, ..)),
+                "{bad}"
+            );
+        }
+        let none = "POST /stop HTTP/1.1\r\nContent-Length: 00\r\n\r\n";
+        assert_eq!(
+            j(none, "127.0.0.1", None),
+            Verdict::Forward(Route::Stop, false)
+        );
+        for (version, status) in [("HTTP/9.9", 505), ("HTTP/2", 505), ("HTTQ/1.1", 400)] {
+            let head = format!("GET /metrics {version}\r\n\r\n");
+            assert!(
+                matches!(j(&head, "127.0.0.1", None), Verdict::Answer(s, ..) if s == status),
+                "{version}"
+            );
+        }
         assert!(is_loopback("::ffff:127.0.0.1".parse().unwrap()));
     }
 }
