@@ -515,6 +515,25 @@ fn attach_modes_of_timing_tools_are_refused() {
 }
 
 #[test]
+fn a_signal_during_the_detach_of_a_run_that_ended_is_answered() {
+    // A run ended by -d had no stop request: the first SIGTERM during its
+    // detach (2 s: syscall events as perf events each wait out an RCU grace
+    // period) was taken as one, silently; the man page says it is told.
+    let mut cmd = Command::new(funccount());
+    cmd.env("TRACEKIT_PERF_SYSCALLS", "1")
+        .args(["-d", "0.2", "t:syscalls:sys_enter_get*"]);
+    let mut t = spawn_cmd(cmd);
+    t.wait_line(|l| l.starts_with("Detaching"), T);
+    t.signal(libc::SIGTERM);
+    let out = t.finish(T);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert_eq!(
+        out.stderr,
+        "funccount: detaching is in progress; it is not interrupted, so no probe is left behind\n"
+    );
+}
+
+#[test]
 fn pid_of_a_zombie() {
     // A child that exited, under a parent that never reaps it: the error said
     // it "exited while the probes were being attached".

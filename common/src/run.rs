@@ -89,7 +89,9 @@ impl Stop {
     }
 
     fn on_signal(&self) {
-        if !self.is_set() {
+        // A run that ended by itself (-d, -p's exit) has no stop request set:
+        // the first signal during its detach is told of it like a second one.
+        if !self.is_set() && !matches!(self.phase(), Phase::Detaching | Phase::Done) {
             self.trigger(StopReason::Signal);
             return;
         }
