@@ -422,18 +422,27 @@ impl Symbols {
     /// without frame pointers reads garbage) are unknown without costing the others
     /// their names.
     pub fn user(&self, pid: u32, addrs: &[u64]) -> HashMap<u64, Frame> {
-        let mut p = Process::new(Pid::from(pid));
+        let process = |map_files: bool| {
+            let mut p = Process::new(Pid::from(pid));
+            p.map_files = map_files;
+            Source::Process(p)
+        };
         // While the process lives, its files are read through /proc/PID/map_files:
         // the files it runs, even if a package upgrade replaced or deleted them
         // since (by path, the new file's names were given to the old addresses).
         // Once it has exited, that is gone; the snapshotted VMAs carry paths.
-        p.map_files = !crate::system::exited(pid);
+        let alive = !crate::system::exited(pid);
         let maps = self.maps_of(pid);
         let maps = maps.as_deref();
         let (named, outside): (Vec<u64>, Vec<u64>) = addrs
             .iter()
             .partition(|&&a| maps.is_none_or(|m| m.iter().any(|m| a >= m.start && a < m.end)));
-        let mut out = self.resolve(&Source::Process(p), &named, true);
+        let mut out = self.resolve(&process(alive), &named, true);
+        if alive && crate::system::exited(pid) {
+            // It exited during the lookup, and its map_files with it (the
+            // lookup's names came out unknown): by the snapshot's paths.
+            out = self.resolve(&process(false), &named, true);
+        }
         out.extend(outside.into_iter().map(|a| (a, Frame::unknown(a))));
         out
     }
