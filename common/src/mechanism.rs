@@ -88,6 +88,23 @@ impl Via {
     }
 }
 
+/// Refuses the modes that only timing tools (entry and return hooks) have,
+/// whatever the patterns match, before anything is read for them.
+pub(crate) fn check_mode(opts: &Options) -> Result<()> {
+    if opts.hooks == Hooks::EntryAndReturn {
+        return Ok(());
+    }
+    match opts.mode {
+        AttachMode::Session => {
+            bail!("--attach-mode session is for tools that time calls (entry and return)")
+        }
+        AttachMode::Fentry => bail!(
+            "--attach-mode fentry: fentry/fexit serve a single kernel function, in tools that time calls"
+        ),
+        _ => Ok(()),
+    }
+}
+
 /// Picks how kernel functions are attached: the cheapest mechanism the kernel
 /// has that `--attach-mode` allows, probed, never decided by version.
 pub(crate) fn choose_kernel_via(probes: &[Probe], opts: &Options) -> Result<Option<Via>> {
@@ -102,9 +119,6 @@ pub(crate) fn choose_kernel_via(probes: &[Probe], opts: &Options) -> Result<Opti
         return Ok(None);
     };
     let ret = opts.hooks == Hooks::EntryAndReturn;
-    if opts.mode == AttachMode::Session && !ret {
-        bail!("--attach-mode session is for tools that time calls (entry and return)");
-    }
     let via = match opts.mode {
         AttachMode::Single => Via::Single,
         AttachMode::Fentry => {
@@ -182,9 +196,6 @@ pub(crate) fn choose_user_via(probes: &[Probe], opts: &Options) -> Result<Option
         return Ok(None);
     }
     let ret = opts.hooks == Hooks::EntryAndReturn;
-    if opts.mode == AttachMode::Session && !ret {
-        bail!("--attach-mode session is for tools that time calls (entry and return)");
-    }
     if opts.mode == AttachMode::Fentry {
         bail!("--attach-mode fentry is for a single kernel function, not user functions");
     }

@@ -21,7 +21,7 @@ use crate::system;
 use crate::tracepoints::{self, Tracepoint};
 use crate::ufuncs::{self, UsdtProbe, UserFunc};
 
-use crate::mechanism::{choose_kernel_via, choose_user_via};
+use crate::mechanism::{check_mode, choose_kernel_via, choose_user_via};
 pub use crate::mechanism::{AttachMode, Hooks, Via};
 pub use crate::object::{Filter, ProgKind};
 
@@ -109,18 +109,8 @@ impl Plan {
     /// `probes`): specs that name one site share its probe, as tools that hang
     /// several actions on one site (trace) need to know.
     pub fn build_indexed(specs: &[ProbeSpec], opts: &Options) -> Result<(Plan, Vec<Vec<usize>>)> {
-        // Refused whatever the patterns match (a run of tracepoints ignored them).
-        if opts.hooks != Hooks::EntryAndReturn {
-            match opts.mode {
-                AttachMode::Session => {
-                    bail!("--attach-mode session is for tools that time calls (entry and return)")
-                }
-                AttachMode::Fentry => bail!(
-                    "--attach-mode fentry: fentry/fexit serve a single kernel function, in tools that time calls"
-                ),
-                _ => {}
-            }
-        }
+        // Whatever the patterns match (a run of tracepoints ignored the mode).
+        check_mode(opts)?;
         if let Some(pid) = opts.pid {
             system::check_pid(pid)?;
         }
