@@ -7,7 +7,7 @@
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use anyhow::{bail, Context, Result};
@@ -382,34 +382,42 @@ pub(crate) fn perf_uprobes() -> bool {
 /// `BINARY` is the file's name, or its path where two files share a name.
 /// Functions of one name within one binary (static ones) keep it, as BCC does.
 fn qualify_shared_labels(probes: &mut [Probe]) {
-    let binary = |p: &Probe| match &p.site {
-        Site::User { binary, .. } => Some(binary.clone()),
-        _ => None,
-    };
-    let mut origins: HashMap<&str, HashSet<Option<PathBuf>>> = HashMap::new();
+    fn binary(p: &Probe) -> Option<&Path> {
+        match &p.site {
+            Site::User { binary, .. } => Some(binary),
+            _ => None,
+        }
+    }
+    // Per label, the binaries (None: not a user function) it comes from.
+    let mut origins: HashMap<&str, HashSet<Option<&Path>>> = HashMap::new();
     for p in probes.iter() {
         origins.entry(&p.label).or_default().insert(binary(p));
     }
-    let shared: HashMap<String, HashSet<Option<PathBuf>>> = origins
-        .into_iter()
-        .filter(|(_, o)| o.len() > 1)
-        .map(|(l, o)| (l.to_string(), o))
+    let relabel: Vec<(usize, String)> = probes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| {
+            let (origins, path) = (origins.get(p.label.as_str())?, binary(p)?);
+            if origins.len() < 2 {
+                return None;
+            }
+            let same_file_name = origins
+                .iter()
+                .flatten()
+                .filter(|o| o.file_name() == path.file_name())
+                .count()
+                > 1;
+            Some((
+                i,
+                match path.file_name() {
+                    Some(f) if !same_file_name => format!("{}:{}", f.to_string_lossy(), p.label),
+                    _ => format!("{}:{}", path.display(), p.label),
+                },
+            ))
+        })
         .collect();
-    for p in probes.iter_mut() {
-        let (Some(origins), Some(path)) = (shared.get(&p.label), binary(p)) else {
-            continue;
-        };
-        let file = path.file_name().map(|f| f.to_string_lossy().into_owned());
-        let same_file_name = origins
-            .iter()
-            .flatten()
-            .filter(|o| o.file_name() == path.file_name())
-            .count()
-            > 1;
-        p.label = match file {
-            Some(f) if !same_file_name => format!("{f}:{}", p.label),
-            _ => format!("{}:{}", path.display(), p.label),
-        };
+    for (i, label) in relabel {
+        probes[i].label = label;
     }
 }
 
