@@ -438,9 +438,10 @@ impl Symbols {
             .iter()
             .partition(|&&a| maps.is_none_or(|m| m.iter().any(|m| a >= m.start && a < m.end)));
         let mut out = self.resolve(&process(alive), &named, true);
-        if alive && crate::system::exited(pid) {
-            // It exited during the lookup, and its map_files with it (the
-            // lookup's names came out unknown): by the snapshot's paths.
+        // Only an unknown name can come of an exit during the lookup (its
+        // map_files went with it): then, and then only, /proc is asked again.
+        if alive && out.values().any(|f| f.name.is_none()) && crate::system::exited(pid) {
+            // By the snapshot's paths.
             out = self.resolve(&process(false), &named, true);
         }
         out.extend(outside.into_iter().map(|a| (a, Frame::unknown(a))));
