@@ -752,29 +752,7 @@ pub fn show(e: &Expr) -> String {
             },
             show(x)
         ),
-        Expr::Binary(op, l, r) => {
-            let op = match op {
-                BinOp::Add => "+",
-                BinOp::Sub => "-",
-                BinOp::Mul => "*",
-                BinOp::Div => "/",
-                BinOp::Mod => "%",
-                BinOp::And => "&",
-                BinOp::Or => "|",
-                BinOp::Xor => "^",
-                BinOp::Shl => "<<",
-                BinOp::Shr => ">>",
-                BinOp::Eq => "==",
-                BinOp::Ne => "!=",
-                BinOp::Lt => "<",
-                BinOp::Le => "<=",
-                BinOp::Gt => ">",
-                BinOp::Ge => ">=",
-                BinOp::LAnd => "&&",
-                BinOp::LOr => "||",
-            };
-            format!("{} {op} {}", show(l), show(r))
-        }
+        Expr::Binary(op, l, r) => format!("{} {} {}", show(l), op.symbol(), show(r)),
         Expr::Cast(t, x) => format!("({t}){}", show(x)),
         Expr::Call(n, a) => format!("{n}({})", a.iter().map(show).collect::<Vec<_>>().join(", ")),
     }

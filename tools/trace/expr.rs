@@ -48,6 +48,39 @@ pub enum BinOp {
     LOr,
 }
 
+/// The binary operators as C spells them, with their precedence (higher binds
+/// tighter): what the parser reads and what messages print.
+const BINOPS: &[(&str, BinOp, u8)] = &[
+    ("||", BinOp::LOr, 1),
+    ("&&", BinOp::LAnd, 2),
+    ("|", BinOp::Or, 3),
+    ("^", BinOp::Xor, 4),
+    ("&", BinOp::And, 5),
+    ("==", BinOp::Eq, 6),
+    ("!=", BinOp::Ne, 6),
+    ("<", BinOp::Lt, 7),
+    ("<=", BinOp::Le, 7),
+    (">", BinOp::Gt, 7),
+    (">=", BinOp::Ge, 7),
+    ("<<", BinOp::Shl, 8),
+    (">>", BinOp::Shr, 8),
+    ("+", BinOp::Add, 9),
+    ("-", BinOp::Sub, 9),
+    ("*", BinOp::Mul, 10),
+    ("/", BinOp::Div, 10),
+    ("%", BinOp::Mod, 10),
+];
+
+impl BinOp {
+    /// How C spells it.
+    pub fn symbol(self) -> &'static str {
+        BINOPS
+            .iter()
+            .find(|(_, op, _)| *op == self)
+            .map_or("?", |(text, ..)| text)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum UnOp {
     Not,
@@ -430,27 +463,10 @@ impl Parser<'_> {
         let Some(Tok::Punct(p)) = self.peek() else {
             return None;
         };
-        Some(match *p {
-            "||" => (BinOp::LOr, 1),
-            "&&" => (BinOp::LAnd, 2),
-            "|" => (BinOp::Or, 3),
-            "^" => (BinOp::Xor, 4),
-            "&" => (BinOp::And, 5),
-            "==" => (BinOp::Eq, 6),
-            "!=" => (BinOp::Ne, 6),
-            "<" => (BinOp::Lt, 7),
-            "<=" => (BinOp::Le, 7),
-            ">" => (BinOp::Gt, 7),
-            ">=" => (BinOp::Ge, 7),
-            "<<" => (BinOp::Shl, 8),
-            ">>" => (BinOp::Shr, 8),
-            "+" => (BinOp::Add, 9),
-            "-" => (BinOp::Sub, 9),
-            "*" => (BinOp::Mul, 10),
-            "/" => (BinOp::Div, 10),
-            "%" => (BinOp::Mod, 10),
-            _ => return None,
-        })
+        BINOPS
+            .iter()
+            .find(|(text, ..)| text == p)
+            .map(|&(_, op, prec)| (op, prec))
     }
 
     fn binary(&mut self, min: u8) -> Result<Expr, String> {
