@@ -3,9 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::attach::Skipped;
-
-use crate::attach::Attached;
+use crate::attach::{Attached, Skipped};
 
 impl Attached {
     /// What `-D` prints after attaching: links and every skipped probe.
@@ -61,11 +59,7 @@ pub fn skipped_warning(noun: &str, skipped: &[Skipped]) -> Option<String> {
         return None;
     }
     const SHOWN: usize = 5;
-    let mut list: Vec<String> = skipped
-        .iter()
-        .take(SHOWN)
-        .map(|k| format!("{} ({})", k.label, k.reason))
-        .collect();
+    let mut list: Vec<String> = skipped.iter().take(SHOWN).map(Skipped::to_string).collect();
     if skipped.len() > SHOWN {
         list.push(format!(
             "and {} more ({} lists them)",

@@ -543,10 +543,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
         }
     }
     if !refused.is_empty() && attached + links.len() == 0 {
-        let list: Vec<String> = refused
-            .iter()
-            .map(|k| format!("{} ({})", k.label, k.reason))
-            .collect();
+        let list: Vec<String> = refused.iter().map(Skipped::to_string).collect();
         bail!("nothing could be attached: {}", list.join(", "));
     }
     if let Some(w) = skipped_warning("tracepoint", &refused) {

@@ -42,6 +42,13 @@ pub struct Skipped {
     pub reason: String,
 }
 
+/// `label (reason)`, as warnings and errors list skipped sites.
+impl std::fmt::Display for Skipped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.label, self.reason)
+    }
+}
+
 /// Everything a plan attached. Dropping it detaches, in parallel when several
 /// links each wait out an RCU grace period to close (kprobes and uprobes).
 pub struct Attached {
