@@ -303,21 +303,12 @@ impl Running {
 
     /// Waits for exit (killing it after `timeout`, which fails the test).
     pub fn finish(mut self, timeout: Duration) -> Output {
-        let end = Instant::now() + timeout;
-        let status = loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            if Instant::now() > end {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!(
-                    "tool did not exit within {timeout:?}\nstdout:\n{}\nstderr:\n{}",
-                    self.stdout.lock().unwrap(),
-                    self.stderr.lock().unwrap()
-                );
-            }
-            thread::sleep(Duration::from_millis(20));
+        let Some(status) = wait_within(&mut self.child, timeout) else {
+            panic!(
+                "tool did not exit within {timeout:?}\nstdout:\n{}\nstderr:\n{}",
+                self.stdout.lock().unwrap(),
+                self.stderr.lock().unwrap()
+            );
         };
         // Let the reader threads drain the pipes.
         while self.lines.recv_timeout(Duration::from_millis(500)).is_ok() {}
@@ -873,22 +864,30 @@ pub fn exit_after_head_1(tool: &Path, args: &[&str], timeout: Duration) -> (i32,
         .unwrap();
     assert!(!first.is_empty(), "no first line");
     // The reader is dropped: the pipe has no reader left.
-    let end = Instant::now() + timeout;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > end {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{} did not exit within {timeout:?} of its reader going",
-                tool.display()
-            );
-        }
-        thread::sleep(Duration::from_millis(20));
+    let Some(status) = wait_within(&mut child, timeout) else {
+        panic!(
+            "{} did not exit within {timeout:?} of its reader going",
+            tool.display()
+        );
     };
     let mut err = String::new();
     let _ = std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err);
     (status.code().unwrap_or(-1), err)
+}
+
+/// The exit status of `child` within `timeout`; past it, the child is killed
+/// and reaped, and None returned (for the caller's failure message).
+fn wait_within(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let end = Instant::now() + timeout;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
 }

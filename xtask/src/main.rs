@@ -8,7 +8,8 @@
 //!                        detach time)
 //!   bench-detach         only bench's detach rows (360 tracepoints, 1,000 single uprobes)
 //!   bench-startup        exec to exit of a tracepoint run, of a run on user functions in
-//!                        three binaries and of --version on the host, against bpftrace (bench-attach --startup: the guest's rows)
+//!                        three binaries and of --version on the host, against bpftrace
+//!                        (bench-attach --startup: the guest's rows)
 //!   bench-stacks         stackcount vs bpftrace printing 10,000 distinct stacks
 //!   bench-attach         attach/detach time for 10..all kernel functions in a guest,
 //!                        against bpftrace and BCC's funccount
