@@ -748,21 +748,30 @@ static __always_inline bool interpret(struct run *r, __u32 from, __u32 to)
 	return !sc->drop;
 }
 
-/* Runs spec `id` on the hit's inputs and sends its record. The predicate goes
- * first, with the inputs it may read; the rest ($pid..., the header) is only
- * gathered for a hit that is kept. */
-static __always_inline void emit(void *ctx, __u32 probe, __u32 id, struct spec *sp,
-				 struct scratch *sc)
+/* Runs spec `id` on the hit's inputs and fills its record but for the stacks;
+ * returns whether the hit is kept. The predicate goes first, with the inputs it
+ * may read; the rest ($pid..., the header) is only gathered for a hit that is
+ * kept.
+ *
+ * A global function: the verifier walks it once per program, on its own, not
+ * once per place it is called from (each of a probe's MAX_SPECS, in every
+ * kind of program). Inlined, it was most of the verifier's work: 27 ms of
+ * trace's load on hardware, a quarter of a second under emulation. It takes no
+ * ctx (whose type differs between program kinds), so emit() reads the stacks. */
+__noinline int spec_run(struct scratch *sc, struct spec *sp, __u32 probe, __u32 id)
 {
-	struct tk_event *e = &sc->ev;
+	struct tk_event *e;
 	struct run r = { .sc = sc, .sp = sp };
 	__u64 id64, ug = 0;
-	__u32 off, n, cpu = 0, flags = sp->flags;
-	long k;
+	__u32 cpu = 0, flags;
 
+	if (!sc || !sp)
+		return 0;
+	e = &sc->ev;
+	flags = sp->flags;
 	if ((flags & F_FAST_PRED) && !fast_pred(sc, sp)) {
 		stat(id, 1);
-		return;
+		return 0;
 	}
 	id64 = bpf_get_current_pid_tgid();
 	sc->in[IN_TID] = (__u32)id64;
@@ -778,7 +787,7 @@ static __always_inline void emit(void *ctx, __u32 probe, __u32 id, struct spec *
 	 * values (the rest). */
 	if (!(flags & F_FAST_PRED) && !interpret(&r, 0, sp->body)) {
 		stat(id, 1);
-		return;
+		return 0;
 	}
 	if ((flags & F_FAST_VALS) && sp->nfast)
 		bpf_loop(sp->nfast < MAX_VALS ? sp->nfast : MAX_VALS, fast_val, &r, 0);
@@ -793,6 +802,19 @@ static __always_inline void emit(void *ctx, __u32 probe, __u32 id, struct spec *
 	e->uid = (__u32)ug;
 	e->cpu = cpu;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	return 1;
+}
+
+/* Runs spec `id` on the hit (spec_run) and sends its record, stacks included. */
+static __always_inline void emit(void *ctx, __u32 probe, __u32 id, struct spec *sp,
+				 struct scratch *sc)
+{
+	struct tk_event *e = &sc->ev;
+	__u32 off, n;
+	long k;
+
+	if (!spec_run(sc, sp, probe, id))
+		return;
 	off = sp->str_bytes;
 	if (off > STR_AREA)
 		off = STR_AREA;
