@@ -53,23 +53,7 @@ fn main() {
         };
         let skel = out_dir.join(format!("{name}.skel.rs"));
         let obj = out_dir.join(format!("{name}.bpf.o"));
-        if let Err(e) = SkeletonBuilder::new()
-            .source(&src)
-            .obj(&obj)
-            .clang(&clang)
-            .clang_args([
-                OsString::from("-I"),
-                bpf_dir.as_os_str().to_owned(),
-                OsString::from("-idirafter"),
-                OsString::from(&multiarch),
-                OsString::from("-Wall"),
-                OsString::from("-Werror"),
-            ])
-            .build_and_generate(&skel)
-        {
-            eprintln!("error: compiling {}: {e:#}", src.display());
-            std::process::exit(1);
-        }
+        compile(&clang, &multiarch, &src, &obj, &skel, &[]);
         let sections = core_sections(&obj).unwrap_or_else(|e| {
             eprintln!("error: reading {}'s CO-RE relocations: {e}", obj.display());
             std::process::exit(1);
@@ -84,7 +68,102 @@ fn main() {
              #[allow(dead_code)]\n\
              pub const LIBBPF_WARMUP: &[u8] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/warmup.bpf.o\"));\n"
         ));
+        if LEAN.contains(&name) {
+            code = with_lean_build(&clang, &multiarch, &src, name, &out_dir, code);
+        }
         fs::write(&skel, code).expect("writing the skeleton");
+    }
+}
+
+/// Objects that also get a lean build, without their session kfunc externs
+/// (`TRACEKIT_LEAN`, bpf/pairing.h): libbpf reads the kernel's BTF to resolve
+/// any kfunc, whether the programs calling it load or not. A plan without
+/// session programs opens the lean build (common::ahead::object_bytes).
+const LEAN: &[&str] = &["trace", "funclatency"];
+
+/// Compiles `src` into `obj` and its skeleton `skel`, exiting on failure.
+fn compile(
+    clang: &std::ffi::OsStr,
+    multiarch: &str,
+    src: &Path,
+    obj: &Path,
+    skel: &Path,
+    defines: &[&str],
+) {
+    let mut args = vec![
+        OsString::from("-I"),
+        OsString::from("bpf"),
+        OsString::from("-idirafter"),
+        OsString::from(multiarch),
+        OsString::from("-Wall"),
+        OsString::from("-Werror"),
+    ];
+    args.extend(defines.iter().map(|d| OsString::from(format!("-D{d}"))));
+    if let Err(e) = SkeletonBuilder::new()
+        .source(src)
+        .obj(obj)
+        .clang(clang)
+        .clang_args(args)
+        .build_and_generate(skel)
+    {
+        eprintln!("error: compiling {}: {e:#}", src.display());
+        std::process::exit(1);
+    }
+}
+
+/// Builds `name`'s lean object and returns its skeleton `code` opening either
+/// build. The two must differ in their bytes only: the skeleton names maps and
+/// programs and lays out the globals for both, so the lean build's own skeleton,
+/// but for the embedded object, must be the same text.
+fn with_lean_build(
+    clang: &std::ffi::OsStr,
+    multiarch: &str,
+    src: &Path,
+    name: &str,
+    out_dir: &Path,
+    code: String,
+) -> String {
+    let obj = out_dir.join(format!("{name}.lean.bpf.o"));
+    let skel = out_dir.join(format!("{name}.lean.skel.rs"));
+    compile(clang, multiarch, src, &obj, &skel, &["TRACEKIT_LEAN"]);
+    let lean = fs::read_to_string(&skel).expect("generated lean skeleton");
+    // The full build's skeleton as generated, before build.rs added to it.
+    let generated =
+        fs::read_to_string(out_dir.join(format!("{name}.skel.rs"))).expect("generated skeleton");
+    if without_data(&lean) != without_data(&generated) {
+        eprintln!(
+            "error: {}'s lean build (-DTRACEKIT_LEAN) differs from its full build in more \
+             than its code: keep its maps, programs and globals the same",
+            src.display()
+        );
+        std::process::exit(1);
+    }
+    let full = "ObjectSkeletonConfigBuilder::new(&DATA)";
+    if !code.contains(full) {
+        eprintln!("error: {name}'s skeleton does not open `&DATA` as this build.rs expects");
+        std::process::exit(1);
+    }
+    let mut code = code.replacen(
+        full,
+        "ObjectSkeletonConfigBuilder::new(common::ahead::object_bytes(&DATA, super::LEAN_DATA))",
+        1,
+    );
+    code.push_str(&format!(
+        "\n/// The object built without its session kfunc externs (build.rs's LEAN).\n\
+         #[allow(dead_code)]\n\
+         pub const LEAN_DATA: &[u8] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/{name}.lean.bpf.o\"));\n"
+    ));
+    code
+}
+
+/// A skeleton's text without its embedded object (`static DATA: [u8; N] = [...];`).
+fn without_data(code: &str) -> String {
+    let Some(start) = code.find("static DATA: [u8;") else {
+        return code.to_string();
+    };
+    match code[start..].find("];") {
+        Some(end) => format!("{}{}", &code[..start], &code[start + end + 2..]),
+        None => code.to_string(),
     }
 }
 

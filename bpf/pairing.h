@@ -11,6 +11,22 @@
 #ifndef TRACEKIT_PAIRING_H
 #define TRACEKIT_PAIRING_H
 
+#ifdef TRACEKIT_LEAN
+/* The object's lean build (build.rs): the same maps, programs and globals with
+ * no kfunc extern, so that libbpf loads it without reading the kernel's BTF
+ * (5 MB, a quarter of a second under emulation, and every module's BTF where a
+ * kfunc is missing). User space opens it for plans with no session program
+ * (common::ahead), so its session programs are never loaded. */
+static __always_inline __u64 *session_cookie(void *ctx)
+{
+	return NULL;
+}
+
+static __always_inline bool session_is_return(void *ctx)
+{
+	return false;
+}
+#else
 /* The session kfuncs gained a ctx argument around Linux 7.0; one object must load
  * on both, so both prototypes are declared weak and the one the kernel has is
  * used (libbpf resolves a flavour whose prototype does not match to 0). */
@@ -32,6 +48,7 @@ static __always_inline bool session_is_return(void *ctx)
 		return bpf_session_is_return___new(ctx);
 	return bpf_session_is_return___old();
 }
+#endif
 
 /* Calls deeper than this on one thread are not timed (counted in pairing_lost).
  * A tool may define a smaller depth before including this header. */

@@ -1654,13 +1654,13 @@ fn funccount_runs_do_not_read_the_kernel_btf() {
             ["rename", "345"],
             "t:task:task_rename",
             345,
-            "(opened ahead)",
+            "(opened ahead, kernel BTF not read)",
         ),
         (
             ["getppid", "432"],
             "t:syscalls:sys_exit_getppid",
             432,
-            "(opened ahead)",
+            "(opened ahead, kernel BTF not read)",
         ),
     ] {
         let tool = funccount();

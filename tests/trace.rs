@@ -282,6 +282,30 @@ fn return_value_with_entry_argument_under_recursion() {
 }
 
 #[test]
+fn the_kernel_btf_is_read_only_for_session_programs() {
+    // Only session programs call kfuncs, which libbpf resolves in the kernel's
+    // BTF (5 MB; a quarter of a second under emulation) whether they load or
+    // not: a run without them opens the object's lean build and reads none. The
+    // line is libbpf's own (TRACEKIT_DEBUG=1 shows libbpf's messages).
+    const READ: &str = "loaded kernel BTF from";
+    let entry = format!("{}:tt_recurse \"%d\", arg1", bin());
+    let ret = format!("r:{}:tt_recurse \"%d -> %d\", arg1, retval", bin());
+    let entries = ["3", "2", "1"];
+    let returns = ["1 -> 107", "2 -> 207", "3 -> 307"];
+    for (args, want, reads) in [
+        (vec![entry.as_str()], entries, false),
+        (vec!["--attach-mode", "multi", ret.as_str()], returns, false),
+        // auto: uprobe.session on this kernel (tests/funclatency.rs checks it).
+        (vec![ret.as_str()], returns, true),
+    ] {
+        let out = run_on_env(&traced(), "recurse", 2, &[("TRACEKIT_DEBUG", "1")], &args);
+        let want: Vec<&str> = (0..2).flat_map(|_| want).collect();
+        assert_eq!(messages(&out.stdout), want, "{args:?}");
+        assert_eq!(out.stderr.contains(READ), reads, "{args:?}: {}", out.stderr);
+    }
+}
+
+#[test]
 fn returns_deeper_than_the_pairing_stack_are_counted_not_mispaired() {
     // tt_recurse(20): 20 nested calls. The entries of the outer 16 are kept, so
     // their returns print with their own argument; the inner 4 are counted. The

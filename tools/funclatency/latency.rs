@@ -28,7 +28,7 @@ pub type Ahead = OpenAhead<skel::FunclatencySkelBuilder>;
 
 /// Starts opening the BPF object: the first line of `main`.
 pub fn open_ahead() -> Ahead {
-    OpenAhead::start(skel::CORE_SECTIONS, skel::LIBBPF_WARMUP)
+    OpenAhead::start_timing(skel::CORE_SECTIONS, skel::LIBBPF_WARMUP)
 }
 
 /// What to measure and how to print it.
