@@ -6,6 +6,7 @@
 mod util;
 
 use std::path::PathBuf;
+use std::process::Command;
 use std::time::Duration;
 
 use util::*;
@@ -44,6 +45,36 @@ fn avg_line(stdout: &str) -> &str {
         .lines()
         .find(|l| l.starts_with("avg = "))
         .unwrap_or_else(|| panic!("no avg line in:\n{stdout}"))
+}
+
+#[test]
+fn without_the_kernel_btf_calls_are_timed_without_sessions() {
+    // Session programs call kfuncs, which libbpf resolves in the kernel's BTF
+    // (loading them failed with ESRCH): without it, auto takes uprobe_multi
+    // and times every call; session mode says what is missing.
+    let via = without_kernel_btf(&funclatency());
+    let via: Vec<&str> = via.iter().map(String::as_str).collect();
+    let spec = format!("{}:tk_recurse", prog("latency").display());
+    let w = Workload::start(&prog("latency"), &["recurse", "10"]);
+    let out = trace_workload_via(&via, w, &["-D", &spec], T);
+    assert!(
+        out.stderr
+            .contains("attach mode: user functions: uprobe_multi + uretprobe_multi (1 functions)"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(buckets(&out.stdout), vec![(67108864, 134217727, 30)]);
+    let out = Command::new(via[0])
+        .args(&via[1..])
+        .args(["--attach-mode", "session", &spec])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "funclatency: error: --attach-mode session: the session programs need the kernel's \
+         BTF, and /sys/kernel/btf/vmlinux cannot be read (CONFIG_DEBUG_INFO_BTF)\n"
+    );
 }
 
 #[test]

@@ -174,6 +174,18 @@ fn kprobe_link_refused(prog: &OwnedFd, ty: sys::bpf_attach_type) -> Option<i32> 
     link_create(prog, ty, &opts).err()
 }
 
+/// Whether the kernel's BTF is there for libbpf to resolve the session
+/// programs' kfuncs at load (without it, the load fails with ESRCH). Only its
+/// sysfs file is looked for: a kernel whose BTF is elsewhere (a vmlinux under
+/// /boot) gets the mechanisms that need none.
+pub fn kernel_btf() -> bool {
+    std::fs::File::open("/sys/kernel/btf/vmlinux").is_ok()
+}
+
+/// The reason [`kernel_btf`] gives no.
+pub const NO_KERNEL_BTF: &str =
+    "the session programs need the kernel's BTF, and /sys/kernel/btf/vmlinux cannot be read (CONFIG_DEBUG_INFO_BTF)";
+
 /// Whether uprobe_multi links work with PID filtering (kernel 6.6, PID fix in 6.10),
 /// probed the way libbpf does: a bad path must give EBADF, a bad PID EINVAL.
 pub fn uprobe_multi() -> bool {

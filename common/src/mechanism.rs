@@ -132,7 +132,10 @@ pub(crate) fn choose_kernel_via(probes: &[Probe], opts: &Options) -> Result<Opti
         }
         mode => {
             let session = if ret && mode != AttachMode::Multi {
-                features::kprobe_session(&first.name)
+                match features::kernel_btf() {
+                    true => features::kprobe_session(&first.name),
+                    false => Err(features::NO_KERNEL_BTF.to_string()),
+                }
             } else {
                 Err(String::new())
             };
@@ -142,9 +145,12 @@ pub(crate) fn choose_kernel_via(probes: &[Probe], opts: &Options) -> Result<Opti
                 // bench-latency`: about half the cost of fentry/fexit pairing
                 // through a map).
                 Ok(()) => Via::Session,
-                Err(why) if mode == AttachMode::Session => bail!(
-                    "--attach-mode session: this kernel cannot create kprobe.session links ({why}; needs Linux 6.10+ with CONFIG_FPROBE)"
-                ),
+                Err(why) if mode == AttachMode::Session => match features::kernel_btf() {
+                    true => bail!(
+                        "--attach-mode session: this kernel cannot create kprobe.session links ({why}; needs Linux 6.10+ with CONFIG_FPROBE)"
+                    ),
+                    false => bail!("--attach-mode session: {why}"),
+                },
                 // One function, no session: a trampoline beats kprobe pairs where
                 // the kernel allows it (not under lockdown, nor for modules).
                 Err(_)
@@ -202,8 +208,11 @@ pub(crate) fn choose_user_via(probes: &[Probe], opts: &Options) -> Result<Option
     Ok(Some(match opts.mode {
         AttachMode::Single => Via::Single,
         mode => {
-            if ret && mode != AttachMode::Multi && features::uprobe_session() {
+            let btf = ret && mode != AttachMode::Multi && features::kernel_btf();
+            if btf && features::uprobe_session() {
                 Via::Session
+            } else if mode == AttachMode::Session && !btf {
+                bail!("--attach-mode session: {}", features::NO_KERNEL_BTF);
             } else if mode == AttachMode::Session {
                 bail!("--attach-mode session: this kernel cannot create uprobe.session links (needs Linux 6.13+)");
             } else if features::uprobe_multi() {

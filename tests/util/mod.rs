@@ -470,6 +470,18 @@ pub fn kernel_symbols() -> std::collections::HashSet<String> {
 /// private mount namespace with an empty tmpfs over /usr/lib/debug (libc6-dbg and
 /// every other debug file hidden). For [`trace_workload_via`] and [`spawn`].
 pub fn without_debug_files(tool: &Path) -> Vec<String> {
+    with_empty_dir("/usr/lib/debug", tool)
+}
+
+/// A command prefix that runs `tool` as on a kernel without BTF: an empty tmpfs
+/// over /sys/kernel/btf, as [`without_debug_files`].
+pub fn without_kernel_btf(tool: &Path) -> Vec<String> {
+    with_empty_dir("/sys/kernel/btf", tool)
+}
+
+/// A command prefix that runs `tool` in a private mount namespace with an empty
+/// tmpfs over `dir`.
+fn with_empty_dir(dir: &str, tool: &Path) -> Vec<String> {
     [
         "unshare",
         "-m",
@@ -477,7 +489,7 @@ pub fn without_debug_files(tool: &Path) -> Vec<String> {
         "private",
         "sh",
         "-c",
-        "mount -t tmpfs none /usr/lib/debug && exec \"$0\" \"$@\"",
+        &format!("mount -t tmpfs none {dir} && exec \"$0\" \"$@\""),
         tool.to_str().unwrap(),
     ]
     .map(str::to_string)
