@@ -750,11 +750,25 @@ pub fn show(e: &Expr) -> String {
                 UnOp::BitNot => "~",
                 UnOp::Deref => "*",
             },
-            show(x)
+            operand(x, u8::MAX)
         ),
-        Expr::Binary(op, l, r) => format!("{} {} {}", show(l), op.symbol(), show(r)),
-        Expr::Cast(t, x) => format!("({t}){}", show(x)),
+        // Operands in parentheses where the parser would group them otherwise
+        // (it groups equal operators from the left).
+        Expr::Binary(op, l, r) => {
+            let prec = op.precedence();
+            format!("{} {} {}", operand(l, prec), op.symbol(), operand(r, prec + 1))
+        }
+        Expr::Cast(t, x) => format!("({t}){}", operand(x, u8::MAX)),
         Expr::Call(n, a) => format!("{n}({})", a.iter().map(show).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+/// [`show`] of an operand of an operator binding at `prec`: a binary expression
+/// binding less tightly goes in parentheses.
+fn operand(e: &Expr, prec: u8) -> String {
+    match e {
+        Expr::Binary(op, ..) if op.precedence() < prec => format!("({})", show(e)),
+        _ => show(e),
     }
 }
 
@@ -1183,6 +1197,11 @@ impl Gen<'_> {
                 Ok(Val { ty, ..v })
             }
             Expr::Binary(op, l, r) => {
+                // The kernel's division by zero gives 0 (a remainder: x), C's
+                // is undefined: a constant divisor of 0 is a mistake.
+                if matches!(op, BinOp::Div | BinOp::Mod) && matches!(**r, Expr::Num(0)) {
+                    return Err(format!("'{}' divides by zero", show(e)));
+                }
                 let a = self.expr(l)?;
                 let a = self.rvalue(a)?;
                 let b = self.expr(r)?;
@@ -1675,6 +1694,20 @@ mod tests {
     }
 
     #[test]
+    fn shown_expressions_group_as_parsed() {
+        for text in [
+            "arg1 - (arg2 - arg3)",
+            "arg1 - arg2 - arg3",
+            "(arg1 + 1) * -(arg2 | 4) == ~(u32)(arg3 >> 2)",
+            "arg1 == 1 && (arg2 == 2 || arg3)",
+        ] {
+            let e = crate::expr::parse(text).unwrap();
+            assert_eq!(show(&e), text);
+            assert_eq!(crate::expr::parse(&show(&e)).unwrap(), e);
+        }
+    }
+
+    #[test]
     fn refusals_name_the_part() {
         assert_eq!(
             user("c:read \"%d\", retval").unwrap_err(),
@@ -1695,6 +1728,20 @@ mod tests {
         assert!(user("c:read (FOO(arg1))")
             .unwrap_err()
             .contains("unknown function"));
+        assert_eq!(
+            user("c:read (arg1 % 0 == 1)").unwrap_err(),
+            "'arg1 % 0' divides by zero"
+        );
+        assert_eq!(
+            user("c:read \"%d\", (arg1 + 1) / 0").unwrap_err(),
+            "'(arg1 + 1) / 0' divides by zero"
+        );
+        assert_eq!(
+            user("c:read (-(arg1 - 1) / 0 == (arg2 - (arg3 - 1)) * 2)").unwrap_err(),
+            "'-(arg1 - 1) / 0' divides by zero"
+        );
+        // A divisor known only at run time divides as the kernel does.
+        assert!(user("c:read \"%d\", arg1 / arg2").is_ok());
         let deep = format!("c:read ({})", vec!["arg1"; 200].join(" + "));
         assert!(user(&deep).unwrap_err().contains("instructions"));
         let kernel = grammar::parse("c:read \"%s\", *(u64 *)arg1").unwrap();

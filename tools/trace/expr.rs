@@ -79,6 +79,14 @@ impl BinOp {
             .find(|(_, op, _)| *op == self)
             .map_or("?", |(text, ..)| text)
     }
+
+    /// How tightly it binds (higher: tighter), as the parser reads it.
+    pub fn precedence(self) -> u8 {
+        BINOPS
+            .iter()
+            .find(|(_, op, _)| *op == self)
+            .map_or(0, |&(.., prec)| prec)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
