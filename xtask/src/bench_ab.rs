@@ -1,9 +1,11 @@
-//! `cargo xtask bench-ab OLD NEW [--rounds N]`: two funccount binaries side by
-//! side in one 6.12 guest boot, for a start-up change too small for
-//! `bench-attach --startup` to tell from its run-to-run spread. Each round runs
-//! both on `--version`, a tracepoint, a syscall event, `tcp_*` (function table
-//! cached) and `vfs_read`, with 0.5 s traced, the order of the two rotating
-//! round by round;
+//! `cargo xtask bench-ab OLD NEW [--rounds N]`: two funccount (or two trace)
+//! binaries side by side in one 6.12 guest boot, for a start-up change too small
+//! for `bench-attach --startup` to tell from its run-to-run spread. Each round
+//! runs both on `--version`, a tracepoint, a syscall event, `tcp_*` (function
+//! table cached) and `vfs_read`, with 0.5 s traced (trace: a tracepoint, a
+//! syscall event, a kernel function's entry and its return, each to its first
+//! event, `-M 1`, which a thread of the benchmark calling getppid every
+//! millisecond brings at once), the order of the two rotating round by round;
 //! what it reports per row is each binary's median and the median of the
 //! rounds' differences (exec to exit, the traced time subtracted), with the
 //! number of rounds in which NEW was faster.
@@ -22,7 +24,10 @@ use crate::bench_common::{median, MARK};
 use crate::{deps, guest};
 
 /// (row, arguments, seconds traced).
-const ROWS: &[(&str, &[&str], f64)] = &[
+type Row = (&'static str, &'static [&'static str], f64);
+
+/// funccount's rows.
+const ROWS: &[Row] = &[
     ("--version", &["--version"], 0.0),
     (
         "t:task:task_rename",
@@ -37,6 +42,35 @@ const ROWS: &[(&str, &[&str], f64)] = &[
     ("'tcp_*' (cached)", &["-d", "0.5", "tcp_*"], 0.5),
     ("vfs_read", &["-d", "0.5", "vfs_read"], 0.5),
 ];
+/// trace's rows: each ends at its first event (the benchmark's getppid thread).
+const TRACE_ROWS: &[Row] = &[
+    ("--version", &["--version"], 0.0),
+    (
+        "t:sched:sched_switch",
+        &["-M", "1", "t:sched:sched_switch"],
+        0.0,
+    ),
+    (
+        "t:syscalls:sys_enter_getppid",
+        &["-M", "1", "t:syscalls:sys_enter_getppid"],
+        0.0,
+    ),
+    ("__x64_sys_getppid", &["-M", "1", "__x64_sys_getppid"], 0.0),
+    (
+        "r::__x64_sys_getppid",
+        &["-M", "1", "r::__x64_sys_getppid"],
+        0.0,
+    ),
+];
+
+/// The rows for the binary at `path`: trace's when it is named trace.
+fn rows_for(path: &str) -> &'static [Row] {
+    match Path::new(path).file_name().and_then(|n| n.to_str()) {
+        Some(n) if n.starts_with("trace") => TRACE_ROWS,
+        _ => ROWS,
+    }
+}
+
 const CACHE: &str = "/tmp/tracekit-ab-cache";
 /// Between runs: the emulator's host threads settle.
 const GAP: Duration = Duration::from_millis(200);
@@ -44,7 +78,8 @@ const GAP: Duration = Duration::from_millis(200);
 /// Host half: copies the two binaries (a build may replace them meanwhile),
 /// boots the guest running the guest half, prints the comparison.
 pub fn host(root: &Path, args: &[String]) -> Result<()> {
-    let usage = "usage: cargo xtask bench-ab OLD-FUNCCOUNT NEW-FUNCCOUNT [--rounds N]";
+    let usage =
+        "usage: cargo xtask bench-ab OLD NEW [--rounds N] (two funccount or two trace binaries)";
     let (mut bins, mut rounds) = (Vec::new(), 15usize);
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -57,6 +92,11 @@ pub fn host(root: &Path, args: &[String]) -> Result<()> {
     let [old, new] = bins.as_slice() else {
         bail!("{usage}");
     };
+    let tool = if std::ptr::eq(rows_for(old), TRACE_ROWS) {
+        "trace"
+    } else {
+        "funccount"
+    };
     deps::ensure(deps::GUEST)?;
     let dir = root.join("target/bench/ab");
     fs::create_dir_all(&dir)?;
@@ -67,7 +107,7 @@ pub fn host(root: &Path, args: &[String]) -> Result<()> {
     let script = guest::write_script(
         "bench-ab.sh",
         &format!(
-            "'{}' bench-ab-guest '{}' '{}' {rounds}",
+            "'{}' bench-ab-guest {tool} '{}' '{}' {rounds}",
             std::env::current_exe()?.display(),
             dir.join("old").display(),
             dir.join("new").display(),
@@ -105,7 +145,7 @@ pub fn host(root: &Path, args: &[String]) -> Result<()> {
         "mean",
         "rounds new faster",
     ]);
-    for (row, _, _) in ROWS {
+    for (row, _, _) in rows_for(old) {
         let of = |variant: &str, round: u64| {
             runs.iter()
                 .find(|r| r["row"] == *row && r["variant"] == variant && r["round"] == round)
@@ -135,27 +175,35 @@ pub fn host(root: &Path, args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Guest half (`bench-ab-guest OLD NEW ROUNDS`): one `BENCH` line per run.
+/// Guest half (`bench-ab-guest TOOL OLD NEW ROUNDS`): one `BENCH` line per run.
 pub fn guest(args: &[String]) -> Result<()> {
-    let [old, new, rounds] = args else {
-        bail!("usage: bench-ab-guest OLD NEW ROUNDS");
+    let [tool, old, new, rounds] = args else {
+        bail!("usage: bench-ab-guest funccount|trace OLD NEW ROUNDS");
     };
     let rounds: u64 = rounds.parse().context("ROUNDS")?;
     let variants = [("old", old.as_str()), ("new", new.as_str())];
     let _ = fs::remove_dir_all(CACHE);
+    let rows = if tool == "trace" { TRACE_ROWS } else { ROWS };
+    if tool == "trace" {
+        // The event each trace row waits for, every millisecond.
+        std::thread::spawn(|| loop {
+            // SAFETY: getppid has no preconditions.
+            unsafe { libc::getppid() };
+            std::thread::sleep(Duration::from_millis(1));
+        });
+    }
     // Fills the caches (the function table; the task-status offset, which a
     // syscall event run would otherwise find in the kernel's BTF in whichever
     // binary ran first); each binary's first runs page it in.
-    run(old, &["-d", "0.01", "tcp_*"])?;
     for (_, bin) in variants {
-        run(bin, &["--version"])?;
-        run(bin, &["-d", "0.01", "t:task:task_rename"])?;
-        run(bin, &["-d", "0.01", "t:syscalls:sys_enter_openat"])?;
+        for (_, args, _) in rows {
+            run(bin, args)?;
+        }
     }
     for round in 0..rounds {
         let mut order = variants;
         order.rotate_left(round as usize % 2);
-        for (row, args, traced) in ROWS {
+        for (row, args, traced) in rows {
             for (variant, bin) in order {
                 let s = run(bin, args)?;
                 let line = serde_json::json!({

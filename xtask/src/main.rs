@@ -14,7 +14,7 @@
 //!   bench-attach         attach/detach time for 10..all kernel functions in a guest,
 //!                        against bpftrace and BCC's funccount
 //!   bench-ab OLD NEW [--rounds N]
-//!                        two funccount binaries' start-up side by side in one guest boot
+//!                        two funccount (or trace) binaries' start-up side by side in one guest boot
 //!                        (rounds taking turns; medians of the paired differences)
 //!   bench-latency [--no-host|--no-guest|--report]
 //!                        funclatency vs bpftrace and BCC: per-call cost on hot user
