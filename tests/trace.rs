@@ -398,6 +398,17 @@ fn signature_types_truncate_and_extend_the_register() {
     assert_eq!(messages(&out.stdout), ["255", "0", "1"]);
     let out = run_on("asm", 1, &[&spec("long x", "\"%lx\", x")]);
     assert_eq!(messages(&out.stdout), ["7777ffffffff"]);
+    // C's conversions: -1 and -2 become unsigned int (0xffffffff, 0xfffffffe);
+    // 4294967295 is a long, which holds every int: a signed comparison.
+    for (sig, pred, want) in [
+        ("unsigned int x", "(x == -1)", &["4294967295"][..]),
+        ("unsigned int x", "(x > -2)", &["4294967295"]),
+        ("int x", "(x < 4294967295)", &["-1", "0", "1"]),
+    ] {
+        let fmt = if sig.starts_with("int") { "%d" } else { "%u" };
+        let out = run_on("asm", 3, &[&spec(sig, &format!("{pred} \"{fmt}\", x"))]);
+        assert_eq!(messages(&out.stdout), want, "{sig}: {pred}");
+    }
 }
 
 #[test]

@@ -756,7 +756,12 @@ pub fn show(e: &Expr) -> String {
         // (it groups equal operators from the left).
         Expr::Binary(op, l, r) => {
             let prec = op.precedence();
-            format!("{} {} {}", operand(l, prec), op.symbol(), operand(r, prec + 1))
+            format!(
+                "{} {} {}",
+                operand(l, prec),
+                op.symbol(),
+                operand(r, prec + 1)
+            )
         }
         Expr::Cast(t, x) => format!("({t}){}", operand(x, u8::MAX)),
         Expr::Call(n, a) => format!("{n}({})", a.iter().map(show).collect::<Vec<_>>().join(", ")),
@@ -834,6 +839,30 @@ impl Gen<'_> {
         });
         self.depth = (self.depth as i32 + stack).max(0) as usize;
         self.max_depth = self.max_depth.max(self.depth);
+    }
+
+    /// Converts an operand of promoted type `from`, whose code is `code`, to the
+    /// type (`wide` bytes, `signed`) of C's usual arithmetic conversions. The
+    /// stack holds 64-bit values, extended as their types say: only a signed
+    /// operand converted to unsigned int changes, its sign extension becoming a
+    /// zero extension (-1 is 0xffffffff there). A constant is converted in
+    /// place; other code gets a cast after it (the bytecode has no jumps, so an
+    /// instruction inserted before the other operand's code moves nothing).
+    fn convert(&mut self, code: std::ops::Range<usize>, from: &Ty, wide: u8, signed: bool) {
+        if wide != 4 || signed || !from.signed() {
+            return;
+        }
+        match &mut self.prog.insns[code.clone()] {
+            [c] if c.op == OP_CONST => c.imm = c.imm as u32 as i64,
+            _ => self.prog.insns.insert(
+                code.end,
+                Insn {
+                    op: OP_CAST,
+                    size: 4,
+                    ..Insn::default()
+                },
+            ),
+        }
     }
 
     fn push_const(&mut self, v: u64) {
@@ -1177,7 +1206,19 @@ impl Gen<'_> {
                     UnOp::Neg => (U_NEG, promote(&v.ty)),
                     _ => (U_BNOT, promote(&v.ty)),
                 };
-                self.emit(OP_UN, 0, 0, code, 0, 0);
+                // -5 and ~0 are constants: one OP_CONST, as fast_pred() and
+                // usual_conversions() recognise.
+                let last = self.prog.insns.last_mut();
+                match last {
+                    Some(c) if matches!(**x, Expr::Num(_)) && code != U_NOT => {
+                        c.imm = if code == U_NEG {
+                            c.imm.wrapping_neg()
+                        } else {
+                            !c.imm
+                        };
+                    }
+                    _ => self.emit(OP_UN, 0, 0, code, 0, 0),
+                }
                 Ok(Val { ty, ..v })
             }
             Expr::Cast(tn, x) => {
@@ -1202,13 +1243,26 @@ impl Gen<'_> {
                 if matches!(op, BinOp::Div | BinOp::Mod) && matches!(**r, Expr::Num(0)) {
                     return Err(format!("'{}' divides by zero", show(e)));
                 }
+                let before_a = self.prog.insns.len();
                 let a = self.expr(l)?;
                 let a = self.rvalue(a)?;
+                let after_a = self.prog.insns.len();
                 let b = self.expr(r)?;
                 let b = self.rvalue(b)?;
                 let (pa, pb) = (promote(&a.ty), promote(&b.ty));
-                let signed = pa.signed() && pb.signed();
-                let wide = pa.bytes().max(pb.bytes()) as u8;
+                let (wide, signed) = match op {
+                    // The promoted left operand's type; && and || only test.
+                    BinOp::Shl | BinOp::Shr | BinOp::LAnd | BinOp::LOr => {
+                        (pa.bytes().max(pb.bytes()) as u8, pa.signed() && pb.signed())
+                    }
+                    _ => {
+                        let (wide, signed) = usual_conversions(&pa, &pb);
+                        self.convert(before_a..after_a, &pa, wide, signed);
+                        let end = self.prog.insns.len();
+                        self.convert(after_a..end, &pb, wide, signed);
+                        (wide, signed)
+                    }
+                };
                 let code = match op {
                     BinOp::Add => B_ADD,
                     BinOp::Sub => B_SUB,
@@ -1513,6 +1567,20 @@ impl Gen<'_> {
 }
 
 /// C's integer promotion (to int), pointers as unsigned 64-bit.
+/// C's usual arithmetic conversions of two promoted operand types: the
+/// common type's (bytes, signed). Unsigned wins at equal or greater width; a
+/// wider signed type holds every value of a narrower unsigned one.
+fn usual_conversions(a: &Ty, b: &Ty) -> (u8, bool) {
+    let (wa, wb) = (a.bytes() as u8, b.bytes() as u8);
+    let signed = match (a.signed(), b.signed()) {
+        (true, true) => true,
+        (false, false) => false,
+        (true, false) => wa > wb,
+        (false, true) => wb > wa,
+    };
+    (wa.max(wb), signed)
+}
+
 fn promote(t: &Ty) -> Ty {
     match t {
         Ty::Int { bytes, signed } if *bytes < 4 => {
@@ -1691,6 +1759,49 @@ mod tests {
         ] {
             assert!(byte_list(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn operands_convert_as_c_converts_them() {
+        let ops = |text: &str| -> Vec<(u8, u8, u8, i64)> {
+            user(text)
+                .unwrap()
+                .insns
+                .iter()
+                .map(|i| (i.op, i.size, i.b, i.imm))
+                .collect()
+        };
+        // unsigned int == -1: the constant becomes 0xffffffff, in place, and the
+        // predicate keeps its fast form.
+        let p = user("c:read(unsigned int x) (x == -1)").unwrap();
+        assert_eq!(p.fast_pred.map(|f| f.ops[1]), Some((CMP_EQ, 0xffff_ffff)));
+        // ~0 is -1, folded.
+        assert!(ops("c:read(unsigned int x) (x != ~0)").contains(&(OP_CONST, 0, 0, 0xffff_ffff)));
+        // A signed int operand that is not a constant gets a cast to unsigned
+        // int after its code, left or right (after the signature's own cast).
+        let (arg, int, uint) = (
+            (OP_IN, 0, 0, 0),
+            (OP_CAST, 4, SIGNED, 0),
+            (OP_CAST, 4, 0, 0),
+        );
+        let tail = |v: Vec<(u8, u8, u8, i64)>| v[..5].to_vec();
+        assert_eq!(
+            tail(ops("c:read(int a, unsigned int b) (a < b)")),
+            [arg, int, uint, arg, uint]
+        );
+        assert_eq!(
+            tail(ops("c:read(unsigned int b, int a) (b < a)")),
+            [arg, uint, arg, int, uint]
+        );
+        // A wider signed type holds every unsigned int: a signed comparison,
+        // no cast.
+        // no cast but the signature's of b.
+        let p = user("c:read(long a, unsigned int b) (a < b)").unwrap();
+        assert_eq!(p.insns.iter().filter(|i| i.op == OP_CAST).count(), 1);
+        assert!(p.insns.iter().any(|i| i.op == OP_BIN && i.a == B_LTS));
+        // At equal or greater width, unsigned wins.
+        let p = user("c:read(long a, unsigned long b) (a < b)").unwrap();
+        assert!(p.insns.iter().any(|i| i.op == OP_BIN && i.a == B_LTU));
     }
 
     #[test]
