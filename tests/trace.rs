@@ -334,6 +334,21 @@ fn the_kernel_btf_is_read_only_for_session_programs_and_not_needed() {
 }
 
 #[test]
+fn returns_with_entry_arguments_of_threads_in_calls_at_once() {
+    // One thread stays inside tt_hold while the other makes 30 calls: each
+    // thread keeps its own entries (a per-thread stack in a map, which session
+    // programs use too, to save arguments), in every attach mode.
+    let hold = format!("r:{}:tt_hold \"hold %d -> %d\", arg1, retval", bin());
+    let args = format!("r:{}:tt_args \"%d %d\", arg1, arg2", bin());
+    let mut want: Vec<String> = (0..30).map(|i| format!("{i} {}", 10 * i)).collect();
+    want.push("hold 5 -> 12".into());
+    for mode in ["auto", "multi", "single"] {
+        let out = run_on("threads", 30, &["--attach-mode", mode, &hold, &args]);
+        assert_eq!(messages(&out.stdout), want, "{mode}: {}", out.stderr);
+    }
+}
+
+#[test]
 fn returns_deeper_than_the_pairing_stack_are_counted_not_mispaired() {
     // tt_recurse(20): 20 nested calls. The entries of the outer 16 are kept, so
     // their returns print with their own argument; the inner 4 are counted. The

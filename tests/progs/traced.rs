@@ -17,9 +17,13 @@
 //! - `deep N`: tt_recurse(N), N calls nested, then tt_recurse(3).
 //! - `bytes N`: tt_bytes(buf, i) for i in 0..N, buf = 'A', 0, i, 0xff: as C
 //!   strings all the same ("A"), as bytes each its own.
+//! - `threads N`: a second thread calls tt_hold(5), which returns 12 only once
+//!   the main thread, having waited for it to be inside, has made the N calls of
+//!   `calls N`: two threads in traced functions at once, every time.
 
 use std::ffi::CString;
 use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 #[path = "ready.rs"]
 mod ready;
@@ -65,6 +69,19 @@ pub extern "C" fn tt_ptr(p: usize) -> u64 {
     black_box(p as u64)
 }
 
+static HELD: AtomicBool = AtomicBool::new(false);
+static DONE: AtomicBool = AtomicBool::new(false);
+
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn tt_hold(x: u64) -> u64 {
+    HELD.store(true, Ordering::SeqCst);
+    while !DONE.load(Ordering::SeqCst) {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    black_box(x + 7)
+}
+
 #[no_mangle]
 #[inline(never)]
 pub extern "C" fn tt_recurse(depth: u64) -> u64 {
@@ -91,9 +108,10 @@ fn main() {
             | "asm"
             | "fnptr"
             | "back"
+            | "threads"
     ) {
         eprintln!(
-            "usage: traced calls|recurse|lseek|usdt|write|bytes|deep|asm|fnptr|back N [--hold]"
+            "usage: traced calls|recurse|lseek|usdt|write|bytes|deep|asm|fnptr|back|threads N [--hold]"
         );
         std::process::exit(2);
     }
@@ -107,9 +125,16 @@ fn main() {
     if mode == "deep" {
         sink ^= tt_recurse(n) ^ tt_recurse(3);
     }
+    let holder = (mode == "threads").then(|| {
+        let t = std::thread::spawn(|| tt_hold(5));
+        while !HELD.load(Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        t
+    });
     for i in 0..n {
         match mode {
-            "calls" => sink ^= tt_caller(i),
+            "calls" | "threads" => sink ^= tt_caller(i),
             "recurse" => sink ^= tt_recurse(3),
             "deep" => break,
             // SAFETY: lseek on an open descriptor.
@@ -132,6 +157,10 @@ fn main() {
             }
             _ => probe::probe!(traced, pair, i, 2 * i),
         }
+    }
+    if let Some(t) = holder {
+        DONE.store(true, Ordering::SeqCst);
+        sink ^= t.join().unwrap();
     }
     black_box(sink);
     if hold {

@@ -457,9 +457,14 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
         .stats
         .set_max_entries((2 * compiled.len()).max(1) as u32)?;
     // Threads in a traced call at once: trace's frames are 7x funclatency's
-    // (saved arguments), so fewer of them. Left at the one entry configure()
-    // gives a plan with no return to pair: 4.7 MB preallocated otherwise.
-    if open.maps.calls.max_entries() > 4096 {
+    // (saved arguments), so fewer of them. Session programs save the arguments
+    // there too (configure() sizes it for funclatency's, which keep only a time
+    // in the kernel's cookie). A plan with no return keeps configure()'s one
+    // entry: 4.7 MB preallocated otherwise.
+    if compiled
+        .iter()
+        .any(|c| c.prog.flags & compile::F_RETURN != 0)
+    {
         open.maps.calls.set_max_entries(4096)?;
     }
     open.maps.events.set_max_entries(ring)?;
@@ -896,7 +901,10 @@ fn compile_all(
                         syscalls: t.category == "syscalls",
                     }
                 }
-                Site::Usdt { probe, .. } => SiteCtx::Usdt { args: probe.args },
+                Site::Usdt { probe, .. } => SiteCtx::Usdt {
+                    args: probe.args,
+                    types: &probe.types,
+                },
             };
             if args.all_args && p.format.is_none() {
                 render::all_args(&mut p, &site, kbtf.as_ref());
