@@ -411,6 +411,22 @@ pub struct UsdtProbe {
     pub name: String,
     /// Its number of arguments (the most any of its sites has).
     pub args: u32,
+    /// Each argument's size in bytes and signedness, from its spec's `-4@`
+    /// prefix, where every site that has the argument agrees.
+    pub types: Vec<Option<(u8, bool)>>,
+}
+
+/// The size and signedness of a USDT argument spec ("-4@%edi": a signed int).
+fn usdt_arg_type(spec: &[u8]) -> Option<(u8, bool)> {
+    let at = spec.iter().position(|&b| b == b'@')?;
+    let (signed, digits) = match &spec[..at] {
+        [b'-', rest @ ..] => (true, rest),
+        rest => (false, rest),
+    };
+    match digits {
+        [d @ (b'1' | b'2' | b'4' | b'8')] => Some((d - b'0', signed)),
+        _ => None,
+    }
 }
 
 /// The distinct USDT probes (`.note.stapsdt`) of a 64-bit ELF file.
@@ -433,14 +449,17 @@ pub fn usdt_probes(binary: &Path) -> Result<Vec<UsdtProbe>> {
                 let mut strs = note.desc().get(24..).unwrap_or_default().split(|&b| b == 0);
                 if let (Some(p), Some(n)) = (strs.next(), strs.next()) {
                     // The arguments: "-4@%edi 8@-16(%rbp)", one word each.
-                    let args = strs.next().unwrap_or_default();
+                    let args: Vec<&[u8]> = strs
+                        .next()
+                        .unwrap_or_default()
+                        .split(|b| b.is_ascii_whitespace())
+                        .filter(|w| !w.is_empty())
+                        .collect();
                     probes.push(UsdtProbe {
                         provider: String::from_utf8_lossy(p).into_owned(),
                         name: String::from_utf8_lossy(n).into_owned(),
-                        args: args
-                            .split(|b| b.is_ascii_whitespace())
-                            .filter(|w| !w.is_empty())
-                            .count() as u32,
+                        args: args.len() as u32,
+                        types: args.iter().map(|a| usdt_arg_type(a)).collect(),
                     });
                 }
             }
@@ -459,6 +478,15 @@ pub fn usdt_probes(binary: &Path) -> Result<Vec<UsdtProbe>> {
         let same = later.provider == kept.provider && later.name == kept.name;
         if same {
             kept.args = kept.args.max(later.args);
+            let n = kept.types.len().max(later.types.len());
+            kept.types = (0..n)
+                .map(|i| match (kept.types.get(i), later.types.get(i)) {
+                    (Some(a), Some(b)) if a == b => *a,
+                    (Some(a), None) => *a,
+                    (None, Some(b)) => *b,
+                    _ => None,
+                })
+                .collect();
         }
         same
     });
@@ -468,6 +496,16 @@ pub fn usdt_probes(binary: &Path) -> Result<Vec<UsdtProbe>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn usdt_argument_types_from_their_specs() {
+        assert_eq!(usdt_arg_type(b"-4@%edi"), Some((4, true)));
+        assert_eq!(usdt_arg_type(b"8@-16(%rbp)"), Some((8, false)));
+        assert_eq!(usdt_arg_type(b"-2@%di"), Some((2, true)));
+        assert_eq!(usdt_arg_type(b"1@$5"), Some((1, false)));
+        assert_eq!(usdt_arg_type(b"%edi"), None);
+        assert_eq!(usdt_arg_type(b"-3@%edi"), None);
+    }
 
     #[test]
     fn lib_names() {

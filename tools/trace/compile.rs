@@ -574,9 +574,11 @@ pub enum SiteCtx<'a> {
         fields: &'a [TpField],
         syscalls: bool,
     },
-    /// A USDT probe with this many arguments.
+    /// A USDT probe with this many arguments, of these types where known
+    /// (bytes, signed).
     Usdt {
         args: u32,
+        types: &'a [Option<(u8, bool)>],
     },
 }
 
@@ -1382,7 +1384,7 @@ impl Gen<'_> {
             .and_then(|n| n.parse::<u32>().ok())
             .filter(|_| !name.starts_with("arg0"))
         {
-            if let SiteCtx::Usdt { args } = self.ctx.site {
+            if let SiteCtx::Usdt { args, types } = self.ctx.site {
                 if n == 0 || n > USDT_ARGS {
                     return Err(format!("USDT probes have arg1..arg{USDT_ARGS}, not {name}"));
                 }
@@ -1396,7 +1398,16 @@ impl Gen<'_> {
                     });
                 }
                 self.prog.usdt_mask |= 1 << (n - 1);
-                return Ok(self.value(Ty::U64, IN_USDT0 + n - 1));
+                // Read extended as the note says (bpf/trace.bpf.c usdt_arg()),
+                // typed so: a signed argument compares signed.
+                let ty = match types.get(n as usize - 1) {
+                    Some(Some((bytes, signed))) => Ty::Int {
+                        bytes: *bytes,
+                        signed: *signed,
+                    },
+                    _ => Ty::U64,
+                };
+                return Ok(self.value(ty, IN_USDT0 + n - 1));
             }
             if let SiteCtx::Tracepoint { .. } = self.ctx.site {
                 return Err(format!(
@@ -1802,6 +1813,29 @@ mod tests {
         // At equal or greater width, unsigned wins.
         let p = user("c:read(long a, unsigned long b) (a < b)").unwrap();
         assert!(p.insns.iter().any(|i| i.op == OP_BIN && i.a == B_LTU));
+    }
+
+    #[test]
+    fn usdt_arguments_have_their_notes_types() {
+        let usdt = |text: &str| {
+            let p = grammar::parse(text).unwrap();
+            let ctx = Ctx {
+                site: SiteCtx::Usdt {
+                    args: 3,
+                    types: &[Some((8, true)), Some((2, true)), None],
+                },
+                btf: None,
+                kernel_reads: false,
+                str_size: 80,
+                bin_cmp: false,
+            };
+            compile(&p, &ctx).unwrap()
+        };
+        let cmp = |p: Program| p.insns.iter().find(|i| i.op == OP_BIN).map(|i| i.a);
+        // "-8@..." and "-2@...": signed; an argument whose size is unknown is u64.
+        assert_eq!(cmp(usdt("u:x:p (arg1 < 0)")), Some(B_LTS));
+        assert_eq!(cmp(usdt("u:x:p (arg2 < -1)")), Some(B_LTS));
+        assert_eq!(cmp(usdt("u:x:p (arg3 < 0)")), Some(B_LTU));
     }
 
     #[test]

@@ -512,7 +512,10 @@ mod fuzz {
         };
         for site in [
             SiteCtx::User,
-            SiteCtx::Usdt { args: 12 },
+            SiteCtx::Usdt {
+                args: 12,
+                types: &[],
+            },
             SiteCtx::Tracepoint {
                 fields: &fields,
                 syscalls: true,

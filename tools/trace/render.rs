@@ -418,7 +418,7 @@ pub fn all_args(p: &mut Probe, site: &SiteCtx, btf: Option<&Kbtf>) {
                 });
             }
         }
-        SiteCtx::Usdt { args: count } => {
+        SiteCtx::Usdt { args: count, .. } => {
             // The probe's own arguments, from its note.
             for n in 1..=*count {
                 fmt.push(format!("arg{n}=%ld"));
