@@ -158,7 +158,11 @@ pub fn route_libbpf_messages() {
 }
 
 fn print_libbpf(_level: libbpf_rs::PrintLevel, msg: String) {
-    stderr(&format!("libbpf: {msg}"));
+    // libbpf names itself in most of its messages.
+    match msg.starts_with("libbpf: ") {
+        true => stderr(&msg),
+        false => stderr(&format!("libbpf: {msg}")),
+    }
 }
 
 /// Writes `text` to stderr. An unwritable stderr (`2>/dev/full`, a closed pipe)
