@@ -131,13 +131,12 @@ pub(crate) fn choose_kernel_via(probes: &[Probe], opts: &Options) -> Result<Opti
             Via::Trampoline
         }
         mode => {
-            let session = if ret && mode != AttachMode::Multi {
-                match features::kernel_btf() {
-                    true => features::kprobe_session(&first.name),
-                    false => Err(features::NO_KERNEL_BTF.to_string()),
-                }
-            } else {
-                Err(String::new())
+            let wanted = ret && mode != AttachMode::Multi;
+            let btf = wanted && features::kernel_btf();
+            let session = match (wanted, btf) {
+                (true, true) => features::kprobe_session(&first.name),
+                (true, false) => Err(features::NO_KERNEL_BTF.to_string()),
+                _ => Err(String::new()),
             };
             match session {
                 // Cheapest per call where the kernel has it: the entry time lives in
@@ -145,12 +144,12 @@ pub(crate) fn choose_kernel_via(probes: &[Probe], opts: &Options) -> Result<Opti
                 // bench-latency`: about half the cost of fentry/fexit pairing
                 // through a map).
                 Ok(()) => Via::Session,
-                Err(why) if mode == AttachMode::Session => match features::kernel_btf() {
-                    true => bail!(
-                        "--attach-mode session: this kernel cannot create kprobe.session links ({why}; needs Linux 6.10+ with CONFIG_FPROBE)"
-                    ),
-                    false => bail!("--attach-mode session: {why}"),
-                },
+                Err(why) if mode == AttachMode::Session && !btf => {
+                    bail!("--attach-mode session: {why}")
+                }
+                Err(why) if mode == AttachMode::Session => bail!(
+                    "--attach-mode session: this kernel cannot create kprobe.session links ({why}; needs Linux 6.10+ with CONFIG_FPROBE)"
+                ),
                 // One function, no session: a trampoline beats kprobe pairs where
                 // the kernel allows it (not under lockdown, nor for modules).
                 Err(_)
