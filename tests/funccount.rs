@@ -1540,17 +1540,9 @@ fn raw_tracepoint_counted_exactly() {
     // task_rename in another group, task:task_rename is attached by its id (a
     // perf event), and still counted exactly. (Here, not in a test of its own:
     // the event would change how the run above attaches.)
-    let uprobe_events = "/sys/kernel/tracing/uprobe_events";
-    let add = |line: &str| {
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(uprobe_events)
-            .unwrap();
-        std::io::Write::write_all(&mut f, format!("{line}\n").as_bytes()).unwrap();
-    };
-    add("p:tracekit_dup_test/task_rename /usr/bin/true:0x0");
+    uprobe_events_command("p:tracekit_dup_test/task_rename /usr/bin/true:0x0");
     let out = count_with_pid(&["rename", "345"], &["-D", "t:task:task_rename"]);
-    add("-:tracekit_dup_test/task_rename");
+    uprobe_events_command("-:tracekit_dup_test/task_rename");
     assert_eq!(last_table(&out.stdout), rows(&[("task:task_rename", 345)]));
     assert_eq!(
         tracepoint_mechanisms(&out.stderr),
@@ -1692,11 +1684,17 @@ fn many_single_uprobes_count_exactly_in_groups() {
         &["-D", "--attach-mode", "single", "-p", &pid, &spec],
     );
     t.wait_ready();
-    let tool = t.pid();
+    let group = format!("tracekit_{}_{}/", pid_namespace_of(t.pid()), t.pid());
     assert_eq!(
         code_bytes_changed(p.pid, &bin),
         1500,
         "one int3 per function"
+    );
+    let events = std::fs::read_to_string(UPROBE_EVENTS).unwrap();
+    assert_eq!(
+        events.lines().filter(|l| l.contains(&group)).count(),
+        1500,
+        "{events}"
     );
     p.go();
     let out = t.finish(T);
@@ -1726,26 +1724,116 @@ fn many_single_uprobes_count_exactly_in_groups() {
         "{}",
         out.stderr
     );
-    let events = std::fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap();
-    assert!(!events.contains(&format!("tracekit_{tool}/")), "{events}");
+    let events = std::fs::read_to_string(UPROBE_EVENTS).unwrap();
+    assert!(!events.contains(&group), "{events}");
 }
 
 #[test]
-fn uprobe_events_of_killed_runs_are_removed_by_any_user_function_run() {
+fn uprobe_events_of_killed_runs_are_removed_by_the_next_run_that_makes_some() {
     // A run killed in single mode leaves its tracefs uprobe events (inert).
-    // The next run with user functions removes them, whatever its mechanism.
-    // 4194305 is above PID_MAX_LIMIT: no process has it.
-    let uprobe_events = "/sys/kernel/tracing/uprobe_events";
-    let mut f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(uprobe_events)
-        .unwrap();
-    std::io::Write::write_all(&mut f, b"p:tracekit_4194305/g0 /usr/bin/true:0x0\n").unwrap();
-    drop(f);
-    let out = run(&funccount(), &["-d", "0.1", "c:getpid"], T);
+    // The next run that makes groups removes those of processes that are gone:
+    // here, in another PID namespace (seen from the initial one, which sees
+    // them all), or in a namespace that is gone; and an older version's
+    // (named by PID alone). A live process's group is kept. 4194305 is above
+    // PID_MAX_LIMIT: no process has it.
+    let ours = pid_namespace_of(std::process::id());
+    assert_eq!(
+        ours, 0xEFFF_FFFC,
+        "the tests run in the initial PID namespace"
+    );
+    let mut holder = Command::new("unshare")
+        .args(["-fp", "--kill-child", "sleep", "60"])
+        .spawn()
+        .expect("unshare");
+    let sleeper = child_of(holder.id(), T);
+    let theirs = pid_namespace_of(sleeper);
+    assert_ne!(theirs, ours);
+    let groups = [
+        (format!("tracekit_{ours}_4194305"), true),
+        (format!("tracekit_{theirs}_2"), true),
+        (format!("tracekit_{theirs}_1"), false),
+        ("tracekit_1_1".to_string(), true),
+        ("tracekit_4194305".to_string(), true),
+    ];
+    for (g, _) in &groups {
+        uprobe_events_command(&format!("p:{g}/g0 /usr/bin/true:0x0"));
+    }
+    let out = run(
+        &funccount(),
+        &["-d", "0.1", "--attach-mode", "single", "c:getpid"],
+        T,
+    );
+    let events = std::fs::read_to_string(UPROBE_EVENTS).unwrap();
+    for (g, _) in &groups {
+        if events.contains(&format!("{g}/")) {
+            uprobe_events_command(&format!("-:{g}/g0"));
+        }
+    }
+    let _ = holder.kill();
+    let _ = holder.wait();
     assert_eq!(out.code(), 0, "{}", out.stderr);
-    let events = std::fs::read_to_string(uprobe_events).unwrap();
-    assert!(!events.contains("tracekit_4194305/"), "{events}");
+    for (g, stale) in &groups {
+        assert_eq!(!events.contains(&format!("{g}/")), *stale, "{g}: {events}");
+    }
+}
+
+#[test]
+fn single_mode_runs_in_two_pid_namespaces_keep_their_own_events() {
+    // Two runs in single mode in two PID namespaces, as in two containers: each
+    // is PID 1 there. Each makes its own tracefs group and counts only its own
+    // binary. (Groups named by PID alone were one: the second run's probe was
+    // appended to the first's event, each counted both, and closing it oopsed
+    // the kernel.) Relative paths are written absolute in uprobe_events.
+    let dir = Scratch::new();
+    let counts = [("nsa", 3), ("nsb", 5)];
+    let bins: Vec<PathBuf> = counts
+        .iter()
+        .map(|(name, _)| build_userfuncs(&dir, name, &[]))
+        .collect();
+    let mut runs: Vec<Running> = counts
+        .iter()
+        .map(|(name, _)| {
+            let mut cmd = Command::new("unshare");
+            cmd.args(["-fp", "--mount-proc"])
+                .arg(funccount())
+                .args(["--attach-mode", "single", &format!("./{name}:uf_target")])
+                .current_dir(&dir.0);
+            let mut t = spawn_cmd(cmd);
+            t.wait_ready();
+            t
+        })
+        .collect();
+    let events = std::fs::read_to_string(UPROBE_EVENTS).unwrap();
+    let mut groups = Vec::new();
+    for (t, bin) in runs.iter().zip(&bins) {
+        let tool = child_of(t.pid(), T);
+        let ns = pid_namespace_of(tool);
+        let line = format!("p:tracekit_{ns}_1/g0 {}:0x", bin.display());
+        assert_eq!(
+            events.lines().filter(|l| l.starts_with(&line)).count(),
+            1,
+            "{line}: {events}"
+        );
+        groups.push(format!("tracekit_{ns}_1/"));
+    }
+    assert_ne!(groups[0], groups[1]);
+    for (bin, (_, n)) in bins.iter().zip(counts) {
+        let w = Workload::start(bin, &["plain", &n.to_string()]);
+        w.go();
+        assert!(w.wait().success());
+    }
+    for t in &runs {
+        kill(child_of(t.pid(), T), libc::SIGINT);
+    }
+    for (t, (_, n)) in runs.drain(..).zip(counts) {
+        let out = t.finish(T);
+        assert_eq!(out.code(), 0, "{}", out.stderr);
+        assert_eq!(last_table(&out.stdout), rows(&[("uf_target", n)]));
+    }
+    let events = std::fs::read_to_string(UPROBE_EVENTS).unwrap();
+    for g in &groups {
+        assert!(!events.contains(g.as_str()), "{g} left: {events}");
+    }
 }
 
 #[test]

@@ -114,7 +114,10 @@ impl Plan {
             }
         }
         if let Some(via) = self.user_via {
-            if !by_binary.is_empty() {
+            // Only runs that may make tracefs groups read uprobe_events: others
+            // have no name to clear, and need not wait on the kernel's
+            // event_mutex.
+            if via == Via::Single && !perf_uprobes() && !by_binary.is_empty() {
                 attach::remove_stale_uprobe_events();
             }
             let index = obj.maps().find(|m| m.name() == "uprobe_groups");

@@ -903,3 +903,40 @@ fn wait_within(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
         thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// tracefs' uprobe_events file.
+pub const UPROBE_EVENTS: &str = "/sys/kernel/tracing/uprobe_events";
+
+/// Writes one command line to uprobe_events (an event to add, or `-:` one to
+/// remove), as another tool or an earlier run would have.
+pub fn uprobe_events_command(line: &str) {
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(UPROBE_EVENTS)
+        .unwrap();
+    std::io::Write::write_all(&mut f, format!("{line}\n").as_bytes())
+        .unwrap_or_else(|e| panic!("{line}: {e}"));
+}
+
+/// The PID namespace of process `pid`, by its inode (as tracekit names its
+/// tracefs uprobe groups `tracekit_<namespace>_<pid>`).
+pub fn pid_namespace_of(pid: u32) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(format!("/proc/{pid}/ns/pid"))
+        .unwrap()
+        .ino()
+}
+
+/// The first child of process `pid` (what `unshare -f` runs, say).
+pub fn child_of(pid: u32, timeout: Duration) -> u32 {
+    let end = Instant::now() + timeout;
+    loop {
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        if let Some(c) = children.split_whitespace().next() {
+            return c.parse().unwrap();
+        }
+        assert!(Instant::now() < end, "process {pid} started no child");
+        thread::sleep(Duration::from_millis(10));
+    }
+}

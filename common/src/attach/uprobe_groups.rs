@@ -10,9 +10,103 @@ use libbpf_sys as sys;
 use super::{take_link, Attached, Hook, Prog, UserSite};
 use crate::run::Stop;
 
-/// The tracefs group of this process' uprobe events.
+/// The PID namespace this process is in, by its nsfs inode (0 where /proc
+/// cannot tell).
+fn pid_namespace() -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    static NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *NS.get_or_init(|| {
+        std::fs::metadata("/proc/self/ns/pid")
+            .map(|m| m.ino())
+            .unwrap_or(0)
+    })
+}
+
+/// The tracefs group of this process' uprobe events, named by PID namespace and
+/// PID: a PID names a process only in its namespace, and two runs that are PID 1
+/// of two containers must not share a group (the kernel appends a probe to an
+/// existing event of the same name; two runs sharing one oopsed 6.12 and 6.18
+/// when they closed it).
 fn uprobe_event_group() -> String {
-    format!("tracekit_{}", std::process::id())
+    format!("tracekit_{}_{}", pid_namespace(), std::process::id())
+}
+
+/// The initial PID namespace's inode (PROC_PID_INIT_INO): it sees every process.
+const INIT_PID_NS: u64 = 0xEFFF_FFFC;
+
+/// Who judges groups: this process, and whether /proc shows its own namespace's
+/// PIDs (in a container that kept the host's /proc it does not).
+struct Judge {
+    ns: u64,
+    pid: u32,
+    proc_is_ours: bool,
+}
+
+/// Whether the group (`tracekit_<ns>_<pid>`, or an older version's
+/// `tracekit_<pid>`) was left by a process that is gone, as far as this process
+/// can see: its own namespace's PIDs in /proc, other namespaces' only from the
+/// initial one. Its own name is stale: an earlier process of this PID left it,
+/// and this run would append to it. `alive_there(ns, pid)` is asked only from
+/// the initial namespace.
+fn stale_group(
+    group: &str,
+    me: &Judge,
+    alive_here: impl Fn(u32) -> bool,
+    alive_there: impl Fn(u64, u32) -> bool,
+) -> bool {
+    let Some(rest) = group.strip_prefix("tracekit_") else {
+        return false;
+    };
+    let (ns, pid) = match rest.split_once('_') {
+        Some((ns, pid)) => match (ns.parse::<u64>(), pid.parse::<u32>()) {
+            (Ok(ns), Ok(pid)) => (Some(ns), pid),
+            _ => return false,
+        },
+        None => match rest.parse::<u32>() {
+            Ok(pid) => (None, pid),
+            Err(_) => return false,
+        },
+    };
+    match ns {
+        Some(ns) if ns == me.ns && pid == me.pid => true,
+        Some(ns) if ns == me.ns => me.proc_is_ours && !alive_here(pid),
+        // Older versions named groups by PID alone, in the writer's namespace:
+        // judged as they did, but only from the initial namespace.
+        None => me.ns == INIT_PID_NS && me.proc_is_ours && !alive_here(pid),
+        Some(ns) => me.ns == INIT_PID_NS && me.proc_is_ours && !alive_there(ns, pid),
+    }
+}
+
+/// The processes of every PID namespace, by namespace: each process's PID in
+/// its own namespace, the last of its NSpid.
+fn processes_by_namespace() -> std::collections::HashMap<u64, std::collections::HashSet<u32>> {
+    use std::os::unix::fs::MetadataExt;
+    let mut by_ns: std::collections::HashMap<u64, std::collections::HashSet<u32>> =
+        Default::default();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return by_ns;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let Ok(ns) = std::fs::metadata(format!("/proc/{pid}/ns/pid")).map(|m| m.ino()) else {
+            continue;
+        };
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let inner = status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .and_then(|v| v.split_whitespace().last()?.parse::<u32>().ok());
+        if let Some(inner) = inner {
+            by_ns.entry(ns).or_default().insert(inner);
+        }
+    }
+    by_ns
 }
 
 /// Writes commands (lines) to tracefs `uprobe_events` in one write: the kernel
@@ -42,7 +136,7 @@ pub(super) fn remove_uprobe_events(events: &[String]) {
 
 /// Removes the uprobe events left by tracekit processes that are gone (killed
 /// before they could remove them; such events are inert, no breakpoint is armed).
-/// Every run that traces user functions calls it, whatever mechanism it uses.
+/// Runs that make tracefs groups call it, before they make theirs.
 pub(crate) fn remove_stale_uprobe_events() {
     let Ok(dir) = crate::tracefs::tracefs() else {
         return;
@@ -50,22 +144,31 @@ pub(crate) fn remove_stale_uprobe_events() {
     let Ok(list) = std::fs::read_to_string(dir.join("uprobe_events")) else {
         return;
     };
-    let stale: Vec<String> = list
+    let pid = std::process::id();
+    let me = Judge {
+        ns: pid_namespace(),
+        pid,
+        proc_is_ours: std::fs::read_link("/proc/self")
+            .is_ok_and(|l| l.as_os_str() == pid.to_string().as_str()),
+    };
+    let others = std::cell::OnceCell::new();
+    let others = || others.get_or_init(processes_by_namespace);
+    let mut stale: Vec<&str> = list
         .lines()
-        .filter_map(|l| {
-            let def = l.split_whitespace().next()?.split_once(':')?.1;
-            let pid: u32 = def
-                .strip_prefix("tracekit_")?
-                .split('/')
-                .next()?
-                .parse()
-                .ok()?;
-            (!Path::new(&format!("/proc/{pid}")).exists()).then(|| def.to_string())
+        .filter_map(|l| l.split_whitespace().next()?.split_once(':').map(|d| d.1))
+        .filter(|event| {
+            let group = event.split('/').next().unwrap_or_default();
+            stale_group(
+                group,
+                &me,
+                |p| Path::new(&format!("/proc/{p}")).exists(),
+                |ns, p| others().get(&ns).is_some_and(|s| s.contains(&p)),
+            )
         })
         .collect();
-    let mut unique = stale;
-    unique.dedup();
-    remove_uprobe_events(&unique);
+    stale.dedup();
+    let stale: Vec<String> = stale.into_iter().map(str::to_string).collect();
+    remove_uprobe_events(&stale);
 }
 
 fn perf_event_open_tracepoint(id: u64, pid: Option<u32>) -> Result<i32, i32> {
@@ -125,6 +228,8 @@ pub(crate) fn uprobe_groups<'a>(
     stop: &Stop,
     out: &mut Attached,
 ) -> Vec<UserSite<'a>> {
+    // Absolute, so that uprobe_events tells other readers which file it is.
+    let binary = std::path::absolute(binary).unwrap_or_else(|_| binary.to_path_buf());
     let Some(path) = binary.to_str().filter(|p| !p.contains(char::is_whitespace)) else {
         return sites.to_vec();
     };
@@ -250,3 +355,56 @@ fn uprobe_group(
 
 /// The cookie bit marking a uprobe group (bpf/funccount.bpf.c).
 const UPROBE_GROUP: u64 = 1 << 63;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_are_judged_stale_where_their_pid_can_be_seen() {
+        let alive_here = |p| p == 10;
+        let alive_there = |ns, p| ns == 7 && p == 1;
+        let stale = |group: &str, me: &Judge| stale_group(group, me, alive_here, alive_there);
+        let host = Judge {
+            ns: INIT_PID_NS,
+            pid: 500,
+            proc_is_ours: true,
+        };
+        let init = format!("tracekit_{INIT_PID_NS}");
+        // Its own namespace: by /proc; its own name is an earlier process's.
+        assert!(!stale(&format!("{init}_10"), &host));
+        assert!(stale(&format!("{init}_11"), &host));
+        assert!(stale(&format!("{init}_500"), &host));
+        // Another namespace, from the initial one: by the PIDs live there.
+        assert!(!stale("tracekit_7_1", &host));
+        assert!(stale("tracekit_7_2", &host));
+        assert!(stale("tracekit_8_1", &host));
+        // An older version's name: by /proc.
+        assert!(!stale("tracekit_10", &host));
+        assert!(stale("tracekit_11", &host));
+        // Not tracekit's, or not its form: left alone.
+        assert!(!stale("tracekit_dup_test", &host));
+        assert!(!stale("other_11", &host));
+        assert!(!stale("tracekit_7_x", &host));
+
+        // In a container: the host's and other containers' groups are left alone.
+        let container = Judge {
+            ns: 7,
+            pid: 1,
+            proc_is_ours: true,
+        };
+        assert!(!stale(&format!("{init}_11"), &container));
+        assert!(!stale("tracekit_8_1", &container));
+        assert!(stale("tracekit_7_11", &container));
+        assert!(stale("tracekit_7_1", &container));
+        assert!(!stale("tracekit_11", &container));
+        // A container that kept the host's /proc cannot judge its own PIDs.
+        let blind = Judge {
+            proc_is_ours: false,
+            ..container
+        };
+        assert!(!stale("tracekit_7_11", &blind));
+        assert!(!stale("tracekit_11", &blind));
+        assert!(stale("tracekit_7_1", &blind));
+    }
+}
