@@ -103,6 +103,7 @@ struct tk_insn {
 #define F_FAST_PRED 8	/* the predicate is `pred`, run before anything else */
 #define F_FAST_VALS 16	/* the values are the `fast` copies: no interpreter */
 #define F_GATE 32	/* specs_of only: `gate` decides a function hit first */
+#define F_ENTRY_ARGS 64	/* specs_of only: a return spec reads the entry's arguments */
 
 /* A plain value: an input or a record field, truncated/extended to `size`. */
 #define OPD_IN 1
@@ -943,8 +944,11 @@ static __always_inline bool gate_drop(__u32 id)
 
 /* A function's entry: emits its `p:` specs; saves the arguments for its `r:`
  * specs. Returns whether a return hook is wanted (a session's entry returns 1
- * to skip the return); `session`: called from a session program. */
-static __always_inline bool fn_entry(struct pt_regs *ctx, __u32 probe, bool session, bool user)
+ * to skip the return); `session`: called from a session program; `grouped`: a
+ * function of a tracefs uprobe group, whose return must be paired with its
+ * entry to be known. */
+static __always_inline bool fn_entry(struct pt_regs *ctx, __u32 probe, bool session, bool user,
+				     bool grouped)
 {
 	struct specs_of *so;
 	struct scratch *sc;
@@ -988,8 +992,13 @@ static __always_inline bool fn_entry(struct pt_regs *ctx, __u32 probe, bool sess
 		emit(ctx, probe, id, sp, sc);
 	}
 	if (want_ret) {
-		struct frame *f = pair_enter(probe, session, user ? PT_REGS_SP(ctx) : 0);
+		struct frame *f;
 
+		/* Returns that read no argument keep no entry: their hook's cookie
+		 * names the function, and no depth limit drops them. */
+		if (!(so->flags & F_ENTRY_ARGS) && !grouped)
+			return true;
+		f = pair_enter(probe, session, user ? PT_REGS_SP(ctx) : 0);
 		if (f)
 			__builtin_memcpy(f->args, sc->in, sizeof(f->args));
 		return f != NULL;
@@ -1001,15 +1010,28 @@ static __always_inline bool fn_entry(struct pt_regs *ctx, __u32 probe, bool sess
  * `entry_sp`: see pair_pop(). */
 static __always_inline void fn_return(struct pt_regs *ctx, __u32 probe, __u64 entry_sp)
 {
-	struct specs_of *so;
+	struct specs_of *so = NULL;
 	struct frame f;
 	struct scratch *sc;
 
-	if (!pair_pop(probe, entry_sp, &f))
-		return; /* no entry: filtered out there, or a p: only site */
-	so = specs_of(f.probe);
-	if (!so)
-		return;
+	if (!entry_sp) {
+		so = specs_of(probe);
+		if (!so)
+			return;
+	}
+	if (so && !(so->flags & F_ENTRY_ARGS)) {
+		/* Not paired (see fn_entry): filtered here. */
+		if (skip_task())
+			return;
+		__builtin_memset(&f, 0, sizeof(f));
+		f.probe = probe;
+	} else {
+		if (!pair_pop(probe, entry_sp, &f))
+			return; /* no entry: filtered out there, or a p: only site */
+		so = specs_of(f.probe);
+		if (!so)
+			return;
+	}
 	if (gate_at == GATE_RETURN) {
 		if (!gate_keeps(&the_gate, ret_reg(ctx, &f, the_gate.reg))) {
 			stat(0, 1);
@@ -1043,7 +1065,7 @@ static __always_inline int session(struct pt_regs *ctx, bool user)
 	__u32 probe = probe_of(ctx);
 
 	if (!session_is_return(ctx))
-		return fn_entry(ctx, probe, true, user) ? 0 : 1;
+		return fn_entry(ctx, probe, true, user, false) ? 0 : 1;
 	fn_return(ctx, probe, 0);
 	return 0;
 }
@@ -1063,7 +1085,7 @@ int trace_uprobe_session(struct pt_regs *ctx)
 SEC("kprobe.multi")
 int trace_kprobe_multi(struct pt_regs *ctx)
 {
-	fn_entry(ctx, probe_of(ctx), false, false);
+	fn_entry(ctx, probe_of(ctx), false, false, false);
 	return 0;
 }
 
@@ -1077,7 +1099,7 @@ int trace_kretprobe_multi(struct pt_regs *ctx)
 SEC("kprobe")
 int trace_kprobe(struct pt_regs *ctx)
 {
-	fn_entry(ctx, probe_of(ctx), false, false);
+	fn_entry(ctx, probe_of(ctx), false, false, false);
 	return 0;
 }
 
@@ -1091,7 +1113,7 @@ int trace_kretprobe(struct pt_regs *ctx)
 SEC("uprobe.multi")
 int trace_uprobe_multi(struct pt_regs *ctx)
 {
-	fn_entry(ctx, probe_of(ctx), false, true);
+	fn_entry(ctx, probe_of(ctx), false, true, false);
 	return 0;
 }
 
@@ -1109,10 +1131,11 @@ int trace_uretprobe_multi(struct pt_regs *ctx)
 SEC("uprobe")
 int trace_uprobe(struct pt_regs *ctx)
 {
+	__u64 cookie = probe_of(ctx);
 	__u32 probe;
 
-	if (uprobe_entry_probe(ctx, probe_of(ctx), &probe))
-		fn_entry(ctx, probe, false, true);
+	if (uprobe_entry_probe(ctx, cookie, &probe))
+		fn_entry(ctx, probe, false, true, cookie & UPROBE_GROUP);
 	return 0;
 }
 

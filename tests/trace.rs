@@ -374,6 +374,26 @@ fn returns_deeper_than_the_pairing_stack_are_counted_not_mispaired() {
 }
 
 #[test]
+fn returns_that_read_no_argument_print_at_any_depth() {
+    // A return spec that reads no entry argument keeps no entry: its hook's
+    // cookie names the function. So no depth limits it: all 20 nested returns
+    // of tt_recurse(20) print, then tt_recurse(3)'s 3, in every attach mode,
+    // and nothing is reported lost.
+    let spec = format!("r:{}:tt_recurse \"%d\", retval", bin());
+    let mut want: Vec<String> = (1..=20).map(|d| (100 * d + 7).to_string()).collect();
+    want.extend(["107", "207", "307"].map(String::from));
+    for mode in ["auto", "multi", "single"] {
+        let out = run_on("deep", 20, &["--attach-mode", mode, &spec]);
+        assert_eq!(messages(&out.stdout), want, "{mode}: {}", out.stderr);
+        assert!(
+            !out.stderr.contains("not printed"),
+            "{mode}: {}",
+            out.stderr
+        );
+    }
+}
+
+#[test]
 fn offsets_must_begin_an_instruction_inside_the_function() {
     // tt_asm: mov (5 bytes) at +0, add (3) at +5, ret at +8; 9 bytes in all.
     let spec = |off: &str| format!("{}:tt_asm+{off} \"%d\", arg1", bin());

@@ -86,6 +86,9 @@ pub const F_FAST_PRED: u32 = 8;
 pub const F_FAST_VALS: u32 = 16;
 /// `struct specs_of` only: its `gate` decides a function hit before anything else.
 pub const F_GATE: u32 = 32;
+/// `struct specs_of` only: a return spec reads the entry's arguments, so the
+/// entry is kept for its return (else the return is not paired with it).
+pub const F_ENTRY_ARGS: u32 = 64;
 
 const OPD_IN: u8 = 1;
 const OPD_REC: u8 = 2;
@@ -358,6 +361,12 @@ impl Program {
         b
     }
 
+    /// Whether it runs at a return and reads an argument (arg1-arg6), which
+    /// only its entry has.
+    pub fn reads_entry_args(&self) -> bool {
+        self.flags & F_RETURN != 0 && self.insns.iter().any(|i| i.op == OP_IN && i.a < 6)
+    }
+
     /// The fast predicate, when a hit can be decided on one register read from
     /// the context before anything else (bpf/trace.bpf.c's F_GATE): an
     /// argument (not through a syscall wrapper's inner registers), or retval
@@ -473,6 +482,9 @@ pub fn specs_of(ids: &[u32], progs: &[&Program]) -> Vec<u8> {
     };
     if gate.is_some() {
         flags |= F_GATE;
+    }
+    if progs.iter().any(|p| p.reads_entry_args()) {
+        flags |= F_ENTRY_ARGS;
     }
     let g = gate.unwrap_or_default();
     let mut v = Vec::with_capacity(SPECS_OF_BYTES);
@@ -1756,6 +1768,40 @@ mod tests {
             let q = user(spec).unwrap();
             assert_eq!(flags(&specs_of(&[0], &[&q])) & F_GATE, 0, "{spec}");
         }
+    }
+
+    #[test]
+    fn returns_keep_their_entry_only_to_read_its_arguments() {
+        let flags = |spec: &str| {
+            let p = user(spec).unwrap();
+            u32::from_ne_bytes(specs_of(&[0], &[&p])[20..24].try_into().unwrap()) & F_ENTRY_ARGS
+        };
+        for spec in [
+            "r:c:read \"%d\", arg3",
+            "r:c:read (arg1 == 7)",
+            "r:c:read (retval > arg3)",
+            "r:c:read \"%s\", arg2",
+        ] {
+            assert_eq!(flags(spec), F_ENTRY_ARGS, "{spec}");
+        }
+        for spec in [
+            "r:c:read",
+            "r:c:read \"%d\", retval",
+            "r:c:read (retval == 7) \"%d %d\", $pid, $cpu",
+            "c:read \"%d\", arg3",
+        ] {
+            assert_eq!(flags(spec), 0, "{spec}");
+        }
+        // Two specs on one function: the one that reads an argument decides.
+        let (a, b) = (
+            user("r:c:read").unwrap(),
+            user("r:c:read \"%d\", arg1").unwrap(),
+        );
+        let both = specs_of(&[0, 1], &[&a, &b]);
+        assert_eq!(
+            u32::from_ne_bytes(both[20..24].try_into().unwrap()) & F_ENTRY_ARGS,
+            F_ENTRY_ARGS
+        );
     }
 
     #[test]
