@@ -397,9 +397,25 @@ fn returns_that_read_no_argument_print_at_any_depth() {
 fn offsets_must_begin_an_instruction_inside_the_function() {
     // tt_asm: mov (5 bytes) at +0, add (3) at +5, ret at +8; 9 bytes in all.
     let spec = |off: &str| format!("{}:tt_asm+{off} \"%d\", arg1", bin());
-    for off in ["5", "0x8"] {
-        let out = run_on("asm", 3, &[&spec(off)]);
+    // -v's plan gives the offset probed in the file.
+    let planned = |stderr: &str| -> (String, u64) {
+        let l = stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("  probe 0: "))
+            .unwrap_or_else(|| panic!("no plan in {stderr}"));
+        let (name, at) = l.split_once(" (").unwrap();
+        let at = at.rsplit_once(" +0x").unwrap().1.trim_end_matches(')');
+        (name.to_string(), u64::from_str_radix(at, 16).unwrap())
+    };
+    let (_, entry) = planned(&run_on("asm", 0, &["-v", &spec("0")]).stderr);
+    for (off, n) in [("5", 5), ("0x8", 8)] {
+        let out = run_on("asm", 3, &["-v", &spec(off)]);
         assert_eq!(messages(&out.stdout), ["-1", "0", "1"], "+{off}");
+        // Named by where it is probed, in the plan and in FUNC.
+        let name = format!("tt_asm+{n:#x}");
+        assert_eq!(planned(&out.stderr), (name.clone(), entry + n));
+        let funcs: Vec<String> = events(&out.stdout).into_iter().map(|e| e.3).collect();
+        assert_eq!(funcs, [name.as_str(); 3], "+{off}");
     }
     for (off, why) in [
         (

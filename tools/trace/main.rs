@@ -226,7 +226,9 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     } else {
         Hooks::Entry
     };
-    let mut indexes = None;
+    let mut per_probe = Vec::new();
+    // The specs of each probe, and their offsets, are applied inside: -v
+    // prints the plan as attached.
     let mut session = Session::prepare_with(
         &mut args.common,
         How {
@@ -235,48 +237,11 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
         },
         args.verbose,
         |opts| {
-            let (plan, idx) = Plan::build_indexed(&specs, opts)?;
-            indexes = Some(idx);
+            let (mut plan, indexes) = Plan::build_indexed(&specs, opts)?;
+            per_probe = specs_per_probe(&mut plan, &indexes, &parsed)?;
             Ok(plan)
         },
     )?;
-    let indexes = indexes.expect("built");
-    // Which specs serve each probe; probes no spec keeps (another USDT provider)
-    // are dropped.
-    let mut per_probe: Vec<Vec<usize>> = vec![Vec::new(); session.plan.probes.len()];
-    for (s, idx) in indexes.iter().enumerate() {
-        for &i in idx {
-            if let (Some(prov), Site::Usdt { probe, .. }) =
-                (&parsed[s].provider, &session.plan.probes[i].site)
-            {
-                if &probe.provider != prov {
-                    continue;
-                }
-            }
-            if !per_probe[i].contains(&s) {
-                per_probe[i].push(s);
-            }
-        }
-    }
-    for (s, p) in parsed.iter().enumerate() {
-        if p.provider.is_some() && !per_probe.iter().any(|l| l.contains(&s)) {
-            bail!(
-                "bad probe \"{}\": no USDT probe {}:{} in {}",
-                escape(&p.text),
-                p.provider.as_deref().unwrap_or(""),
-                p.name,
-                p.library
-            );
-        }
-    }
-    let keep: Vec<bool> = per_probe.iter().map(|l| !l.is_empty()).collect();
-    let mut k = 0;
-    session.plan.probes.retain(|_| {
-        k += 1;
-        keep[k - 1]
-    });
-    per_probe.retain(|l| !l.is_empty());
-    apply_offsets(&mut session.plan, &per_probe, &parsed)?;
     for (i, l) in per_probe.iter().enumerate() {
         if l.len() > 4 {
             bail!(
@@ -808,7 +773,53 @@ fn common_spec(p: &grammar::Probe) -> Result<ProbeSpec> {
     })
 }
 
-/// `func+offset`: user functions are probed that far into the function.
+/// Which specs serve each of the plan's probes (`indexes`: the probes of each
+/// spec), with their offsets applied. Probes no spec keeps (another USDT
+/// provider's) are dropped from the plan.
+fn specs_per_probe(
+    plan: &mut Plan,
+    indexes: &[Vec<usize>],
+    parsed: &[grammar::Probe],
+) -> Result<Vec<Vec<usize>>> {
+    let mut per_probe: Vec<Vec<usize>> = vec![Vec::new(); plan.probes.len()];
+    for (s, idx) in indexes.iter().enumerate() {
+        for &i in idx {
+            if let (Some(prov), Site::Usdt { probe, .. }) =
+                (&parsed[s].provider, &plan.probes[i].site)
+            {
+                if &probe.provider != prov {
+                    continue;
+                }
+            }
+            if !per_probe[i].contains(&s) {
+                per_probe[i].push(s);
+            }
+        }
+    }
+    for (s, p) in parsed.iter().enumerate() {
+        if p.provider.is_some() && !per_probe.iter().any(|l| l.contains(&s)) {
+            bail!(
+                "bad probe \"{}\": no USDT probe {}:{} in {}",
+                escape(&p.text),
+                p.provider.as_deref().unwrap_or(""),
+                p.name,
+                p.library
+            );
+        }
+    }
+    let keep: Vec<bool> = per_probe.iter().map(|l| !l.is_empty()).collect();
+    let mut k = 0;
+    plan.probes.retain(|_| {
+        k += 1;
+        keep[k - 1]
+    });
+    per_probe.retain(|l| !l.is_empty());
+    apply_offsets(plan, &per_probe, parsed)?;
+    Ok(per_probe)
+}
+
+/// `func+offset`: user functions are probed that far into the function, and
+/// named so.
 fn apply_offsets(
     plan: &mut Plan,
     per_probe: &[Vec<usize>],
@@ -834,7 +845,8 @@ fn apply_offsets(
                         escape(&parsed[specs[0]].text),
                         func.name
                     )
-                })?
+                })?;
+                plan.probes[i].label = format!("{}+{off:#x}", plan.probes[i].label);
             }
             Site::Kernel(f) => bail!(
                 "bad probe \"{}\": offsets into kernel functions ({}+{off:#x}) are not supported: kernel functions are attached at their entry",
