@@ -449,6 +449,13 @@ fn bad_patterns() {
         &["-r", "c:("],
         "bad probe \"c:(\": invalid regular expression: unclosed group",
     );
+    // The kernel would resolve these in the tool's own process.
+    for target in ["/proc/self/exe", "/proc/thread-self/exe"] {
+        fails_with(
+            &[&format!("{target}:main")],
+            &format!("probe \"{target}:main\": \"{target}\" is a file of this tool's own process: give the program's path, or /proc/PID/... with its PID"),
+        );
+    }
 }
 
 #[test]

@@ -20,6 +20,15 @@ use crate::pattern::Matcher;
 /// else `lib<target>.so*` from ld.so.cache (`c` is libc); else an executable on PATH.
 pub fn resolve(target: &str, pid: Option<u32>) -> Result<PathBuf> {
     if target.contains('/') {
+        // The kernel would resolve these in the tool's own process.
+        if ["/proc/self/", "/proc/thread-self/"]
+            .iter()
+            .any(|p| target.starts_with(p))
+        {
+            bail!(
+                "\"{target}\" is a file of this tool's own process: give the program's path, or /proc/PID/... with its PID"
+            );
+        }
         let path = PathBuf::from(target);
         let err = match fs::metadata(&path) {
             Ok(_) => return Ok(path),
