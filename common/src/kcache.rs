@@ -44,7 +44,7 @@ impl Key {
     /// The running system's key; `None` when it cannot be read (no cache then).
     pub fn current() -> Option<Key> {
         let boot_id = boot_id()?;
-        let modules = fs::read_to_string("/proc/modules").unwrap_or_default();
+        let modules = read_proc("/proc/modules").unwrap_or_default();
         Some(Key {
             boot_id,
             modules: modules_hash(&modules),
@@ -55,8 +55,18 @@ impl Key {
 /// This boot's id, which keys everything cached here; `None` when it cannot be
 /// read (no cache then).
 pub fn boot_id() -> Option<String> {
-    let id = fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let id = read_proc("/proc/sys/kernel/random/boot_id").ok()?;
     Some(id.trim().to_string())
+}
+
+/// A /proc file in as few reads as it allows: it reports no size, so
+/// `read_to_string` starts from 32 bytes and grows, a syscall each step (this is
+/// on every run's start).
+fn read_proc(path: &str) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut buf = Vec::with_capacity(64 << 10);
+    fs::File::open(path)?.read_to_end(&mut buf)?;
+    String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
 /// Hash of `/proc/modules`: per module its name, size and load address (fields
@@ -461,6 +471,23 @@ fn lower_bound(text: &[u8], prefix: &str) -> Result<usize, Miss> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proc_files_are_read_whole() {
+        for path in [
+            "/proc/self/maps",
+            "/proc/self/status",
+            "/proc/sys/kernel/random/boot_id",
+        ] {
+            let a = read_proc(path).unwrap();
+            assert_eq!(
+                a.lines().next(),
+                fs::read_to_string(path).unwrap().lines().next()
+            );
+            assert!(a.ends_with('\n') || a.is_empty(), "{path}: {a}");
+        }
+        assert!(read_proc("/proc/no_such_file").is_err());
+    }
 
     struct TempDir(PathBuf);
     impl TempDir {
