@@ -5,7 +5,7 @@
 
 mod util;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -574,4 +574,57 @@ fn grouped_returns_time_system_libc_as_uprobe_multi_does() {
     let calls: u64 = multi.iter().map(|(_, n)| n).sum();
     let strcoll = |v: &[(String, u64)]| v.iter().find(|(f, _)| f == "strcoll").map(|p| p.1);
     assert!(calls > 10_000 && strcoll(&multi) > Some(0), "{multi:?}");
+}
+
+#[test]
+fn go_programs_are_warned_of_once_when_their_functions_are_timed() {
+    // Go's runtime walks goroutine stacks by return address, which a return
+    // probe replaces: timing a Go program's functions can crash it. funclatency
+    // warns once per Go binary, told by its .go.buildinfo section (given here
+    // to the C program with objcopy), and still times it. The C original is
+    // not warned of, nor is a Go binary by funccount, which hooks no return.
+    let dir = Scratch::new();
+    let c = build_userfuncs(&dir, "uf", &[]);
+    let info = dir.0.join("buildinfo");
+    std::fs::write(&info, b"\xff Go buildinf:\x08\x02").unwrap();
+    let go = dir.0.join("gouf");
+    let st = Command::new("objcopy")
+        .arg(format!("--add-section=.go.buildinfo={}", info.display()))
+        .arg(&c)
+        .arg(&go)
+        .status()
+        .expect("objcopy");
+    assert!(st.success(), "objcopy failed");
+    let warning = |bin: &Path| {
+        format!(
+            "funclatency: {} is a Go program: hooking its functions' returns can crash it (Go's runtime walks goroutine stacks by return address, which a return probe replaces)\n",
+            bin.display()
+        )
+    };
+    for bin in [&go, &c] {
+        let (a, b) = (
+            format!("{}:uf_tail", bin.display()),
+            format!("{}:uf_target", bin.display()),
+        );
+        let w = Workload::start(bin, &["tail", "7"]);
+        let out = trace_workload(&funclatency(), w, &["-F", &a, &b], T);
+        let warned = if bin == &go { 1 } else { 0 };
+        assert_eq!(
+            out.stderr.matches(&warning(bin)).count(),
+            warned,
+            "{}",
+            out.stderr
+        );
+        assert_eq!(
+            timed_per_function(&out.stdout),
+            [("uf_tail".to_string(), 7), ("uf_target".to_string(), 7)],
+            "{}",
+            out.stdout
+        );
+    }
+    let w = Workload::start(&go, &["tail", "7"]);
+    let spec = format!("{}:uf_target", go.display());
+    let out = trace_workload(&tool("funccount"), w, &[&spec], T);
+    assert_eq!(last_table(&out.stdout), rows(&[("uf_target", 7)]));
+    assert!(!out.stderr.contains("Go program"), "{}", out.stderr);
 }

@@ -258,6 +258,8 @@ pub struct Binary {
     pub debug_file: Option<PathBuf>,
     /// The file offset of the ELF entry point (`_start`), if it is in code.
     pub entry: Option<u64>,
+    /// A Go program or library (its build info or pc-line table is there).
+    pub go: bool,
 }
 
 /// A symbol as read from one table.
@@ -293,6 +295,9 @@ impl Binary {
             }
         }
         let entry = file_offset(&segments, file.elf_header().e_entry(endian));
+        let go = [".go.buildinfo", ".gopclntab"]
+            .iter()
+            .any(|s| file.section_by_name(s).is_some());
         let mut syms = Vec::new();
         let mut has_symtab = symbols(&file, elf::SHT_SYMTAB, &mut syms).map_err(corrupt)?;
         symbols(&file, elf::SHT_DYNSYM, &mut syms).map_err(corrupt)?;
@@ -324,6 +329,7 @@ impl Binary {
             has_symtab,
             debug_file,
             entry,
+            go,
         })
     }
 

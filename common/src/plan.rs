@@ -494,6 +494,8 @@ struct Binaries {
     /// By device and inode: `c:malloc` and `/usr/lib/.../libc.so.6:malloc` are one
     /// file, and one probe.
     files: HashMap<(u64, u64), Rc<Binary>>,
+    /// Go binaries already warned of (once each, however many patterns).
+    go_warned: std::collections::HashSet<(u64, u64)>,
 }
 
 impl Binaries {
@@ -642,6 +644,12 @@ fn expand(
             let mut found = ufuncs::functions(&bin, m);
             if returns {
                 ufuncs::skip_jump_entered(&mut found, bin.entry);
+                if bin.go && binaries.go_warned.insert((bin.dev, bin.ino)) {
+                    crate::cli::warn(&format!(
+                        "{} is a Go program: hooking its functions' returns can crash it (Go's runtime walks goroutine stacks by return address, which a return probe replaces)",
+                        crate::elf::shown(&bin.path)
+                    ));
+                }
             }
             for note in &found.notes {
                 crate::cli::warn(note);
