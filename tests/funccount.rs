@@ -626,7 +626,7 @@ fn capabilities_without_tracefs() {
     // CAP_BPF and CAP_PERFMON without root: tracefs (mode 0700, root's) cannot
     // be read, and a tracepoint was "not matched" (it exists). Where tracefs is
     // open to all, the run is allowed and this case does not arise.
-    let open_to_all = std::fs::metadata("/sys/kernel/tracing")
+    let open_to_all = std::fs::metadata(tracefs())
         .is_ok_and(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o005 == 0o005);
     for pattern in ["t:sched:sched_switch", "t:sched:sched_sw*"] {
         let out = Command::new("setpriv")
@@ -1621,7 +1621,7 @@ fn raw_tracepoints_without_cookies() {
 fn tracefs_events(categories: &[&str]) -> Vec<String> {
     let mut events = Vec::new();
     for cat in categories {
-        let dir = std::path::Path::new("/sys/kernel/tracing/events").join(cat);
+        let dir = tracefs().join("events").join(cat);
         for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
             let e = e.unwrap();
             if e.path().join("id").exists() {
@@ -1697,7 +1697,7 @@ fn many_single_uprobes_count_exactly_in_groups() {
         1500,
         "one int3 per function"
     );
-    let events = std::fs::read_to_string(UPROBE_EVENTS).unwrap();
+    let events = uprobe_events();
     assert_eq!(
         events.lines().filter(|l| l.contains(&group)).count(),
         1500,
@@ -1731,7 +1731,7 @@ fn many_single_uprobes_count_exactly_in_groups() {
         "{}",
         out.stderr
     );
-    let events = std::fs::read_to_string(UPROBE_EVENTS).unwrap();
+    let events = uprobe_events();
     assert!(!events.contains(&group), "{events}");
 }
 
@@ -1770,7 +1770,7 @@ fn uprobe_events_of_killed_runs_are_removed_by_the_next_run_that_makes_some() {
         &["-d", "0.1", "--attach-mode", "single", "c:getpid"],
         T,
     );
-    let events = std::fs::read_to_string(UPROBE_EVENTS).unwrap();
+    let events = uprobe_events();
     for (g, _) in &groups {
         if events.contains(&format!("{g}/")) {
             uprobe_events_command(&format!("-:{g}/g0"));
@@ -1810,7 +1810,7 @@ fn single_mode_runs_in_two_pid_namespaces_keep_their_own_events() {
             t
         })
         .collect();
-    let events = std::fs::read_to_string(UPROBE_EVENTS).unwrap();
+    let events = uprobe_events();
     let mut groups = Vec::new();
     for (t, bin) in runs.iter().zip(&bins) {
         let tool = child_of(t.pid(), T);
@@ -1837,7 +1837,7 @@ fn single_mode_runs_in_two_pid_namespaces_keep_their_own_events() {
         assert_eq!(out.code(), 0, "{}", out.stderr);
         assert_eq!(last_table(&out.stdout), rows(&[("uf_target", n)]));
     }
-    let events = std::fs::read_to_string(UPROBE_EVENTS).unwrap();
+    let events = uprobe_events();
     for g in &groups {
         assert!(!events.contains(g.as_str()), "{g} left: {events}");
     }

@@ -44,7 +44,7 @@ fn bpf_links() -> (usize, usize) {
 }
 
 fn tracefs_file(name: &str) -> String {
-    std::fs::read_to_string(format!("/sys/kernel/tracing/{name}")).unwrap_or_default()
+    std::fs::read_to_string(tracefs().join(name)).unwrap_or_default()
 }
 
 /// Waits until no BPF link, no kprobe event and no ftrace-enabled function is left.
@@ -698,7 +698,7 @@ fn uprobe_groups_and_raw_syscall_links_on_older_kernels() {
         tracepoint_mechanisms(&out.stderr),
         "tracepoints: 1 as raw tracepoint links, 0 syscall events through 0 raw sys_enter/sys_exit links, 0 as perf events"
     );
-    let events = std::fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap();
+    let events = uprobe_events();
     assert_eq!(events, "", "uprobe events left behind");
 }
 

@@ -904,15 +904,37 @@ fn wait_within(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
     }
 }
 
-/// tracefs' uprobe_events file.
-pub const UPROBE_EVENTS: &str = "/sys/kernel/tracing/uprobe_events";
+/// tracefs, at /sys/kernel/tracing: mounted there first, as the tools would,
+/// where it is not (a fresh boot may not have it, and a test that reads it may
+/// come before any tool has run, or after tools that mounted it only in their
+/// own mount namespace).
+pub fn tracefs() -> &'static Path {
+    static MOUNT: std::sync::Once = std::sync::Once::new();
+    let dir = Path::new("/sys/kernel/tracing");
+    MOUNT.call_once(|| {
+        if !dir.join("events").is_dir() {
+            let st = Command::new("mount")
+                .args(["-t", "tracefs", "nodev"])
+                .arg(dir)
+                .status()
+                .expect("mount");
+            assert!(st.success(), "mount -t tracefs nodev {}", dir.display());
+        }
+    });
+    dir
+}
+
+/// tracefs' uprobe_events: the uprobe events defined now.
+pub fn uprobe_events() -> String {
+    std::fs::read_to_string(tracefs().join("uprobe_events")).unwrap()
+}
 
 /// Writes one command line to uprobe_events (an event to add, or `-:` one to
 /// remove), as another tool or an earlier run would have.
 pub fn uprobe_events_command(line: &str) {
     let mut f = std::fs::OpenOptions::new()
         .append(true)
-        .open(UPROBE_EVENTS)
+        .open(tracefs().join("uprobe_events"))
         .unwrap();
     std::io::Write::write_all(&mut f, format!("{line}\n").as_bytes())
         .unwrap_or_else(|e| panic!("{line}: {e}"));
