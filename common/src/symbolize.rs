@@ -173,6 +173,13 @@ struct ExecMapping {
     low_base: u64,
 }
 
+/// Whether `pid`'s memory is gone: it has exited, or is exiting. An exiting
+/// process releases its mappings (and /proc/PID/map_files) before it becomes a
+/// zombie, so for that while its state is not yet Z but it maps nothing.
+fn memory_gone(pid: u32) -> bool {
+    crate::system::exited(pid) || exec_mappings(&pid.to_string()).is_none_or(|m| m.is_empty())
+}
+
 /// The executable mappings of `pid` (files and the vDSO), from /proc/PID/maps.
 fn exec_mappings(pid: &str) -> Option<Vec<ExecMapping>> {
     let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
@@ -440,7 +447,7 @@ impl Symbols {
         let mut out = self.resolve(&process(alive), &named, true);
         // Only an unknown name can come of an exit during the lookup (its
         // map_files went with it): then, and then only, /proc is asked again.
-        if alive && out.values().any(|f| f.name.is_none()) && crate::system::exited(pid) {
+        if alive && out.values().any(|f| f.name.is_none()) && memory_gone(pid) {
             // By the snapshot's paths.
             out = self.resolve(&process(false), &named, true);
         }
