@@ -574,6 +574,19 @@ fn user_stack_named_after_the_process_exits() {
         "{}",
         out.stdout
     );
+    // libc's frame too, which the static release tool, mapping no libc of its
+    // own, left unknown.
+    let after_main = lines
+        .iter()
+        .position(|l| l.starts_with("        main+0x"))
+        .map(|i| lines.get(i + 1).copied().unwrap_or_default());
+    assert!(
+        after_main
+            .is_some_and(|l| l.starts_with("        __libc_start_call_main+0x")
+                && l.ends_with(" [libc.so.6]")),
+        "{}",
+        out.stdout
+    );
 }
 
 #[test]
@@ -692,6 +705,19 @@ fn user_stack_named_when_the_process_exited_before_its_record_was_read() {
     assert_eq!(lines[2], "        tt_args+0x0 [traced]", "{}", out.stdout);
     assert!(
         lines[3].starts_with("        tt_caller+0x") && lines[3].ends_with(" [traced]"),
+        "{}",
+        out.stdout
+    );
+    // libc's frame too, which the static release tool, mapping no libc of its
+    // own, left unknown.
+    let after_main = lines
+        .iter()
+        .position(|l| l.starts_with("        main+0x"))
+        .map(|i| lines.get(i + 1).copied().unwrap_or_default());
+    assert!(
+        after_main
+            .is_some_and(|l| l.starts_with("        __libc_start_call_main+0x")
+                && l.ends_with(" [libc.so.6]")),
         "{}",
         out.stdout
     );

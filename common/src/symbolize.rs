@@ -294,7 +294,7 @@ impl Symbols {
     }
 
     /// The file with `build_id`: among the files known so far, then this
-    /// process's own (its libc is everyone's), then the program in PATH named
+    /// process's own and the system's libc (everyone's), then the program in PATH named
     /// like the process (`comm`): each found file is checked by its build ID.
     fn file_with(&self, build_id: &BuildId, comm: &str) -> Option<PathBuf> {
         let mut files = self.files.borrow_mut();
@@ -308,6 +308,11 @@ impl Symbols {
                 if let Some(p) = &m.path {
                     files.add(p);
                 }
+            }
+            // A statically linked tool maps no libc: the system's, as the
+            // loader finds it.
+            if let Ok(libc) = crate::ufuncs::resolve("c", None) {
+                files.add(&libc);
             }
             files.read_pending();
         }
