@@ -1803,7 +1803,12 @@ fn single_mode_runs_in_two_pid_namespaces_keep_their_own_events() {
             let mut cmd = Command::new("unshare");
             cmd.args(["-fp", "--mount-proc"])
                 .arg(funccount())
-                .args(["--attach-mode", "single", &format!("./{name}:uf_target")])
+                .args([
+                    "-D",
+                    "--attach-mode",
+                    "single",
+                    &format!("./{name}:uf_target"),
+                ])
                 .current_dir(&dir.0);
             let mut t = spawn_cmd(cmd);
             t.wait_ready();
@@ -1811,19 +1816,17 @@ fn single_mode_runs_in_two_pid_namespaces_keep_their_own_events() {
         })
         .collect();
     let events = uprobe_events();
-    let mut groups = Vec::new();
-    for (t, bin) in runs.iter().zip(&bins) {
-        let tool = child_of(t.pid(), T);
-        let ns = pid_namespace_of(tool);
-        let line = format!("p:tracekit_{ns}_1/g0 {}:0x", bin.display());
-        assert_eq!(
-            events.lines().filter(|l| l.starts_with(&line)).count(),
-            1,
-            "{line}: {events}"
-        );
-        groups.push(format!("tracekit_{ns}_1/"));
-    }
-    assert_ne!(groups[0], groups[1]);
+    let groups: Vec<(String, String)> = runs
+        .iter()
+        .zip(&bins)
+        .map(|(t, bin)| {
+            let ns = pid_namespace_of(child_of(t.pid(), T));
+            (
+                format!("tracekit_{ns}_1/"),
+                format!("p:tracekit_{ns}_1/g0 {}:0x", bin.display()),
+            )
+        })
+        .collect();
     for (bin, (_, n)) in bins.iter().zip(counts) {
         let w = Workload::start(bin, &["plain", &n.to_string()]);
         w.go();
@@ -1832,11 +1835,19 @@ fn single_mode_runs_in_two_pid_namespaces_keep_their_own_events() {
     for t in &runs {
         kill(child_of(t.pid(), T), libc::SIGINT);
     }
-    for (t, (_, n)) in runs.drain(..).zip(counts) {
+    for ((t, (_, n)), (_, line)) in runs.drain(..).zip(counts).zip(&groups) {
         let out = t.finish(T);
         assert_eq!(out.code(), 0, "{}", out.stderr);
         assert_eq!(last_table(&out.stdout), rows(&[("uf_target", n)]));
+        assert_eq!(
+            events.lines().filter(|l| l.starts_with(line)).count(),
+            1,
+            "{line}: {events}\nstderr: {}",
+            out.stderr
+        );
     }
+    assert_ne!(groups[0].0, groups[1].0);
+    let groups: Vec<String> = groups.into_iter().map(|g| g.0).collect();
     let events = uprobe_events();
     for g in &groups {
         assert!(!events.contains(g.as_str()), "{g} left: {events}");

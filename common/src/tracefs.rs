@@ -21,6 +21,22 @@ pub fn tracefs() -> Result<&'static Path> {
         .map_err(|e| anyhow!("{e}"))
 }
 
+/// A tracefs list (uprobe_events, say) as one consistent snapshot. The kernel
+/// gives it a page per read and finds where the next read starts by position,
+/// so a line added or removed by another process between two reads shifts the
+/// rest: a line can be skipped or repeated. Read until two reads agree.
+pub fn read_list(path: &Path) -> std::io::Result<String> {
+    let mut last = std::fs::read_to_string(path)?;
+    for _ in 0..20 {
+        let now = std::fs::read_to_string(path)?;
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    Ok(last)
+}
+
 /// The debugfs mount point, mounted when missing; `None` when it cannot be had
 /// (only optional information, such as the kprobe blacklist, lives there).
 pub fn debugfs() -> Option<&'static Path> {

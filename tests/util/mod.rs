@@ -924,9 +924,19 @@ pub fn tracefs() -> &'static Path {
     dir
 }
 
-/// tracefs' uprobe_events: the uprobe events defined now.
+/// tracefs' uprobe_events: the uprobe events defined now. Read until two
+/// reads agree: the kernel gives it a page per read, and a line another test
+/// adds or removes between two reads makes one skip or repeat a line.
 pub fn uprobe_events() -> String {
-    std::fs::read_to_string(tracefs().join("uprobe_events")).unwrap()
+    let path = tracefs().join("uprobe_events");
+    let mut last = std::fs::read_to_string(&path).unwrap();
+    loop {
+        let now = std::fs::read_to_string(&path).unwrap();
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
 }
 
 /// Writes one command line to uprobe_events (an event to add, or `-:` one to

@@ -141,7 +141,7 @@ pub(crate) fn remove_stale_uprobe_events() {
     let Ok(dir) = crate::tracefs::tracefs() else {
         return;
     };
-    let Ok(list) = std::fs::read_to_string(dir.join("uprobe_events")) else {
+    let Ok(list) = crate::tracefs::read_list(&dir.join("uprobe_events")) else {
         return;
     };
     let pid = std::process::id();
