@@ -556,6 +556,23 @@ fn aggregate_counts_identical_events() {
     assert_eq!(counts, want, "{}", out.stdout);
 }
 
+/// The frame below `main` in a -U stack of `traced` is libc's, named: the
+/// static release tool, which maps no libc of its own, left it unknown once
+/// the process had exited.
+fn assert_libc_frame_named(stdout: &str) {
+    let lines: Vec<&str> = stdout.lines().collect();
+    let after_main = lines
+        .iter()
+        .position(|l| l.starts_with("        main+0x"))
+        .and_then(|i| lines.get(i + 1));
+    assert!(
+        after_main
+            .is_some_and(|l| l.starts_with("        __libc_start_call_main+0x")
+                && l.ends_with(" [libc.so.6]")),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn user_stack_named_after_the_process_exits() {
     // traced exits right after its call; the stack still names the caller.
@@ -574,19 +591,7 @@ fn user_stack_named_after_the_process_exits() {
         "{}",
         out.stdout
     );
-    // libc's frame too, which the static release tool, mapping no libc of its
-    // own, left unknown.
-    let after_main = lines
-        .iter()
-        .position(|l| l.starts_with("        main+0x"))
-        .map(|i| lines.get(i + 1).copied().unwrap_or_default());
-    assert!(
-        after_main
-            .is_some_and(|l| l.starts_with("        __libc_start_call_main+0x")
-                && l.ends_with(" [libc.so.6]")),
-        "{}",
-        out.stdout
-    );
+    assert_libc_frame_named(&out.stdout);
 }
 
 #[test]
@@ -681,9 +686,12 @@ fn user_stack_named_when_the_process_exited_before_its_record_was_read() {
     // No -p: nothing is known of the process before its record. trace is
     // stopped while the program calls tt_args once and exits, so the record is
     // read only once the process is gone (BCC #2014): the frames, taken as
-    // build ID and file offset, still get their names.
-    let w = Workload::start(&traced(), &["calls", "1"]);
-    let spec = format!("{}:tt_args", bin());
+    // build ID and file offset, still get their names. A private copy: other
+    // tests' processes call tt_args too.
+    let dir = Scratch::new();
+    let copy = dir.copy(&traced());
+    let w = Workload::start(&copy, &["calls", "1"]);
+    let spec = format!("{}:tt_args", copy.display());
     let mut t = spawn(&trace(), &["-U", "-M", "1", &spec]);
     t.wait_line(|l| l.starts_with("PID "), T);
     t.signal(libc::SIGSTOP);
@@ -708,19 +716,7 @@ fn user_stack_named_when_the_process_exited_before_its_record_was_read() {
         "{}",
         out.stdout
     );
-    // libc's frame too, which the static release tool, mapping no libc of its
-    // own, left unknown.
-    let after_main = lines
-        .iter()
-        .position(|l| l.starts_with("        main+0x"))
-        .map(|i| lines.get(i + 1).copied().unwrap_or_default());
-    assert!(
-        after_main
-            .is_some_and(|l| l.starts_with("        __libc_start_call_main+0x")
-                && l.ends_with(" [libc.so.6]")),
-        "{}",
-        out.stdout
-    );
+    assert_libc_frame_named(&out.stdout);
 }
 
 #[test]
