@@ -1745,7 +1745,8 @@ fn uprobe_events_of_killed_runs_are_removed_by_the_next_run_that_makes_some() {
     // PID_MAX_LIMIT: no process has it.
     let ours = pid_namespace_of(std::process::id());
     assert_eq!(
-        ours, 0xEFFF_FFFC,
+        ours,
+        common::system::INIT_PIDNS_INO,
         "the tests run in the initial PID namespace"
     );
     let mut holder = Command::new("unshare")

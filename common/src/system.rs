@@ -93,16 +93,26 @@ pub struct PidNs {
     pub ino: u64,
 }
 
+/// PROC_PID_INIT_INO: the inode number of the initial pid namespace, the one
+/// that sees every process.
+pub const INIT_PIDNS_INO: u64 = 0xEFFF_FFFC;
+
+/// Our pid namespace; `None` where /proc cannot tell.
+pub fn pidns() -> Option<PidNs> {
+    static NS: std::sync::OnceLock<Option<PidNs>> = std::sync::OnceLock::new();
+    *NS.get_or_init(|| {
+        let md = fs::metadata("/proc/self/ns/pid").ok()?;
+        Some(PidNs {
+            dev: md.dev(),
+            ino: md.ino(),
+        })
+    })
+}
+
 /// Our pid namespace when it is not the initial one (we run in a container), in
 /// which case PIDs given by the user must be matched in that namespace.
 pub fn own_pidns() -> Option<PidNs> {
-    // PROC_PID_INIT_INO: the inode number of the initial pid namespace.
-    const INIT_INO: u64 = 0xEFFF_FFFC;
-    let md = fs::metadata("/proc/self/ns/pid").ok()?;
-    (md.ino() != INIT_INO).then(|| PidNs {
-        dev: md.dev(),
-        ino: md.ino(),
-    })
+    pidns().filter(|ns| ns.ino != INIT_PIDNS_INO)
 }
 
 /// Fails when this kernel cannot trace kernel functions, saying why and what still works.

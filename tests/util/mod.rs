@@ -924,19 +924,10 @@ pub fn tracefs() -> &'static Path {
     dir
 }
 
-/// tracefs' uprobe_events: the uprobe events defined now. Read until two
-/// reads agree: the kernel gives it a page per read, and a line another test
-/// adds or removes between two reads makes one skip or repeat a line.
+/// tracefs' uprobe_events: the uprobe events defined now, as one consistent
+/// snapshot (another test may add or remove a line while it is read).
 pub fn uprobe_events() -> String {
-    let path = tracefs().join("uprobe_events");
-    let mut last = std::fs::read_to_string(&path).unwrap();
-    loop {
-        let now = std::fs::read_to_string(&path).unwrap();
-        if now == last {
-            return now;
-        }
-        last = now;
-    }
+    common::tracefs::read_list(&tracefs().join("uprobe_events")).unwrap()
 }
 
 /// Writes one command line to uprobe_events (an event to add, or `-:` one to

@@ -9,17 +9,12 @@ use libbpf_sys as sys;
 
 use super::{take_link, Attached, Hook, Prog, UserSite};
 use crate::run::Stop;
+use crate::system::INIT_PIDNS_INO;
 
 /// The PID namespace this process is in, by its nsfs inode (0 where /proc
 /// cannot tell).
 fn pid_namespace() -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    static NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *NS.get_or_init(|| {
-        std::fs::metadata("/proc/self/ns/pid")
-            .map(|m| m.ino())
-            .unwrap_or(0)
-    })
+    crate::system::pidns().map_or(0, |ns| ns.ino)
 }
 
 /// The tracefs group of this process' uprobe events, named by PID namespace and
@@ -30,9 +25,6 @@ fn pid_namespace() -> u64 {
 fn uprobe_event_group() -> String {
     format!("tracekit_{}_{}", pid_namespace(), std::process::id())
 }
-
-/// The initial PID namespace's inode (PROC_PID_INIT_INO): it sees every process.
-const INIT_PID_NS: u64 = 0xEFFF_FFFC;
 
 /// Who judges groups: this process, and whether /proc shows its own namespace's
 /// PIDs (in a container that kept the host's /proc it does not).
@@ -72,8 +64,8 @@ fn stale_group(
         Some(ns) if ns == me.ns => me.proc_is_ours && !alive_here(pid),
         // Older versions named groups by PID alone, in the writer's namespace:
         // judged as they did, but only from the initial namespace.
-        None => me.ns == INIT_PID_NS && me.proc_is_ours && !alive_here(pid),
-        Some(ns) => me.ns == INIT_PID_NS && me.proc_is_ours && !alive_there(ns, pid),
+        None => me.ns == INIT_PIDNS_INO && me.proc_is_ours && !alive_here(pid),
+        Some(ns) => me.ns == INIT_PIDNS_INO && me.proc_is_ours && !alive_there(ns, pid),
     }
 }
 
@@ -366,11 +358,11 @@ mod tests {
         let alive_there = |ns, p| ns == 7 && p == 1;
         let stale = |group: &str, me: &Judge| stale_group(group, me, alive_here, alive_there);
         let host = Judge {
-            ns: INIT_PID_NS,
+            ns: INIT_PIDNS_INO,
             pid: 500,
             proc_is_ours: true,
         };
-        let init = format!("tracekit_{INIT_PID_NS}");
+        let init = format!("tracekit_{INIT_PIDNS_INO}");
         // Its own namespace: by /proc; its own name is an earlier process's.
         assert!(!stale(&format!("{init}_10"), &host));
         assert!(stale(&format!("{init}_11"), &host));
