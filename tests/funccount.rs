@@ -1746,7 +1746,7 @@ fn uprobe_events_of_killed_runs_are_removed_by_the_next_run_that_makes_some() {
     let ours = pid_namespace_of(std::process::id());
     assert_eq!(
         ours,
-        common::system::INIT_PIDNS_INO,
+        common::INIT_PIDNS_INO,
         "the tests run in the initial PID namespace"
     );
     let mut holder = Command::new("unshare")

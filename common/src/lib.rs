@@ -1,45 +1,73 @@
-//! Shared machinery of the tracekit tools: probe specs, expansion of patterns into
-//! kernel/user/tracepoint/USDT probes, attaching them (kprobe_multi with fallbacks),
-//! reading counters, the interval/duration/signal loop, and output helpers.
+//! Shared machinery of the tracekit tools, one folder per stage of a run's
+//! pipeline. A stage imports only from the stages below it (`cargo xtask
+//! check-layers` enforces the table in ARCHITECTURE.md), bottom up:
+//!
+//! | floor | stages | what they own |
+//! |---|---|---|
+//! | 1 | `diag`, `timing`, `sys/` | messages and escaping; the start-up timing line; raw syscalls |
+//! | 2 | `stop`, `probe/`, `output/` | the stop request; what the user asked; what a tool prints |
+//! | 3 | `kernel/`, `user/`, `serve/` | what the kernel and user binaries offer; `--listen` |
+//! | 4 | `plan/`, `data/` | specs × kernel × user → probes; reading back what BPF recorded |
+//! | 5 | `object/` | the BPF object before load |
+//! | 6 | `attach/` | links, after load |
+//! | 7 | `run/` | one run, start to stop: the command line and the session |
+//!
+//! The modules are private; this facade re-exports what the tools use, by stage.
 
-pub mod ahead;
-pub mod attach;
-pub mod attaching;
-pub mod cgroup;
-pub mod cli;
-pub mod counters;
-pub mod elf;
-pub mod entry;
-pub mod events;
-pub mod features;
-pub mod fixed;
-pub mod hist;
-pub mod ifunc;
-pub mod insn;
-pub mod kbtf;
-pub mod kcache;
-pub mod kfuncs;
-pub mod listen;
-pub mod mechanism;
-pub mod metrics;
-pub mod missed;
-pub mod object;
-pub mod output;
-pub mod pattern;
-pub mod plan;
-pub mod report;
-pub mod run;
-pub mod serve;
-pub mod session;
-pub mod spec;
-pub mod stacks;
-pub mod symbolize;
-pub mod system;
-pub mod tally;
-pub mod timing;
-pub mod tracefs;
-pub mod tracepoints;
-pub mod ufuncs;
+mod attach;
+mod data;
+mod diag;
+mod kernel;
+mod object;
+mod output;
+mod plan;
+mod probe;
+mod run;
+mod serve;
+mod stop;
+mod sys;
+mod timing;
+mod user;
 
-pub use plan::{AttachMode, Plan};
-pub use spec::ProbeSpec;
+// Floor 1: diagnostics, timing, the system edge.
+pub use diag::{escape, stderr, tool_name, warn};
+pub use sys::errno;
+pub use sys::process::{thread_group, INIT_PIDNS_INO};
+
+// Floor 2: the stop request, what the user asked, output.
+pub use output::hist;
+pub use output::{emit, status, timestamp, unix_time};
+pub use probe::mode::{AttachMode, Hooks};
+pub use probe::pattern::Matcher;
+pub use probe::spec::{self, ProbeSpec};
+pub use stop::StopReason;
+
+// Floor 3: the kernel, user binaries, --listen.
+pub use kernel::access::NoKernelFunctions;
+pub use kernel::{btf, features, tracefs, tracepoints};
+pub use serve::http::Served;
+pub use serve::{metrics, tally};
+pub use user::elf::build_id;
+pub use user::targets::at_offset;
+
+// Floor 4: the plan, reading back what BPF recorded.
+pub use data::{counters, events, stacks, symbolize};
+pub use plan::{
+    perf_syscalls, raw_attachable, syscall_event, Plan, Probe, RawTracepoints, Site, Skipped,
+};
+
+// Floor 5: the object before load.
+pub use object::ahead::{self, OpenAhead};
+pub use object::trials;
+pub use object::{Filter, ProgKind, RAW_TP_CLONES};
+
+// Floor 6: attach.
+pub use attach::report::skipped_warning;
+
+// Floor 7: the run.
+pub use run::cli;
+/// What [`entry!`] expands to; not for direct use.
+#[doc(hidden)]
+pub use run::entry::run as entry_main;
+pub use run::schedule::Schedule;
+pub use run::session::{self, Session};

@@ -17,7 +17,7 @@
 //! - `features`: kernel feature probes, wherever they ran;
 //! - `load`: the rest of start-up (loading and verifying the BPF object, and
 //!   waiting for its opening, which runs beside the options and the plan:
-//!   [`crate::ahead`]);
+//!   [`crate::object::ahead`]);
 //! - `attach`, `detach`: creating and closing the links;
 //! - `traced`: from attached to the first summary (the `-i`/`-d` time);
 //! - `first summary`: reading and printing it.
@@ -86,7 +86,7 @@ struct Entry {
 
 static ENTRY: OnceLock<Entry> = OnceLock::new();
 
-/// Records the entry of the tool's `main` (first thing in [`crate::entry::run`]):
+/// Records the entry of the tool's `main` (first thing in [`crate::run::entry::run`]):
 /// three clock reads, for every run, so that the `exec` and `options` phases can
 /// be told apart when a line is printed.
 pub fn entered() {

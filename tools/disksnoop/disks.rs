@@ -5,7 +5,7 @@ use std::fs;
 use std::path::Path;
 
 use anyhow::{bail, Result};
-use common::cli::escape;
+use common::escape;
 
 const SYS_BLOCK: &str = "/sys/class/block";
 

@@ -9,14 +9,15 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Parser;
 use common::ahead::OpenAhead;
-use common::cli::{parse_secs, warn, CommonArgs};
+use common::cli::{parse_secs, CommonArgs};
 use common::events::{self, Clock, Events};
-use common::fixed::{self, Format, Group, Need, Selection, Variant};
 use common::hist::Unit;
 use common::metrics::{Labels, Metrics};
-use common::serve::Served;
 use common::session::Session;
 use common::tally::{self, Cell, Tally};
+use common::trials::{self, Format, Group, Need, Selection, Variant};
+use common::warn;
+use common::Served;
 use libbpf_rs::skel::{OpenSkel, Skel};
 use serde_json::json;
 use std::cell::RefCell;
@@ -133,7 +134,7 @@ fn run(mut args: Args, mut ahead: OpenAhead<skel::DisksnoopSkelBuilder>) -> Resu
         _ => 0,
     };
 
-    let ((skel, links), choice) = fixed::choose(GROUPS, |sel: &Selection| {
+    let ((skel, links), choice) = trials::choose(GROUPS, |sel: &Selection| {
         let rwbs_off = if sel.has("tp_issue") {
             classic_layout(sel)?
         } else {
@@ -152,7 +153,7 @@ fn run(mut args: Args, mut ahead: OpenAhead<skel::DisksnoopSkelBuilder>) -> Resu
     })?;
     session.adopt(links)?;
     if args.debug {
-        common::cli::stderr(&choice.describe());
+        common::stderr(&choice.describe());
     }
     if choice.name(0) == Some("tracepoint") {
         warn(
@@ -357,7 +358,7 @@ impl Request {
             dev: e.dev,
             disk: names.map(|n| n.name(e.dev)).unwrap_or_default(),
             pid: e.pid,
-            comm: common::output::escape(&comm),
+            comm: common::escape(&comm),
             kind: (e.r#type as u8) as char,
         }
     }

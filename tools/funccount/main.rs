@@ -11,12 +11,12 @@ use common::ahead::OpenAhead;
 use common::cli::{parse_secs, CommonArgs, SummaryArgs};
 use common::counters::PerCpuCounters;
 use common::metrics::{label, Metrics};
-use common::output::{emit, timestamp, unix_time};
-use common::plan::RawTracepoints;
-use common::run::Schedule;
-use common::serve::Served;
 use common::session::{How, Session};
 use common::ProbeSpec;
+use common::RawTracepoints;
+use common::Schedule;
+use common::Served;
+use common::{emit, timestamp, unix_time};
 use libbpf_rs::skel::{OpenSkel, Skel};
 
 mod skel {
@@ -88,7 +88,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::FunccountSkelBuilder>) -> Result<(
     // Without raw tracepoint cookies, the probe each clone of the cookie-less
     // raw tracepoint program counts (the array is as long as common expects).
     if let Some(clones) = open.maps.rodata_raw_tp_data.as_deref_mut() {
-        let slots: &mut [u32; common::object::RAW_TP_CLONES] = &mut clones.raw_tp_probes;
+        let slots: &mut [u32; common::RAW_TP_CLONES] = &mut clones.raw_tp_probes;
         for (slot, probe) in slots.iter_mut().zip(plan.raw_tp_clones()) {
             *slot = probe as u32;
         }

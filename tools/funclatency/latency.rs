@@ -6,16 +6,17 @@ use std::collections::BTreeMap;
 
 use anyhow::{Context, Result};
 use common::ahead::OpenAhead;
-use common::cli::{warn, CommonArgs};
+use common::cli::CommonArgs;
 use common::counters::{PerCpuCounters, PerCpuTable};
 use common::hist::{Log2Hist, Totals, Unit, LOG2_SLOTS};
 use common::metrics::{label, Metrics};
-use common::output::{emit, timestamp, unix_time};
-use common::plan::Hooks;
-use common::run::Schedule;
-use common::serve::Served;
 use common::session::{How, Session};
+use common::warn;
+use common::Hooks;
 use common::ProbeSpec;
+use common::Schedule;
+use common::Served;
+use common::{emit, timestamp, unix_time};
 use libbpf_rs::skel::{OpenSkel, Skel};
 use serde_json::json;
 
@@ -169,7 +170,7 @@ impl Served for Latency<'_> {
 
     fn metrics(&mut self, m: &mut Metrics) -> Result<()> {
         let rows = hist_rows(&self.table.totals()?);
-        let tool = common::cli::tool_name();
+        let tool = common::tool_name();
         m.log2_seconds(
             &format!("tracekit_{tool}"),
             "Time from each call of a function to its return, since the start",

@@ -8,8 +8,8 @@ use anyhow::Result;
 use clap::Parser;
 use common::cli::{parse_secs, CommonArgs, SummaryArgs};
 use common::hist::Unit;
-use common::run::Schedule;
 use common::ProbeSpec;
+use common::Schedule;
 
 mod latency;
 

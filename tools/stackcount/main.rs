@@ -12,17 +12,18 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use common::ahead::OpenAhead;
-use common::cli::{self, parse_secs, warn, CommonArgs, SummaryArgs};
+use common::cli::{parse_secs, CommonArgs, SummaryArgs};
 use common::counters::PerCpuCounters;
 use common::metrics::Metrics;
-use common::output::{emit, timestamp, unix_time};
-use common::plan::{RawTracepoints, Site};
-use common::run::Schedule;
-use common::serve::Served;
 use common::session::{How, Session};
 use common::stacks::{self, Batch};
 use common::symbolize::{Frame, Symbols};
+use common::warn;
 use common::ProbeSpec;
+use common::Schedule;
+use common::Served;
+use common::{emit, timestamp, unix_time};
+use common::{RawTracepoints, Site};
 use libbpf_rs::skel::{OpenSkel, Skel};
 use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
 
@@ -269,7 +270,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
         stacks::write_svg(
             file,
             path,
-            &format!("stackcount {}", cli::escape(&pattern)),
+            &format!("stackcount {}", common::escape(&pattern)),
             "events",
             &lines,
         )?;
@@ -448,7 +449,7 @@ fn one_pattern(args: &Args) -> Result<String> {
              glob or -r regex",
             ps.len(),
             ps.iter()
-                .map(|p| format!("\"{}\"", cli::escape(p)))
+                .map(|p| format!("\"{}\"", common::escape(p)))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
@@ -592,7 +593,7 @@ fn text(entries: &[(Key, u64)], args: &Args, shape: &Shape) -> String {
         }
         frame_lines(&mut s, &k.user, args);
         if let (true, Some(comm), Some(pid)) = (shape.comm_line, &k.comm, k.pid) {
-            let _ = writeln!(s, "    {} [{pid}]", cli::escape(comm));
+            let _ = writeln!(s, "    {} [{pid}]", common::escape(comm));
         }
         let _ = writeln!(s, "    {count}\n");
     }

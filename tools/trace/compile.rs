@@ -6,7 +6,7 @@
 //! 16-deep value stack per probe, 16 arguments, 4096 bytes of strings per record.
 //! Every refusal names the part of the expression it cannot do.
 
-use common::kbtf::{Kbtf, Proto, Ty};
+use common::btf::{Kbtf, Proto, Ty};
 
 use crate::expr::{BinOp, Expr, TypeName, UnOp};
 use crate::grammar::{Kind, Probe};

@@ -12,17 +12,18 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
 use common::ahead::OpenAhead;
-use common::attach::Skipped;
-use common::cli::{escape, warn, CommonArgs};
+use common::cli::CommonArgs;
 use common::counters::PerCpuCounters;
 use common::events::{self, Events};
-use common::pattern::Matcher;
-use common::plan::{syscall_event, Hooks, Plan, RawTracepoints, Site};
-use common::report::skipped_warning;
-use common::run::StopReason;
 use common::session::{How, Session};
+use common::skipped_warning;
 use common::spec::{ProbeSpec, Source};
 use common::tracepoints::Tracepoint;
+use common::Matcher;
+use common::Skipped;
+use common::StopReason;
+use common::{escape, warn};
+use common::{syscall_event, Hooks, Plan, RawTracepoints, Site};
 use libbpf_rs::skel::{OpenSkel, Skel};
 use libbpf_rs::{MapCore, MapFlags};
 use serde_json::json;
@@ -200,18 +201,17 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
         warn("-I is not needed: struct layouts come from the kernel's BTF");
     }
     if let Some(tid) = args.tid {
-        common::system::thread_group(tid)
-            .map_err(|_| anyhow!("-L {tid}: no thread with that ID"))?;
+        common::thread_group(tid).map_err(|_| anyhow!("-L {tid}: no thread with that ID"))?;
     }
     for f in &args.sym_files {
-        let shown = escape(&f.display().to_string());
+        let shown = escape(f.display().to_string());
         if f.is_dir() {
             bail!("-s {shown}: a directory; give the files (comma-separated)");
         }
         if !f.is_file() {
             bail!("-s {shown}: no such file");
         }
-        if common::elf::build_id(f).is_none() {
+        if common::build_id(f).is_none() {
             bail!("-s {shown}: the file has no build ID (.note.gnu.build-id), by which user stack frames name their files");
         }
     }
@@ -280,7 +280,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     });
     let cookies = any_candidate && common::features::raw_tp_cookie();
     let raw = if cookies || probes.len() == 1 {
-        common::plan::raw_attachable(&probes, candidate)
+        common::raw_attachable(&probes, candidate)
     } else {
         vec![false; probes.len()]
     };
@@ -293,7 +293,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     for (i, p) in probes.iter().enumerate() {
         if let Site::Tracepoint(t) = &p.site {
             let rebuilt = kernel_reads
-                && !common::plan::perf_syscalls()
+                && !common::perf_syscalls()
                 && syscall_event(t).is_some_and(|(exit, _)| {
                     format_of(t, &mut formats).is_ok_and(|f| compile::syscall_record(f, exit))
                 });
@@ -311,7 +311,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     for c in &mut compiled {
         c.probe = new_index[c.probe];
     }
-    let all: Vec<common::plan::Probe> = order.iter().map(|&i| probes[i].clone()).collect();
+    let all: Vec<common::Probe> = order.iter().map(|&i| probes[i].clone()).collect();
     session.plan.set_probes(
         all[..nplan].to_vec(),
         order[..nplan].iter().map(|&i| raw[i]).collect(),
@@ -322,7 +322,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
         for (id, c) in compiled.iter().enumerate() {
             // compile::specs_of's choice: a lone spec's fast predicate on a register.
             let lone = compiled.iter().filter(|d| d.probe == c.probe).count() == 1;
-            common::cli::stderr(&format!(
+            common::stderr(&format!(
                 "program {id}: probe {} ({}) for \"{}\"\n{}{}",
                 c.probe,
                 all[c.probe].label,
@@ -506,8 +506,8 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
         match link {
             Ok(link) => links.push(link),
             Err(e) => {
-                let why = match common::attach::errno_of(&e) {
-                    Some(errno) => common::attach::tracepoint_errno_reason(errno),
+                let why = match common::errno::errno_of(&e) {
+                    Some(errno) => common::errno::tracepoint_errno_reason(errno),
                     None => e.to_string(),
                 };
                 refused.push(Skipped {
@@ -560,7 +560,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
             };
         }
         if !s.is_empty() {
-            common::cli::stderr(&s);
+            common::stderr(&s);
         }
     }
     let with_format = compiled.iter().any(|c| c.parsed.format.is_some());
@@ -597,7 +597,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
             if nprobes == 1 { "" } else { "s" }
         ))?;
     } else {
-        common::output::emit(&r.header(with_format))?;
+        common::emit(&r.header(with_format))?;
     }
 
     let stop = session.stop;
@@ -664,7 +664,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
             let n = ev.lost()?;
             if n > 0 {
                 lost_seen += n;
-                common::cli::stderr(&format!("Possibly lost {n} samples\n"));
+                common::stderr(&format!("Possibly lost {n} samples\n"));
             }
             Ok(())
         };
@@ -688,12 +688,12 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
                 let _ = write!(s, "{text}-->COUNT {n}\n\n");
             }
         }
-        common::output::emit(&s)?;
+        common::emit(&s)?;
     }
     if json {
         // Last, so a script knows the run ended and whether anything was lost.
         let v = json!({"final": true, "events": printed, "records": received, "lost": lost_total});
-        common::output::emit(&format!("{v}\n"))?;
+        common::emit(&format!("{v}\n"))?;
     }
     if args.verbose {
         report_stats(&skel.maps.stats, &compiled, received)?;
@@ -715,7 +715,7 @@ fn report_unpaired(map: &dyn MapCore, verbose: bool) -> Result<()> {
     ];
     for (n, w) in lost.iter().zip(&what) {
         if *n > 0 || verbose {
-            common::cli::warn(&format!("{n} returns not printed: {w}"));
+            common::warn(&format!("{n} returns not printed: {w}"));
         }
     }
     Ok(())
@@ -839,7 +839,7 @@ fn apply_offsets(
         }
         match &mut plan.probes[i].site {
             Site::User { binary, func } => {
-                *func = common::ufuncs::at_offset(binary, func, off).map_err(|why| {
+                *func = common::at_offset(binary, func, off).map_err(|why| {
                     anyhow!(
                         "bad probe \"{}\": {}+{off:#x} cannot be traced: {why}",
                         escape(&parsed[specs[0]].text),
@@ -861,7 +861,7 @@ fn apply_offsets(
 
 /// Compiles every (site, probe) pair; identical programs of one probe share.
 fn compile_all(
-    all: &[common::plan::Probe],
+    all: &[common::Probe],
     per_probe: &[Vec<usize>],
     parsed: &[grammar::Probe],
     args: &Args,
@@ -870,7 +870,7 @@ fn compile_all(
 ) -> Result<Vec<Compiled>> {
     let needs_btf = all.iter().any(|p| matches!(p.site, Site::Kernel(_)));
     let kbtf = if needs_btf {
-        match common::kbtf::Kbtf::load() {
+        match common::btf::Kbtf::load() {
             Ok(b) => Some(b),
             Err(e) => {
                 warn(&format!("{e:#}: only arg1..arg6 are known"));
@@ -962,7 +962,7 @@ fn format_of<'a>(
 /// with kernel reads the one that copies what the probes read; without them,
 /// the one that reads the largest prefix the record has (bpf/trace.bpf.c).
 fn tracepoint_programs(
-    tps: &[common::plan::Probe],
+    tps: &[common::Probe],
     first: usize,
     compiled: &[Compiled],
     formats: &HashMap<String, Vec<compile::TpField>>,
@@ -1018,6 +1018,6 @@ fn report_stats(map: &dyn MapCore, compiled: &[Compiled], received: u64) -> Resu
             t[2 * id + 1],
         );
     }
-    common::cli::stderr(&s);
+    common::stderr(&s);
     Ok(())
 }

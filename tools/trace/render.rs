@@ -6,8 +6,8 @@
 use std::collections::HashSet;
 use std::fmt::Write as _;
 
+use common::btf::{Kbtf, Ty};
 use common::events::Clock;
-use common::kbtf::{Kbtf, Ty};
 use common::symbolize::{Frame, Symbols, UserFrame};
 use serde_json::{json, Value as Json};
 
@@ -199,7 +199,7 @@ impl Renderer {
                     Value::Text(if self.o.json {
                         String::from_utf8_lossy(&s).into_owned()
                     } else {
-                        common::output::escape(&s)
+                        common::escape(&s)
                     })
                 }
             };
@@ -302,7 +302,7 @@ impl Renderer {
                     format!("{secs:.6}")
                 }
             } else {
-                common::output::timestamp()
+                common::timestamp()
             };
             let w = if self.o.timestamp && self.o.unix {
                 17
@@ -322,7 +322,7 @@ impl Renderer {
             h.tid,
             // Names are rarely escaped: no copy for those that are not.
             if h.comm.contains(char::is_control) {
-                std::borrow::Cow::Owned(common::output::escape(h.comm.as_bytes()))
+                std::borrow::Cow::Owned(common::escape(h.comm.as_bytes()))
             } else {
                 std::borrow::Cow::Borrowed(h.comm.as_str())
             },

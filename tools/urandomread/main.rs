@@ -10,13 +10,14 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Parser;
 use common::ahead::OpenAhead;
-use common::cli::{parse_secs, warn, CommonArgs};
+use common::cli::{parse_secs, CommonArgs};
 use common::events::{self, Clock, Events};
-use common::fixed::{self, Format, Group, Need, Selection, Variant};
 use common::metrics::{label, Metrics};
-use common::serve::Served;
 use common::session::Session;
 use common::tally::{self, Cell, Tally};
+use common::trials::{self, Format, Group, Need, Selection, Variant};
+use common::warn;
+use common::Served;
 use libbpf_rs::skel::{OpenSkel, Skel};
 use serde_json::json;
 use std::cell::RefCell;
@@ -109,7 +110,7 @@ fn run(mut args: Args, mut ahead: OpenAhead<skel::UrandomreadSkelBuilder>) -> Re
     let ring = events::ring_bytes()?;
     let filter = session.plan.filter(args.common.cpu);
 
-    let ((skel, links), choice) = fixed::choose(GROUPS, |sel: &Selection| {
+    let ((skel, links), choice) = trials::choose(GROUPS, |sel: &Selection| {
         check_layouts(sel)?;
         let mut open = common::open_fixed_skeleton!(ahead, sel, filter, |rodata| {
             rodata.events_wakeup_bytes = events::wakeup_bytes(ring);
@@ -121,7 +122,7 @@ fn run(mut args: Args, mut ahead: OpenAhead<skel::UrandomreadSkelBuilder>) -> Re
     })?;
     session.adopt(links)?;
     if args.debug {
-        common::cli::stderr(&choice.describe());
+        common::stderr(&choice.describe());
     }
     if choice.name(DEVICES).is_none() {
         warn(
@@ -163,7 +164,7 @@ fn run(mut args: Args, mut ahead: OpenAhead<skel::UrandomreadSkelBuilder>) -> Re
                 .map(|&c| c as u8)
                 .take_while(|&c| c != 0)
                 .collect();
-            let comm = common::output::escape(&comm);
+            let comm = common::escape(&comm);
             let source = source_name(e.source);
             let secs = Clock::secs(e.ts);
             let _ = if json {

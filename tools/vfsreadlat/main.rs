@@ -8,8 +8,8 @@ use anyhow::{bail, Result};
 use clap::Parser;
 use common::cli::{parse_secs, CommonArgs};
 use common::hist::Unit;
-use common::run::Schedule;
 use common::ProbeSpec;
+use common::Schedule;
 
 #[path = "../funclatency/latency.rs"]
 mod latency;
@@ -78,7 +78,7 @@ fn run(args: Args, ahead: latency::Ahead) -> Result<()> {
         },
         ahead,
     )
-    .map_err(|e| match e.downcast_ref::<common::system::NoKernelFunctions>() {
+    .map_err(|e| match e.downcast_ref::<common::NoKernelFunctions>() {
         // Patterns are not ours to offer: vfs_read is a kernel function.
         Some(why) => anyhow::anyhow!(
             "vfsreadlat times vfs_read, a kernel function, and kernel functions cannot be traced here: {}",

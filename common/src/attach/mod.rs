@@ -1,746 +1,423 @@
-//! Attaching one program to many probe sites, each site carrying its probe index as
-//! the BPF cookie. Sites that refuse to attach are skipped and reported, never fatal;
-//! everything attached is detached when the [`Attached`] set is dropped.
+//! Attaching a plan to a loaded object: each kind of probe through the
+//! mechanism chosen for it, returns before entries, tracepoints through the
+//! cheapest links the object and kernel allow, the descriptor limit checked first.
 
-use std::collections::HashSet;
-use std::ffi::CString;
-use std::os::raw::{c_char, c_ulong};
-use std::path::Path;
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
-use std::thread;
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
 
-use libbpf_rs::{AsRawLibbpf, Link, ProgramMut as Program};
-use libbpf_sys as sys;
+use anyhow::{bail, Context, Result};
+use libbpf_rs::{MapCore, Object, ProgramMut};
 
-use crate::kfuncs::KernelFunc;
-use crate::run::Stop;
-
+pub mod links;
+pub mod missed;
+pub mod report;
 mod tracepoints;
 mod uprobe_groups;
 
-pub(crate) use tracepoints::{
-    raw_tracepoint_clones, raw_tracepoints, syscalls, tracepoints, CloneSite, SyscallSite,
-};
-use uprobe_groups::remove_uprobe_events;
-pub(crate) use uprobe_groups::{remove_stale_uprobe_events, uprobe_groups};
+use crate::diag::warn;
+use crate::kernel::features;
+use crate::kernel::functions::KernelFunc;
+use crate::kernel::tracepoints::Tracepoint;
+use crate::object::ProgKind;
+use crate::plan::mechanism::Via;
+use crate::plan::{perf_uprobes, syscall_event, Plan, Site};
+use crate::probe::mode::Hook;
+use crate::stop::{Phase, Stop};
+use links::Attached;
 
-/// Where a program runs in the functions it is attached to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Hook {
-    Entry,
-    Return,
-    /// At entry and at return, with a per-call cookie (session links).
-    Session,
-}
-
-/// A probe site that could not be attached.
-#[derive(Debug, Clone)]
-pub struct Skipped {
-    pub label: String,
-    pub reason: String,
-}
-
-/// `label (reason)`, as warnings and errors list skipped sites.
-impl std::fmt::Display for Skipped {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({})", self.label, self.reason)
-    }
-}
-
-/// Everything a plan attached. Dropping it detaches, in parallel when several
-/// links each wait out an RCU grace period to close (kprobes and uprobes).
-pub struct Attached {
-    links: Vec<Held>,
-    attached: Vec<bool>,
-    pub skipped: Vec<Skipped>,
-    /// Number of kprobe_multi links and the kernel functions they cover.
-    pub kprobe_multi_links: usize,
-    pub uprobe_multi_links: usize,
-    /// Tracepoints attached as raw tracepoint links.
-    pub raw_tracepoint_links: usize,
-    /// Syscall events served by the raw sys_enter/sys_exit links, and those links.
-    pub syscall_events: usize,
-    pub syscall_links: usize,
-    /// Tracepoints attached as perf events.
-    pub perf_tracepoints: usize,
-    /// User functions in tracefs uprobe groups, and those groups (one perf event
-    /// and link each); user functions attached as single perf-event uprobes.
-    pub grouped_uprobes: usize,
-    pub uprobe_groups: usize,
-    pub single_uprobes: usize,
-    /// The tracefs uprobe events we created ("group/event"), removed after their
-    /// perf events are closed.
-    tracefs_events: Vec<String>,
-    next_group: u64,
-}
-
-impl Attached {
-    pub(crate) fn new(probes: usize) -> Self {
-        Attached {
-            links: Vec::new(),
-            attached: vec![false; probes],
-            skipped: Vec::new(),
-            kprobe_multi_links: 0,
-            uprobe_multi_links: 0,
-            raw_tracepoint_links: 0,
-            syscall_events: 0,
-            syscall_links: 0,
-            perf_tracepoints: 0,
-            grouped_uprobes: 0,
-            uprobe_groups: 0,
-            single_uprobes: 0,
-            tracefs_events: Vec::new(),
-            next_group: 0,
+/// Fails on a kernel function named exactly that the kernel did not attach (no
+/// table was read to check it first), with the words a table check would give.
+fn not_attached_by_name(kernel: &[(usize, &KernelFunc)], out: &Attached) -> Result<()> {
+    for (i, f) in kernel {
+        if out.is_attached(*i) {
+            continue;
         }
-    }
-
-    /// How many probes have at least one attached site.
-    pub fn probes_attached(&self) -> usize {
-        self.attached.iter().filter(|a| **a).count()
-    }
-
-    pub fn is_attached(&self, probe: usize) -> bool {
-        self.attached.get(probe).copied().unwrap_or(false)
-    }
-
-    pub fn links(&self) -> usize {
-        self.links.len()
-    }
-
-    /// The kernel's missed-hit count over every link (see [`crate::missed`]).
-    pub fn missed(&self) -> u64 {
-        use std::os::fd::AsFd;
-        crate::missed::missed(self.links.iter().map(|l| l.as_fd()))
-    }
-
-    fn add(&mut self, link: Link, cookies: impl IntoIterator<Item = u64>) {
-        self.links.push(Held::Libbpf(link));
-        for c in cookies {
-            self.attached[c as usize] = true;
-        }
-    }
-
-    /// A link for one probe, libbpf's or a bare descriptor.
-    fn add_held(&mut self, link: Held, probe: u64) {
-        self.links.push(link);
-        self.attached[probe as usize] = true;
-    }
-
-    fn add_uprobe_multi(&mut self, link: Link, sites: &[UserSite<'_>]) {
-        self.add(link, sites.iter().map(|s| s.0 as u64));
-        self.uprobe_multi_links += 1;
-    }
-
-    /// A user function the kernel would not probe.
-    fn skip_user(&mut self, label: &str, errno: i32) {
-        self.skip_why(label, user_errno_reason(errno));
-    }
-
-    fn skip(&mut self, label: &str, errno: i32) {
-        self.skip_why(label, errno_reason(errno));
-    }
-
-    fn skip_tracepoint(&mut self, label: &str, errno: i32) {
-        self.skip_why(label, tracepoint_errno_reason(errno));
-    }
-
-    pub(crate) fn skip_why(&mut self, label: &str, reason: String) {
-        self.skipped.push(Skipped {
-            label: label.to_string(),
-            reason,
-        });
-    }
-}
-
-impl Drop for Attached {
-    fn drop(&mut self) {
-        // Signals during the detach must not end the process half way through it.
-        match Stop::global() {
-            Some(s) => s.detaching(|| self.detach()),
-            None => self.detach(),
-        }
-    }
-}
-
-impl Attached {
-    fn detach(&mut self) {
-        self.close_links();
-        // Their perf events are closed now: the events can go.
-        remove_uprobe_events(&std::mem::take(&mut self.tracefs_events));
-    }
-
-    fn close_links(&mut self) {
-        let links = std::mem::take(&mut self.links);
-        // Closing a kprobe or uprobe link (multi or perf event) waits out an RCU
-        // grace period, 20-60 ms each on hardware, one after another when closed
-        // in turn; closed in parallel, they share one. Tracepoint links close
-        // without one (and perf-event ones serialize on the kernel's
-        // event_mutex whatever we do): for those alone, no thread is worth
-        // starting.
-        let tracepoint_links =
-            self.raw_tracepoint_links + self.syscall_links + self.perf_tracepoints;
-        let waiting = links.len().saturating_sub(tracepoint_links);
-        if waiting < 2 {
-            return;
-        }
-        let per = links.len().div_ceil(waiting.min(DETACH_THREADS));
-        let mut links = links.into_iter();
-        thread::scope(|s| loop {
-            let chunk: Vec<Held> = links.by_ref().take(per).collect();
-            if chunk.is_empty() {
-                break;
+        let reason = out
+            .skipped
+            .iter()
+            .rev()
+            .find(|s| s.label == f.name)
+            .map(|s| s.reason.as_str());
+        let missing =
+            [libc::ESRCH, libc::ENOENT, libc::EINVAL].map(crate::sys::errno::errno_reason);
+        match reason {
+            Some(r) if !missing.iter().any(|m| m == r) => {
+                bail!("\"{}\" could not be attached: {r}", f.name)
             }
-            s.spawn(move || drop(chunk));
-        });
-    }
-}
-
-/// A link: libbpf's, or the bare descriptor of one made without libbpf (a
-/// cloned program's, [`raw_tracepoint_clones`]). Closing either detaches.
-pub(crate) enum Held {
-    Libbpf(Link),
-    Fd(std::os::fd::OwnedFd),
-}
-
-impl std::os::fd::AsFd for Held {
-    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        match self {
-            Held::Libbpf(l) => l.as_fd(),
-            Held::Fd(f) => f.as_fd(),
+            _ => bail!(crate::plan::not_traceable(&f.name)),
         }
     }
+    Ok(())
 }
 
-const ATTACH_THREADS: usize = 8;
-const DETACH_THREADS: usize = 16;
-
-/// A program shared by attach threads.
-#[derive(Clone, Copy)]
-struct Prog(NonNull<sys::bpf_program>);
-// SAFETY: libbpf's attach functions only read the loaded program (its fd and name)
-// and allocate a new link; concurrent attaches of one program are independent.
-unsafe impl Send for Prog {}
-unsafe impl Sync for Prog {}
-
-impl Prog {
-    fn of(p: &Program) -> Self {
-        Prog(p.as_libbpf_object())
-    }
-
-    /// Going through a method makes closures capture the whole (Sync) wrapper.
-    fn ptr(self) -> *mut sys::bpf_program {
-        self.0.as_ptr()
-    }
-}
-
-fn take_link(ptr: *mut sys::bpf_link) -> Result<Link, i32> {
-    match NonNull::new(ptr) {
-        // SAFETY: a non-null return from a libbpf attach call is a link we now own.
-        Some(p) => Ok(unsafe { Link::from_ptr(p) }),
-        None => Err(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EINVAL)),
-    }
-}
-
-/// Describes an attach errno for the user.
-pub fn errno_reason(errno: i32) -> String {
-    let why = match errno {
-        libc::EINVAL => "EINVAL: not traceable (notrace, inlined, or not a function entry)",
-        libc::ESRCH | libc::ENOENT => "not found in the running kernel",
-        libc::EBUSY => "EBUSY: already probed exclusively",
-        libc::EADDRNOTAVAIL => "ambiguous: several kernel functions have this name",
-        libc::EOPNOTSUPP | 524 => "not supported by this kernel",
-        libc::EMFILE | libc::ENFILE => "out of file descriptors",
-        libc::EPERM | libc::EACCES => "permission denied",
-        _ => return std::io::Error::from_raw_os_error(errno).to_string(),
-    };
-    why.to_string()
-}
-
-/// The errno an error's text ends with (`... (os error 22)`): libbpf-rs keeps
-/// the io::Error it wraps out of the source chain.
-pub fn errno_of(e: &dyn std::fmt::Display) -> Option<i32> {
-    // The alternate form has the whole chain: "context: ... (os error N)".
-    let text = format!("{e:#}");
-    let (_, n) = text.rsplit_once("(os error ")?;
-    n.strip_suffix(')')?.parse().ok()
-}
-
-/// Describes an errno from attaching a tracepoint (the kernel-function wording of
-/// [`errno_reason`] would mislead).
-pub fn tracepoint_errno_reason(errno: i32) -> String {
-    let why = match errno {
-        libc::EINVAL => {
-            "the kernel refused it (EINVAL): BPF cannot attach to ftrace's own events or \
-             to events defined in tracefs (kprobe, uprobe, synthetic)"
-        }
-        libc::EPERM | libc::EACCES => "the kernel does not let BPF attach to it (EPERM)",
-        libc::ENOENT | libc::ESRCH => "not found in the running kernel (ENOENT)",
-        libc::EOPNOTSUPP | 524 => "not supported by this kernel (ENOTSUPP)",
-        libc::EMFILE | libc::ENFILE => "out of file descriptors",
-        _ => return std::io::Error::from_raw_os_error(errno).to_string(),
-    };
-    why.to_string()
-}
-
-/// Describes an errno from attaching a uprobe or USDT probe (a user function), for
-/// the user (the kernel-function wording of [`errno_reason`] would mislead).
-pub fn user_errno_reason(errno: i32) -> String {
-    let why = match errno {
-        libc::EINVAL => "the kernel refused a probe at this address (EINVAL)",
-        libc::ENOENT => "the kernel could not find the file or offset (ENOENT)",
-        libc::ESRCH => "the traced process is gone (ESRCH)",
-        libc::EOPNOTSUPP | 524 => {
-            "the kernel refuses to single-step its first instruction (ENOTSUPP)"
-        }
-        libc::EBUSY => "another probe holds this address exclusively (EBUSY)",
-        libc::EMFILE | libc::ENFILE => "out of file descriptors",
-        libc::EPERM | libc::EACCES => "permission denied",
-        _ => return std::io::Error::from_raw_os_error(errno).to_string(),
-    };
-    why.to_string()
-}
-
-/// One address (or name) in a kprobe_multi request.
-#[derive(Clone, Copy)]
-struct MultiSite<'a> {
-    cookie: u64,
-    addr: Option<u64>,
-    name: &'a str,
-}
-
-fn kprobe_multi_link(prog: Prog, hook: Hook, sites: &[MultiSite<'_>]) -> Result<Link, i32> {
-    let cookies: Vec<u64> = sites.iter().map(|s| s.cookie).collect();
-    let addrs: Vec<c_ulong> = sites
-        .iter()
-        .filter_map(|s| s.addr)
-        .map(|a| a as c_ulong)
-        .collect();
-    let names: Vec<CString> = if addrs.is_empty() {
-        sites
-            .iter()
-            .map(|s| CString::new(s.name).map_err(|_| libc::EINVAL))
-            .collect::<Result<_, _>>()?
-    } else {
-        Vec::new()
-    };
-    let mut name_ptrs: Vec<*const c_char> = names.iter().map(|n| n.as_ptr()).collect();
-    let opts = sys::bpf_kprobe_multi_opts {
-        sz: size_of::<sys::bpf_kprobe_multi_opts>() as _,
-        syms: if names.is_empty() {
-            std::ptr::null_mut()
-        } else {
-            name_ptrs.as_mut_ptr()
-        },
-        addrs: if addrs.is_empty() {
-            std::ptr::null()
-        } else {
-            addrs.as_ptr()
-        },
-        cookies: cookies.as_ptr(),
-        cnt: sites.len() as _,
-        retprobe: hook == Hook::Return,
-        session: hook == Hook::Session,
-        ..Default::default()
-    };
-    // SAFETY: every array outlives the call and holds `cnt` elements.
-    take_link(unsafe {
-        sys::bpf_program__attach_kprobe_multi_opts(prog.ptr(), std::ptr::null(), &opts)
-    })
-}
-
-/// Attaches `funcs` (probe index, function) with kprobe_multi: one link normally;
-/// when the kernel refuses the set, bisects to find and skip the functions at fault
-/// (an address the kernel rejects is retried by name before it is given up).
-pub(crate) fn kprobe_multi(
-    prog: &Program,
-    hook: Hook,
-    funcs: &[(usize, &KernelFunc)],
-    stop: &Stop,
-    out: &mut Attached,
-) -> anyhow::Result<()> {
-    let by_addr = funcs.iter().all(|(_, f)| !f.addrs.is_empty());
-    let sites: Vec<MultiSite> = if by_addr {
-        // An address once (two names can be one function).
-        let mut seen = HashSet::with_capacity(funcs.len());
-        funcs
-            .iter()
-            .flat_map(|&(i, f)| {
-                f.addrs.iter().map(move |&a| MultiSite {
-                    cookie: i as u64,
-                    addr: Some(a),
-                    name: &f.name,
-                })
-            })
-            .filter(|s| s.addr.is_some_and(|a| seen.insert(a)))
-            .collect()
-    } else {
-        funcs
-            .iter()
-            .map(|&(i, f)| MultiSite {
-                cookie: i as u64,
-                addr: None,
-                name: &f.name,
-            })
-            .collect()
-    };
-    let prog = Prog::of(prog);
-    match kprobe_multi_link(prog, hook, &sites) {
-        Ok(link) => {
-            out.add(link, sites.iter().map(|s| s.cookie));
-            out.kprobe_multi_links += 1;
-            Ok(())
-        }
-        Err(e @ (libc::EPERM | libc::EOPNOTSUPP)) => {
-            anyhow::bail!("attaching kprobe_multi link: {}", errno_reason(e))
-        }
-        Err(_) => {
-            let mut retried = HashSet::new();
-            bisect(prog, hook, &sites, stop, out, &mut retried);
-            Ok(())
-        }
-    }
-}
-
-fn bisect<'a>(
-    prog: Prog,
-    hook: Hook,
-    sites: &[MultiSite<'a>],
-    stop: &Stop,
-    out: &mut Attached,
-    retried: &mut HashSet<&'a str>,
-) {
-    if stop.is_set() || sites.is_empty() {
-        return;
-    }
-    match kprobe_multi_link(prog, hook, sites) {
-        Ok(link) => {
-            out.add(link, sites.iter().map(|s| s.cookie));
-            out.kprobe_multi_links += 1;
-        }
-        Err(e) if sites.len() == 1 => {
-            let s = sites[0];
-            // The kernel picks the first traceable instance of a name.
-            let by_name = MultiSite { addr: None, ..s };
-            if s.addr.is_some() && retried.insert(s.name) {
-                if let Ok(link) = kprobe_multi_link(prog, hook, &[by_name]) {
-                    out.add(link, [s.cookie]);
-                    out.kprobe_multi_links += 1;
-                    return;
+/// How many file descriptors attaching `plan` holds with the `loaded`
+/// program kinds: one per BPF link, and one more per perf event for the kinds
+/// attached through perf events.
+fn fds_needed(plan: &Plan, loaded: &HashSet<ProgKind>) -> usize {
+    /// Links a refused multi set may be split into by bisection.
+    const BISECT_SLACK: usize = 8;
+    let mut binaries = HashSet::new();
+    let mut n = 0;
+    let mut kernel = 0;
+    for p in &plan.probes {
+        match &p.site {
+            Site::Kernel(f) if plan.kernel_via == Some(Via::Single) => {
+                n += 2 * f.addrs.len().max(1) * plan.hooks_per_call()
+            }
+            Site::Kernel(_) => kernel += 1,
+            Site::User { binary, .. } if plan.user_via != Some(Via::Single) => {
+                if binaries.insert(binary) {
+                    n += 1 + BISECT_SLACK;
                 }
             }
-            if !out.is_attached(s.cookie as usize) {
-                out.skip(s.name, e);
-            }
-        }
-        Err(_) => {
-            let (a, b) = sites.split_at(sites.len() / 2);
-            bisect(prog, hook, a, stop, out, retried);
-            bisect(prog, hook, b, stop, out, retried);
+            // Grouped (see fds for groups below).
+            Site::User { .. } => {}
+            Site::Tracepoint(t) if syscall_event(t).is_some() => {}
+            Site::Tracepoint(_) if loaded.contains(&ProgKind::RawTracepoint) => n += 1,
+            Site::Tracepoint(_) => n += 2,
+            // One uprobe per call site without uprobe_multi: at least two.
+            Site::Usdt { .. } => n += 2,
         }
     }
+    if kernel > 0 {
+        n += 1 + BISECT_SLACK;
+    }
+    // Without uprobe_multi: a perf event and a link per uprobe group, of which a
+    // binary has as many as functions share a page offset (+ bisection).
+    if plan.user_via == Some(Via::Single) {
+        let mut depth: BTreeMap<(&PathBuf, u64), usize> = BTreeMap::new();
+        for p in &plan.probes {
+            if let Site::User { binary, func } = &p.site {
+                *depth.entry((binary, func.offset & 0xfff)).or_default() += 1;
+            }
+        }
+        let mut per_binary: BTreeMap<&PathBuf, usize> = BTreeMap::new();
+        for ((b, _), d) in depth {
+            let m = per_binary.entry(b).or_default();
+            *m = (*m).max(d);
+        }
+        n += per_binary
+            .values()
+            .map(|d| 2 * (d + BISECT_SLACK))
+            .sum::<usize>();
+    }
+    // The raw sys_enter/sys_exit links, or one perf event pair per syscall event.
+    for (kind, exit) in [
+        (ProgKind::SyscallEnter, false),
+        (ProgKind::SyscallExit, true),
+    ] {
+        let events = plan.count(|s| match s {
+            Site::Tracepoint(t) => syscall_event(t).is_some_and(|(x, _)| x == exit),
+            _ => false,
+        });
+        n += match (events, loaded.contains(&kind)) {
+            (0, _) => 0,
+            (_, true) => 1,
+            (e, false) => 2 * e,
+        };
+    }
+    n
 }
 
-/// Runs `attach` over `items` on several threads, stopping early on a stop request.
-/// Results come back in item order; items never tried (stopped) are `None`.
-fn parallel<T: Sync, L: Send>(
-    items: &[T],
-    threads: usize,
-    stop: &Stop,
-    attach: impl Fn(&T) -> Result<L, i32> + Sync,
-) -> Vec<Option<Result<L, i32>>> {
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<L, i32>>>> =
-        Mutex::new((0..items.len()).map(|_| None).collect());
-    let threads = threads.min(items.len()).max(1);
-    if threads == 1 {
-        // One link (a tracepoint, one function): no thread to start and join.
-        return items
-            .iter()
-            .map(|item| (!stop.is_set()).then(|| attach(item)))
+impl Plan {
+    /// Attaches every probe to the loaded object's programs. Stops early (keeping
+    /// what is attached, for the caller to drop) when `stop` is raised.
+    pub fn attach(&self, obj: &Object, stop: &Stop) -> Result<Attached> {
+        let loaded: HashSet<ProgKind> = obj
+            .progs()
+            .filter(|p| p.autoload())
+            .filter_map(|p| p.section().to_str().and_then(ProgKind::of))
             .collect();
+        crate::sys::fds::check_fd_limit(fds_needed(self, &loaded), self.fd_reserve)?;
+        stop.set_phase(Phase::Attaching);
+        let out = self.attach_all(obj, stop);
+        stop.set_phase(Phase::Tracing);
+        out
     }
-    thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= items.len() || stop.is_set() {
-                    break;
-                }
-                let r = attach(&items[i]);
-                results.lock().expect("results lock")[i] = Some(r);
-            });
-        }
-    });
-    results.into_inner().expect("results lock")
-}
 
-fn collect<T>(
-    items: &[T],
-    results: Vec<Option<Result<Link, i32>>>,
-    cookie: impl Fn(&T) -> usize,
-    label: impl Fn(&T) -> &str,
-    out: &mut Attached,
-    skip: fn(&mut Attached, &str, i32),
-) {
-    for (item, r) in items.iter().zip(results) {
-        match r {
-            Some(Ok(link)) => out.add(link, [cookie(item) as u64]),
-            Some(Err(e)) => skip(out, label(item), e),
-            None => {}
-        }
-    }
-}
-
-/// One perf-event kprobe per function instance (by address when known).
-pub(crate) fn kprobes(
-    prog: &Program,
-    hook: Hook,
-    funcs: &[(usize, &KernelFunc)],
-    stop: &Stop,
-    out: &mut Attached,
-) {
-    let sites: Vec<(usize, &str, Option<u64>)> = funcs
-        .iter()
-        .flat_map(|&(i, f)| {
-            let addrs: Vec<Option<u64>> = if f.addrs.is_empty() {
-                vec![None]
-            } else {
-                f.addrs.iter().copied().map(Some).collect()
-            };
-            addrs.into_iter().map(move |a| (i, f.name.as_str(), a))
-        })
-        .collect();
-    let prog = Prog::of(prog);
-    // One at a time: the kernel serializes kprobe registration anyway, and arming
-    // ftrace-based kprobes concurrently with thousands of others has crashed
-    // kernels (ftrace hash updates racing with probed allocator functions).
-    let results = parallel(&sites, 1, stop, |&(i, name, addr)| {
-        let cname = CString::new(name).map_err(|_| libc::EINVAL)?;
-        let opts = sys::bpf_kprobe_opts {
-            sz: size_of::<sys::bpf_kprobe_opts>() as _,
-            bpf_cookie: i as u64,
-            offset: addr.unwrap_or(0) as _,
-            retprobe: hook == Hook::Return,
-            ..Default::default()
-        };
-        let func = if addr.is_some() {
-            std::ptr::null()
-        } else {
-            cname.as_ptr()
-        };
-        // SAFETY: strings and opts outlive the call; a NULL name means offset is an address.
-        take_link(unsafe { sys::bpf_program__attach_kprobe_opts(prog.ptr(), func, &opts) })
-    });
-    collect(&sites, results, |s| s.0, |s| s.1, out, Attached::skip);
-}
-
-/// A user function site: probe index, name, file offset.
-pub(crate) type UserSite<'a> = (usize, &'a str, u64);
-
-fn uprobe_multi_link(
-    prog: Prog,
-    hook: Hook,
-    pid: Option<u32>,
-    path: &CString,
-    sites: &[UserSite<'_>],
-) -> Result<Link, i32> {
-    let offsets: Vec<c_ulong> = sites.iter().map(|s| s.2 as c_ulong).collect();
-    let cookies: Vec<u64> = sites.iter().map(|s| s.0 as u64).collect();
-    let opts = sys::bpf_uprobe_multi_opts {
-        sz: size_of::<sys::bpf_uprobe_multi_opts>() as _,
-        offsets: offsets.as_ptr(),
-        cookies: cookies.as_ptr(),
-        cnt: sites.len() as _,
-        retprobe: hook == Hook::Return,
-        session: hook == Hook::Session,
-        ..Default::default()
-    };
-    // SAFETY: path, offsets and cookies outlive the call and hold `cnt` elements;
-    // a NULL pattern means the offsets are given.
-    take_link(unsafe {
-        sys::bpf_program__attach_uprobe_multi(
-            prog.ptr(),
-            pid.map_or(-1, |p| p as i32),
-            path.as_ptr(),
-            std::ptr::null(),
-            &opts,
-        )
-    })
-}
-
-/// All functions of one binary in one uprobe_multi link. When the kernel refuses
-/// the set (one function whose first instruction uprobes cannot step refuses the
-/// whole link), bisects it so that only the refused functions are skipped, each
-/// with its reason, and the rest stay in uprobe_multi links.
-pub(crate) fn uprobe_multi(
-    prog: &Program,
-    hook: Hook,
-    pid: Option<u32>,
-    binary: &Path,
-    sites: &[UserSite<'_>],
-    stop: &Stop,
-    out: &mut Attached,
-) {
-    let Ok(path) = CString::new(binary.as_os_str().as_encoded_bytes()) else {
-        for s in sites {
-            out.skip_user(s.1, libc::EINVAL);
-        }
-        return;
-    };
-    let prog = Prog::of(prog);
-    match uprobe_multi_link(prog, hook, pid, &path, sites) {
-        Ok(link) => out.add_uprobe_multi(link, sites),
-        // Nothing to bisect: the binary itself or the permission is the problem.
-        Err(e @ (libc::EPERM | libc::EACCES | libc::ENOENT | libc::EBADF)) => {
-            for s in sites {
-                out.skip_user(s.1, e);
+    fn attach_all(&self, obj: &Object, stop: &Stop) -> Result<Attached> {
+        // The loaded ones: a kind the plan did not load is not attached.
+        let mut progs: BTreeMap<ProgKind, ProgramMut> = BTreeMap::new();
+        for p in obj.progs_mut().filter(|p| p.autoload()) {
+            if let Some(kind) = p.section().to_str().and_then(ProgKind::of) {
+                progs.insert(kind, p);
             }
         }
-        Err(_) => bisect_uprobe_multi(prog, hook, pid, &path, sites, stop, out),
-    }
-}
-
-fn bisect_uprobe_multi(
-    prog: Prog,
-    hook: Hook,
-    pid: Option<u32>,
-    path: &CString,
-    sites: &[UserSite<'_>],
-    stop: &Stop,
-    out: &mut Attached,
-) {
-    if stop.is_set() || sites.is_empty() {
-        return;
-    }
-    match uprobe_multi_link(prog, hook, pid, path, sites) {
-        Ok(link) => out.add_uprobe_multi(link, sites),
-        Err(e) if sites.len() == 1 => out.skip_user(sites[0].1, e),
-        Err(_) => {
-            let (a, b) = sites.split_at(sites.len() / 2);
-            bisect_uprobe_multi(prog, hook, pid, path, a, stop, out);
-            bisect_uprobe_multi(prog, hook, pid, path, b, stop, out);
-        }
-    }
-}
-
-trait IntoErrno {
-    fn into_errno(self) -> i32;
-}
-
-impl IntoErrno for libbpf_rs::ErrorKind {
-    fn into_errno(self) -> i32 {
-        use libbpf_rs::ErrorKind as K;
-        match self {
-            K::NotFound => libc::ENOENT,
-            K::PermissionDenied => libc::EPERM,
-            K::Unsupported => libc::EOPNOTSUPP,
-            K::OutOfMemory => libc::ENOMEM,
-            K::TooBig => libc::E2BIG,
-            _ => libc::EINVAL,
-        }
-    }
-}
-
-/// One perf-event uprobe per function.
-pub(crate) fn uprobes(
-    prog: &Program,
-    hook: Hook,
-    pid: Option<u32>,
-    binary: &Path,
-    sites: &[UserSite<'_>],
-    stop: &Stop,
-    out: &mut Attached,
-) {
-    let Ok(path) = CString::new(binary.as_os_str().as_encoded_bytes()) else {
-        return;
-    };
-    let prog = Prog::of(prog);
-    let results = parallel(sites, ATTACH_THREADS, stop, |&(i, _, offset)| {
-        let opts = sys::bpf_uprobe_opts {
-            sz: size_of::<sys::bpf_uprobe_opts>() as _,
-            bpf_cookie: i as u64,
-            retprobe: hook == Hook::Return,
-            ..Default::default()
+        let prog = |k: ProgKind| {
+            progs
+                .get(&k)
+                .with_context(|| format!("internal error: no loaded program for {k:?} probes"))
         };
-        // SAFETY: path and opts outlive the call.
-        take_link(unsafe {
-            sys::bpf_program__attach_uprobe_opts(
-                prog.ptr(),
-                pid.map_or(-1, |p| p as i32),
-                path.as_ptr(),
-                offset as _,
-                &opts,
-            )
-        })
-    });
-    let before = out.links();
-    collect(sites, results, |s| s.0, |s| s.1, out, Attached::skip_user);
-    out.single_uprobes += out.links() - before;
-}
-
-/// USDT sites: probe index, binary, provider, name. libbpf resolves every call site
-/// of the probe in the binary (and its semaphore) and passes our index as cookie.
-pub(crate) fn usdts(
-    prog: &Program,
-    pid: Option<u32>,
-    sites: &[(usize, &Path, &str, &str)],
-    stop: &Stop,
-    out: &mut Attached,
-) {
-    for &(i, binary, provider, name) in sites {
+        let mut out = Attached::new(self.probes.len());
+        out.skipped.extend(self.skipped.iter().cloned());
         if stop.is_set() {
-            return;
+            return Ok(out); // stopped before attaching began
         }
-        let opts = libbpf_rs::UsdtOpts {
-            cookie: i as u64,
-            ..Default::default()
-        };
-        match prog.attach_usdt_with_opts(pid.map_or(-1, |p| p as i32), binary, provider, name, opts)
-        {
-            Ok(link) => out.add(link, [i as u64]),
-            Err(e) => out.skip_user(name, e.kind().into_errno()),
-        }
-    }
-}
+        let pid = self.pid;
 
-/// A trampoline program (fentry/fexit) whose target was set before load: one
-/// function, probe index `sites[0].0`.
-pub(crate) fn trampoline(prog: &Program, sites: &[(usize, &KernelFunc)], out: &mut Attached) {
-    let Some(&(i, f)) = sites.first() else {
-        return;
-    };
-    match prog.attach_trace() {
-        Ok(link) => out.add(link, [i as u64]),
-        Err(e) => out.skip(&f.name, e.kind().into_errno()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn user_function_reasons_are_not_kernel_function_reasons() {
-        for e in [
-            libc::EINVAL,
-            libc::ENOENT,
-            libc::ESRCH,
-            libc::EOPNOTSUPP,
-            524,
-            libc::EBUSY,
-        ] {
-            let r = user_errno_reason(e);
-            for kernel_words in ["running kernel", "notrace", "inlined", "kernel functions"] {
-                assert!(!r.contains(kernel_words), "{e}: {r}");
+        let kernel: Vec<(usize, &KernelFunc)> = self
+            .probes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match &p.site {
+                Site::Kernel(f) => Some((i, f)),
+                _ => None,
+            })
+            .collect();
+        if let Some(via) = self.kernel_via {
+            for (n, &kind) in ProgKind::for_via(via, true, self.hooks).iter().enumerate() {
+                let sites = later_hook_sites(&kernel, n, &out);
+                let (p, hook) = (prog(kind)?, kind.hook());
+                match via {
+                    Via::Session | Via::Multi => {
+                        links::kprobe_multi(p, hook, &sites, stop, &mut out)?
+                    }
+                    Via::Single => links::kprobes(p, hook, &sites, stop, &mut out),
+                    Via::Trampoline => links::trampoline(p, &sites, &mut out),
+                }
+            }
+            if self.kernel_by_name && !stop.is_set() {
+                not_attached_by_name(&kernel, &out)?;
             }
         }
-        assert_eq!(
-            user_errno_reason(524),
-            "the kernel refuses to single-step its first instruction (ENOTSUPP)"
-        );
+
+        let mut by_binary: BTreeMap<&PathBuf, Vec<(usize, links::UserSite)>> = BTreeMap::new();
+        for (i, p) in self.probes.iter().enumerate() {
+            if let Site::User { binary, func } = &p.site {
+                by_binary
+                    .entry(binary)
+                    .or_default()
+                    .push((i, (i, &func.name, func.offset)));
+            }
+        }
+        if let Some(via) = self.user_via {
+            // Only runs that may make tracefs groups read uprobe_events: others
+            // have no name to clear, and need not wait on the kernel's
+            // event_mutex.
+            if via == Via::Single && !perf_uprobes() && !by_binary.is_empty() {
+                links::remove_stale_uprobe_events();
+            }
+            let index = obj.maps().find(|m| m.name() == "uprobe_groups");
+            // Hooks go in tracefs uprobe groups (fast to detach) where the
+            // object can tell the functions of a group apart (its uprobe_groups
+            // map for entries; returns paired with their entries by stack
+            // pointer: trace, funclatency), or need not (entries only).
+            let may_group = |hook| {
+                !perf_uprobes()
+                    && (index.is_some()
+                        || (hook == Hook::Entry && self.hooks == crate::probe::mode::Hooks::Entry))
+            };
+            for (binary, sites) in by_binary {
+                for (n, &kind) in ProgKind::for_via(via, false, self.hooks).iter().enumerate() {
+                    let sites: Vec<links::UserSite> = later_hook_sites(&sites, n, &out)
+                        .into_iter()
+                        .map(|(_, s)| s)
+                        .collect();
+                    let (p, hook) = (prog(kind)?, kind.hook());
+                    match via {
+                        Via::Single if may_group(hook) => {
+                            let rest = links::uprobe_groups(
+                                p,
+                                hook,
+                                index.as_ref(),
+                                pid,
+                                binary,
+                                &sites,
+                                stop,
+                                &mut out,
+                            );
+                            if !rest.is_empty() {
+                                links::uprobes(p, hook, pid, binary, &rest, stop, &mut out);
+                            }
+                        }
+                        Via::Single => links::uprobes(p, hook, pid, binary, &sites, stop, &mut out),
+                        _ => links::uprobe_multi(p, hook, pid, binary, &sites, stop, &mut out),
+                    }
+                }
+            }
+        }
+
+        let tps: Vec<(usize, &Tracepoint, &str)> = self
+            .probes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match &p.site {
+                Site::Tracepoint(t) => Some((i, t, p.label.as_str())),
+                _ => None,
+            })
+            .collect();
+        if !tps.is_empty() {
+            self.attach_tracepoints(&progs, &tps, obj, stop, &mut out)?;
+        }
+
+        let usdts: Vec<(usize, &std::path::Path, &str, &str)> = self
+            .probes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match &p.site {
+                Site::Usdt { binary, probe } => Some((
+                    i,
+                    binary.as_path(),
+                    probe.provider.as_str(),
+                    probe.name.as_str(),
+                )),
+                _ => None,
+            })
+            .collect();
+        if !usdts.is_empty() {
+            links::usdts(prog(ProgKind::Usdt)?, pid, &usdts, stop, &mut out);
+        }
+
+        // A -p process that exited during the attach fails the probes after it
+        // (ESRCH): say that, not the first reason in the list of skips.
+        if let Some(pid) = pid.filter(|&p| crate::sys::process::exited(p)) {
+            bail!("no process with PID {pid}: it exited while the probes were being attached");
+        }
+        if out.probes_attached() == 0 && !stop.is_set() {
+            match out.skipped.first() {
+                Some(s) => bail!("nothing could be attached: {}: {}", s.label, s.reason),
+                None => bail!("nothing to attach"),
+            }
+        }
+        Ok(out)
     }
+
+    /// Tracepoints: syscall events through the raw sys_enter/sys_exit links, other
+    /// tracepoints through raw tracepoint links, where the object has those
+    /// programs loaded; perf-event tracepoints for the rest and for any that the
+    /// kernel refuses as raw tracepoints (before Linux 6.10, say).
+    fn attach_tracepoints(
+        &self,
+        progs: &BTreeMap<ProgKind, ProgramMut>,
+        tps: &[(usize, &Tracepoint, &str)],
+        obj: &Object,
+        stop: &Stop,
+        out: &mut Attached,
+    ) -> Result<()> {
+        let mut syscalls = Vec::new();
+        let mut raw = Vec::new();
+        let mut clones = Vec::new();
+        let mut perf = Vec::new();
+        let cookie_program = progs.get(&ProgKind::RawTracepoint);
+        // Probe i on the nth clone of the cookie-less program when slots[n] is i
+        // (slots ascending).
+        let slots = if progs.contains_key(&ProgKind::RawTracepointClone) {
+            self.raw_tp_clones()
+        } else {
+            Vec::new()
+        };
+        for &(i, t, label) in tps {
+            let raw_ok = self.raw_attachable.get(i).copied().unwrap_or(false);
+            let sys = syscall_event(t).filter(|(exit, _)| {
+                progs.contains_key(if *exit {
+                    &ProgKind::SyscallExit
+                } else {
+                    &ProgKind::SyscallEnter
+                })
+            });
+            if let Some((exit, nr)) = sys {
+                syscalls.push(links::SyscallSite { probe: i, nr, exit });
+            } else if cookie_program.is_some() && raw_ok {
+                raw.push((i, t, label));
+            } else if let Ok(slot) = slots.binary_search(&i) {
+                clones.push((slot, (i, t, label)));
+            } else {
+                perf.push((i, t, label));
+            }
+        }
+        if !syscalls.is_empty() && !stop.is_set() {
+            let map = obj
+                .maps()
+                .find(|m| m.name() == "syscall_probes")
+                .context("internal error: the BPF object has no syscall_probes map")?;
+            let refused = links::syscalls(
+                progs.get(&ProgKind::SyscallEnter),
+                progs.get(&ProgKind::SyscallExit),
+                &map,
+                &syscalls,
+                self.remember_syscall_nrs(),
+                out,
+            );
+            for (s, why) in refused {
+                let &(i, t, l) = tps.iter().find(|(i, _, _)| *i == s.probe).expect("a site");
+                // A tool that loads no perf-event program for these (trace,
+                // whose programs are large to verify) skips them.
+                match progs.contains_key(&ProgKind::Tracepoint) {
+                    true => perf.push((i, t, l)),
+                    false => out.skip_why(l, why),
+                }
+            }
+        }
+        if let (Some(prog), false) = (cookie_program, raw.is_empty()) {
+            // Before 6.10 a link takes no cookie: only for a program that
+            // serves every tracepoint alike.
+            let cookie = features::raw_tp_cookie();
+            let sites: Vec<(usize, &str)> =
+                raw.iter().map(|(i, t, _)| (*i, t.event.as_str())).collect();
+            let refused = links::raw_tracepoints(prog, cookie, &sites, stop, out);
+            perf.extend(refused.into_iter().map(|k| raw[k]));
+        }
+        if let (Some(prog), false) = (progs.get(&ProgKind::RawTracepointClone), clones.is_empty()) {
+            let slot_map = obj
+                .maps()
+                .find(|m| m.name() == ".rodata.raw_tp")
+                .context("internal error: the BPF object has no .rodata.raw_tp map")?;
+            let sites: Vec<links::CloneSite> = clones
+                .iter()
+                .map(|&(slot, (i, t, _))| links::CloneSite {
+                    probe: i,
+                    name: &t.event,
+                    slot,
+                })
+                .collect();
+            let slot_map = std::os::fd::AsFd::as_fd(&slot_map);
+            let refused = links::raw_tracepoint_clones(prog, slot_map, &sites, stop, out);
+            perf.extend(refused.into_iter().map(|k| clones[k].1));
+        }
+        if !perf.is_empty() {
+            let sites: Vec<(usize, &str, &str, &str)> = perf
+                .iter()
+                .map(|(i, t, l)| (*i, t.category.as_str(), t.event.as_str(), *l))
+                .collect();
+            match progs.get(&ProgKind::Tracepoint) {
+                Some(prog) => links::tracepoints(prog, &sites, stop, out),
+                // A tool that gave the plan only tracepoints for raw links
+                // (trace) loads no perf-event program for them.
+                None if self.raw_tracepoints != crate::plan::RawTracepoints::No => {
+                    for (_, _, _, label) in sites {
+                        out.skip_why(
+                            label,
+                            "the kernel refused it as a raw tracepoint link".into(),
+                        );
+                    }
+                }
+                None => bail!("internal error: no loaded program for Tracepoint probes"),
+            }
+        }
+        Ok(())
+    }
+
+    /// [`Plan::attach`], then what every tool reports: with `debug` the links and
+    /// every skipped probe (stderr), else a one-line warning about skipped probes.
+    pub fn attach_and_report(&self, obj: &Object, stop: &Stop, debug: bool) -> Result<Attached> {
+        let attached = self.attach(obj, stop)?;
+        if debug {
+            crate::diag::stderr(&attached.describe());
+        }
+        if let Some(w) = attached.skipped_warning() {
+            warn(&w);
+        }
+        Ok(attached)
+    }
+}
+
+/// The sites a plan's `n`th hook attaches: all of them for the first; for a
+/// later one (the entry, after the return) only those the first attached, so no
+/// entry is recorded whose return is not hooked.
+fn later_hook_sites<T: Clone>(sites: &[(usize, T)], n: usize, out: &Attached) -> Vec<(usize, T)> {
+    sites
+        .iter()
+        .filter(|(i, _)| n == 0 || out.is_attached(*i))
+        .cloned()
+        .collect()
 }

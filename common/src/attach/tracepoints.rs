@@ -8,10 +8,9 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use libbpf_rs::{Link, ProgramMut as Program};
 use libbpf_sys as sys;
 
-use super::{
-    collect, parallel, take_link, tracepoint_errno_reason, Attached, Held, Prog, ATTACH_THREADS,
-};
-use crate::run::Stop;
+use super::links::{collect, parallel, take_link, Attached, Held, Prog, ATTACH_THREADS};
+use crate::stop::Stop;
+use crate::sys::errno::tracepoint_errno_reason;
 
 /// Tracepoint sites: probe index, category, event, label.
 pub(crate) fn tracepoints(
@@ -130,7 +129,7 @@ pub(crate) fn raw_tracepoint_clones(
         let mut copy = insns.to_vec();
         let offset = site.slot * size_of::<u32>();
         copy[at + 1].imm = i32::try_from(offset).map_err(|_| libc::E2BIG)?;
-        let clone = crate::features::load_insns(
+        let clone = crate::sys::bpf::load_insns(
             sys::BPF_PROG_TYPE_RAW_TRACEPOINT,
             Some(name),
             0,

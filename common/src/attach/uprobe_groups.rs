@@ -7,14 +7,15 @@ use std::path::Path;
 use libbpf_rs::ProgramMut as Program;
 use libbpf_sys as sys;
 
-use super::{take_link, Attached, Hook, Prog, UserSite};
-use crate::run::Stop;
-use crate::system::INIT_PIDNS_INO;
+use super::links::{take_link, Attached, Prog, UserSite};
+use crate::probe::mode::Hook;
+use crate::stop::Stop;
+use crate::sys::process::INIT_PIDNS_INO;
 
 /// The PID namespace this process is in, by its nsfs inode (0 where /proc
 /// cannot tell).
 fn pid_namespace() -> u64 {
-    crate::system::pidns().map_or(0, |ns| ns.ino)
+    crate::sys::process::pidns().map_or(0, |ns| ns.ino)
 }
 
 /// The tracefs group of this process' uprobe events, named by PID namespace and
@@ -105,7 +106,7 @@ fn processes_by_namespace() -> std::collections::HashMap<u64, std::collections::
 /// does not join a line split across writes.
 fn uprobe_events_command(cmd: &str) -> Result<(), i32> {
     use std::io::Write;
-    let path = crate::tracefs::tracefs()
+    let path = crate::kernel::tracefs::tracefs()
         .map_err(|_| libc::ENOENT)?
         .join("uprobe_events");
     let mut f = std::fs::OpenOptions::new()
@@ -130,10 +131,10 @@ pub(super) fn remove_uprobe_events(events: &[String]) {
 /// before they could remove them; such events are inert, no breakpoint is armed).
 /// Runs that make tracefs groups call it, before they make theirs.
 pub(crate) fn remove_stale_uprobe_events() {
-    let Ok(dir) = crate::tracefs::tracefs() else {
+    let Ok(dir) = crate::kernel::tracefs::tracefs() else {
         return;
     };
-    let Ok(list) = crate::tracefs::read_list(&dir.join("uprobe_events")) else {
+    let Ok(list) = crate::kernel::tracefs::read_list(&dir.join("uprobe_events")) else {
         return;
     };
     let pid = std::process::id();
@@ -287,7 +288,7 @@ fn uprobe_group(
             return Err(e);
         }
     }
-    let id = crate::tracefs::tracefs()
+    let id = crate::kernel::tracefs::tracefs()
         .ok()
         .and_then(|d| std::fs::read_to_string(d.join("events").join(&event).join("id")).ok())
         .and_then(|s| s.trim().parse::<u64>().ok());

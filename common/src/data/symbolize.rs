@@ -1,0 +1,752 @@
+//! Stack symbolization with blazesym, for every tool that prints stacks.
+//!
+//! Kernel frames resolve through kallsyms (or vmlinux when installed). User frames
+//! resolve through the process's ELF symbols and DWARF, with Rust and C++ names
+//! demangled, C functions named by their exported alias as BCC prints them, and
+//! (optionally) inlined calls expanded. A process's memory map is snapshotted as
+//! soon as it is seen ([`Symbols::remember`]) so its stacks still get names after it
+//! exits. User stacks taken with build IDs ([`UserFrame`]) need no map at all: a
+//! frame names its file by build ID, found among the files of the processes seen,
+//! the files callers name, this process's own libraries and the program named
+//! like the process. Callers pass each distinct address once per summary.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use blazesym::symbolize::cache::{self, Cache};
+use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
+use blazesym::symbolize::{Input, Sym, Symbolized, Symbolizer};
+use blazesym::Pid;
+
+use crate::user::elf::{self, Binary};
+
+/// One symbolized address; `inlined` lists calls inlined at that address,
+/// innermost first (what a stack printout shows above the function itself).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Frame {
+    pub addr: u64,
+    /// `None` when the address could not be resolved.
+    pub name: Option<String>,
+    pub offset: u64,
+    pub inlined: Vec<String>,
+}
+
+impl Frame {
+    pub const UNKNOWN: &'static str = "[unknown]";
+
+    pub fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or(Self::UNKNOWN)
+    }
+
+    /// An address that could not be resolved.
+    pub fn unknown(addr: u64) -> Frame {
+        Frame {
+            addr,
+            name: None,
+            offset: 0,
+            inlined: Vec::new(),
+        }
+    }
+
+    /// The lines a stack printout shows for this address, leaf first: inlined
+    /// calls (innermost first) then the function, with `+0x..` when `offsets`.
+    pub fn lines(&self, offsets: bool) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .inlined
+            .iter()
+            .map(|n| format!("{n} (inlined)"))
+            .collect();
+        out.push(match (&self.name, offsets) {
+            (Some(n), true) => format!("{n}+0x{:x}", self.offset),
+            (Some(n), false) => n.clone(),
+            (None, _) => Self::UNKNOWN.to_string(),
+        });
+        out
+    }
+
+    /// The frame names for folded output, leaf first (no offsets, no markers).
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.inlined
+            .iter()
+            .map(String::as_str)
+            .chain(std::iter::once(self.name()))
+    }
+}
+
+/// A user stack frame as `bpf_get_stack(BPF_F_USER_STACK | BPF_F_USER_BUILD_ID)`
+/// gives it: a file, by its build ID, and an offset in that file; or the
+/// address, where the kernel could not read the file's build ID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum UserFrame {
+    Addr(u64),
+    File { build_id: BuildId, offset: u64 },
+}
+
+/// A build ID as the kernel reports it: 20 bytes, zero-padded.
+pub type BuildId = [u8; 20];
+
+impl UserFrame {
+    /// Size of the kernel's `struct bpf_stack_build_id`.
+    pub const SIZE: usize = 32;
+
+    /// Decodes an array of `struct bpf_stack_build_id` (status, build ID, then
+    /// the file offset or the address at byte 24), up to the first empty entry.
+    pub fn decode(bytes: &[u8]) -> Vec<UserFrame> {
+        const VALID: i32 = 1;
+        const IP: i32 = 2;
+        bytes
+            .chunks_exact(Self::SIZE)
+            .map_while(|e| {
+                let status = i32::from_ne_bytes(e[..4].try_into().expect("4 bytes"));
+                let value = u64::from_ne_bytes(e[24..32].try_into().expect("8 bytes"));
+                match status {
+                    VALID => Some(UserFrame::File {
+                        build_id: e[4..24].try_into().expect("20 bytes"),
+                        offset: value,
+                    }),
+                    IP if value != 0 => Some(UserFrame::Addr(value)),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+}
+
+pub struct Symbols {
+    sym: Symbolizer,
+    remembered: HashSet<u32>,
+    /// Executable mappings of remembered processes, for after they exit.
+    exec_maps: HashMap<u32, Vec<ExecMapping>>,
+    /// Symbol tables of the files user frames fall in (None: unreadable).
+    binaries: RefCell<HashMap<PathBuf, Option<Rc<Binary>>>>,
+    /// Files by build ID, for build-ID frames.
+    files: RefCell<FileIndex>,
+}
+
+/// Files by build ID: those read so far, and those known but not yet read
+/// (read when a build ID is not found).
+#[derive(Default)]
+struct FileIndex {
+    by_id: HashMap<BuildId, PathBuf>,
+    read: HashSet<PathBuf>,
+    pending: Vec<PathBuf>,
+    own_added: bool,
+}
+
+impl FileIndex {
+    fn add(&mut self, path: &Path) {
+        if !self.read.contains(path) {
+            self.pending.push(path.to_path_buf());
+        }
+    }
+
+    /// Reads the build IDs of the pending files.
+    fn read_pending(&mut self) {
+        for path in std::mem::take(&mut self.pending) {
+            if !self.read.insert(path.clone()) {
+                continue;
+            }
+            if let Some(id) = elf::build_id(&path) {
+                let mut key = [0u8; 20];
+                let n = id.len().min(20);
+                key[..n].copy_from_slice(&id[..n]);
+                self.by_id.entry(key).or_insert(path);
+            }
+        }
+    }
+}
+
+/// An executable mapping of a process: addresses symbolization can name.
+#[derive(Debug, Clone)]
+struct ExecMapping {
+    start: u64,
+    end: u64,
+    /// Where in the file it starts.
+    pgoff: u64,
+    /// The file (None: the vDSO).
+    path: Option<PathBuf>,
+    /// Start less file offset of the file's lowest mapping, executable or not
+    /// (where the kernel puts an address below every mapping; see user_frames).
+    low_base: u64,
+}
+
+/// Whether `pid`'s memory is gone: it has exited, or is exiting. An exiting
+/// process releases its mappings (and /proc/PID/map_files) before it becomes a
+/// zombie, so for that while its state is not yet Z but it maps nothing.
+fn memory_gone(pid: u32) -> bool {
+    crate::sys::process::exited(pid) || exec_mappings(&pid.to_string()).is_none_or(|m| m.is_empty())
+}
+
+/// The executable mappings of `pid` (files and the vDSO), from /proc/PID/maps.
+fn exec_mappings(pid: &str) -> Option<Vec<ExecMapping>> {
+    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    // Each line once: start, end, permissions, file offset, path ("" for none).
+    let lines: Vec<(u64, u64, &str, u64, &str)> = maps
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (start, end) = f.next()?.split_once('-')?;
+            let perms = f.next()?;
+            let pgoff = u64::from_str_radix(f.next()?, 16).ok()?;
+            let path = f.nth(2).unwrap_or("");
+            let hex = |v| u64::from_str_radix(v, 16).ok();
+            Some((hex(start)?, hex(end)?, perms, pgoff, path))
+        })
+        .collect();
+    // Per file, its lowest mapping of any kind: (start, file offset).
+    let mut low: HashMap<&str, (u64, u64)> = HashMap::new();
+    for &(start, _, _, pgoff, path) in &lines {
+        let e = low.entry(path).or_insert((start, pgoff));
+        if start < e.0 {
+            *e = (start, pgoff);
+        }
+    }
+    Some(
+        lines
+            .iter()
+            .filter(|(_, _, perms, _, path)| {
+                perms.contains('x') && (path.starts_with('/') || *path == "[vdso]")
+            })
+            .map(|&(start, end, _, pgoff, path)| ExecMapping {
+                start,
+                end,
+                pgoff,
+                path: path.starts_with('/').then(|| PathBuf::from(path)),
+                low_base: low.get(path).map_or(0, |(s, o)| s.wrapping_sub(*o)),
+            })
+            .collect(),
+    )
+}
+
+/// The last component of `path`, as stacks show a frame's file (`[libc.so.6]`).
+fn base_name(path: &Path) -> String {
+    path.file_name()
+        .unwrap_or(path.as_os_str())
+        .to_string_lossy()
+        .into_owned()
+}
+
+impl Default for Symbols {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Symbols {
+    /// A symbolizer printing one frame per address (BCC's output): inlined calls
+    /// are not expanded.
+    pub fn new() -> Self {
+        Self::with_inlined(false)
+    }
+
+    /// With `inlined`, each frame also lists the calls inlined at its address
+    /// ([`Frame::inlined`]), from DWARF where the binary has it.
+    pub fn with_inlined(inlined: bool) -> Self {
+        Symbols {
+            sym: Symbolizer::builder()
+                .enable_inlined_fns(inlined)
+                .enable_code_info(inlined)
+                .build(),
+            remembered: HashSet::new(),
+            exec_maps: HashMap::new(),
+            binaries: RefCell::new(HashMap::new()),
+            files: RefCell::new(FileIndex::default()),
+        }
+    }
+
+    /// A file whose build ID user frames may name (the binary a probe is in).
+    pub fn add_file(&self, path: &Path) {
+        self.files.borrow_mut().add(path);
+    }
+
+    /// Snapshots `pid`'s memory map (once) so that its addresses can be symbolized
+    /// after it exits. Returns false when the process is already gone.
+    pub fn remember(&mut self, pid: u32) -> bool {
+        if self.remembered.contains(&pid) {
+            return true;
+        }
+        let ok = self
+            .sym
+            .cache(&Cache::Process(cache::Process::new(Pid::from(pid))))
+            .is_ok();
+        if ok {
+            self.remembered.insert(pid);
+            if let Some(m) = exec_mappings(&pid.to_string()) {
+                let mut files = self.files.borrow_mut();
+                for path in m.iter().filter_map(|m| m.path.as_deref()) {
+                    files.add(path);
+                }
+                self.exec_maps.insert(pid, m);
+            }
+        }
+        ok
+    }
+
+    /// `pid`'s executable mappings: its snapshot if remembered, else read now.
+    fn maps_of(&self, pid: u32) -> Option<std::borrow::Cow<'_, [ExecMapping]>> {
+        match self.exec_maps.get(&pid) {
+            Some(m) => Some(std::borrow::Cow::Borrowed(m)),
+            None => exec_mappings(&pid.to_string()).map(std::borrow::Cow::Owned),
+        }
+    }
+
+    /// The file with `build_id`: among the files known so far, then this
+    /// process's own and the system's libc (everyone's), then the program in PATH named
+    /// like the process (`comm`): each found file is checked by its build ID.
+    fn file_with(&self, build_id: &BuildId, comm: &str) -> Option<PathBuf> {
+        let mut files = self.files.borrow_mut();
+        if let Some(p) = files.by_id.get(build_id) {
+            return Some(p.clone());
+        }
+        files.read_pending();
+        if !files.own_added {
+            files.own_added = true;
+            for m in exec_mappings("self").unwrap_or_default() {
+                if let Some(p) = &m.path {
+                    files.add(p);
+                }
+            }
+            // A statically linked tool maps no libc: the system's, as the
+            // loader finds it.
+            if let Ok(libc) = crate::user::targets::resolve("c", None) {
+                files.add(&libc);
+            }
+            files.read_pending();
+        }
+        if !files.by_id.contains_key(build_id) && !comm.is_empty() && !comm.contains('/') {
+            for dir in std::env::var_os("PATH")
+                .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+                .unwrap_or_default()
+            {
+                files.add(&dir.join(comm));
+            }
+            files.read_pending();
+        }
+        files.by_id.get(build_id).cloned()
+    }
+
+    /// Symbolizes the user stack frames of process `pid` (named `comm`), with
+    /// the file each is in (its last path component) when known. Build-ID frames
+    /// are named from their file whether or not the process still exists.
+    pub fn user_frames(
+        &self,
+        pid: u32,
+        comm: &str,
+        frames: &[UserFrame],
+    ) -> Vec<(Frame, Option<String>)> {
+        let addrs: Vec<u64> = frames
+            .iter()
+            .filter_map(|f| match f {
+                UserFrame::Addr(a) => Some(*a),
+                UserFrame::File { .. } => None,
+            })
+            .collect();
+        let by_addr = if addrs.is_empty() {
+            HashMap::new()
+        } else {
+            self.user(pid, &addrs)
+        };
+        let maps = self.maps_of(pid);
+        let maps = maps.as_deref();
+        // Each build-ID frame's file, found once.
+        let files: Vec<Option<PathBuf>> = frames
+            .iter()
+            .map(|f| match f {
+                UserFrame::File { build_id, .. } => self.file_with(build_id, comm),
+                UserFrame::Addr(_) => None,
+            })
+            .collect();
+        // Build-ID frames, symbolized a file at a time.
+        let mut by_file: HashMap<&Path, Vec<u64>> = HashMap::new();
+        for (f, path) in frames.iter().zip(&files) {
+            if let (UserFrame::File { offset, .. }, Some(path)) = (f, path) {
+                by_file.entry(path).or_default().push(*offset);
+            }
+        }
+        let mut by_offset: HashMap<(&Path, u64), Frame> = HashMap::new();
+        for (path, offsets) in by_file {
+            let src = Source::Elf(Elf::new(path));
+            for (off, f) in self.resolve_with(&src, Input::FileOffset(&offsets), &offsets, true) {
+                by_offset.insert((path, off), f);
+            }
+        }
+        frames
+            .iter()
+            .zip(&files)
+            .map(|(f, path)| match f {
+                UserFrame::Addr(a) => {
+                    let module = maps.and_then(|m| {
+                        m.iter()
+                            .find(|m| *a >= m.start && *a < m.end)
+                            .and_then(|m| m.path.as_deref().map(base_name))
+                    });
+                    (
+                        by_addr.get(a).cloned().unwrap_or(Frame::unknown(*a)),
+                        module,
+                    )
+                }
+                UserFrame::File { offset, .. } => {
+                    let Some(path) = path.as_deref() else {
+                        return (Frame::unknown(0), None);
+                    };
+                    let mine = || {
+                        maps.into_iter()
+                            .flatten()
+                            .filter(move |m| m.path.as_deref() == Some(path))
+                    };
+                    let within =
+                        mine().find(|m| *offset >= m.pgoff && *offset - m.pgoff < m.end - m.start);
+                    // An address below every mapping (a garbage frame of a walk
+                    // without frame pointers: 0x20, say) is given by the kernel
+                    // as an offset in the lowest mapping, computed as if it were
+                    // in it (find_vma takes the first mapping ending above it):
+                    // it is no frame of that file.
+                    if let (None, Some(low)) = (within, mine().min_by_key(|m| m.start)) {
+                        let ip = low.low_base.wrapping_add(*offset);
+                        if ip < low.start {
+                            return (Frame::unknown(ip), None);
+                        }
+                    }
+                    // The address, where the process's map is known (0 if not).
+                    let addr = within.map_or(0, |m| m.start + (*offset - m.pgoff));
+                    let mut f = by_offset
+                        .get(&(path, *offset))
+                        .cloned()
+                        .unwrap_or(Frame::unknown(0));
+                    f.addr = addr;
+                    (f, Some(base_name(path)))
+                }
+            })
+            .collect()
+    }
+
+    /// Symbolizes kernel addresses.
+    pub fn kernel(&self, addrs: &[u64]) -> HashMap<u64, Frame> {
+        self.resolve(&Source::Kernel(Kernel::default()), addrs, false)
+    }
+
+    /// Symbolizes addresses in process `pid`. Functions are named as BCC names them:
+    /// by their preferred exported alias (`read`, not `__GI___libc_read`). Addresses
+    /// outside the process's executable mappings (a frame-pointer walk through code
+    /// without frame pointers reads garbage) are unknown without costing the others
+    /// their names.
+    pub fn user(&self, pid: u32, addrs: &[u64]) -> HashMap<u64, Frame> {
+        let process = |map_files: bool| {
+            let mut p = Process::new(Pid::from(pid));
+            p.map_files = map_files;
+            Source::Process(p)
+        };
+        // While the process lives, its files are read through /proc/PID/map_files:
+        // the files it runs, even if a package upgrade replaced or deleted them
+        // since (by path, the new file's names were given to the old addresses).
+        // Once it has exited, that is gone; the snapshotted VMAs carry paths.
+        let alive = !crate::sys::process::exited(pid);
+        let maps = self.maps_of(pid);
+        let maps = maps.as_deref();
+        let (named, outside): (Vec<u64>, Vec<u64>) = addrs
+            .iter()
+            .partition(|&&a| maps.is_none_or(|m| m.iter().any(|m| a >= m.start && a < m.end)));
+        let mut out = self.resolve(&process(alive), &named, true);
+        // Only an unknown name can come of an exit during the lookup (its
+        // map_files went with it): then, and then only, /proc is asked again.
+        if alive && out.values().any(|f| f.name.is_none()) && memory_gone(pid) {
+            // By the snapshot's paths.
+            out = self.resolve(&process(false), &named, true);
+        }
+        out.extend(outside.into_iter().map(|a| (a, Frame::unknown(a))));
+        out
+    }
+
+    fn resolve(&self, src: &Source, addrs: &[u64], user: bool) -> HashMap<u64, Frame> {
+        self.resolve_with(src, Input::AbsAddr(addrs), addrs, user)
+    }
+
+    /// Names `input` (absolute addresses or file offsets: `addrs`); user
+    /// functions as BCC names them.
+    fn resolve_with(
+        &self,
+        src: &Source,
+        input: Input<&[u64]>,
+        addrs: &[u64],
+        user: bool,
+    ) -> HashMap<u64, Frame> {
+        if addrs.is_empty() {
+            return HashMap::new();
+        }
+        let syms = match self.sym.symbolize(src, input) {
+            Ok(syms) => syms,
+            // One address blazesym cannot handle fails the whole batch: retry each.
+            Err(_) if addrs.len() > 1 => {
+                return addrs
+                    .iter()
+                    .flat_map(|&a| {
+                        let one = std::slice::from_ref(&a);
+                        self.resolve_with(src, input.map(|_| one), one, user)
+                    })
+                    .collect();
+            }
+            Err(_) => return addrs.iter().map(|&a| (a, Frame::unknown(a))).collect(),
+        };
+        addrs
+            .iter()
+            .zip(syms)
+            .map(|(&a, s)| {
+                let f = match s {
+                    Symbolized::Sym(s) => {
+                        // A function whose DWARF entry has only ranges (a hot and a
+                        // .cold part: glibc's _IO_puts) comes with address 0 and the
+                        // whole address as its offset; its ELF symbol has its entry.
+                        let symtab = (user && s.addr == 0 && s.size.is_none())
+                            .then(|| self.symtab_frame(&s))
+                            .flatten();
+                        let (name, offset) = match symtab {
+                            Some(found) => found,
+                            None => {
+                                let name = if user { self.preferred_name(&s) } else { None };
+                                (name.unwrap_or_else(|| s.name.to_string()), s.offset as u64)
+                            }
+                        };
+                        Frame {
+                            addr: a,
+                            name: Some(name),
+                            offset,
+                            inlined: s.inlined.iter().rev().map(|i| i.name.to_string()).collect(),
+                        }
+                    }
+                    Symbolized::Unknown(_) => Frame::unknown(a),
+                };
+                (a, f)
+            })
+            .collect()
+    }
+
+    /// The name BCC would print for `sym`: the preferred exported alias at its start
+    /// address in its file's symbol tables, when `sym`'s own name is one of that
+    /// function's names (not demangled or otherwise rewritten).
+    fn preferred_name(&self, sym: &Sym<'_>) -> Option<String> {
+        let bin = self.binary(sym)?;
+        let f = bin.function_at(sym.addr)?;
+        if !f.names.iter().any(|n| n.name == sym.name) {
+            return None;
+        }
+        elf::preferred(f.names.iter().filter(|n| n.exported)).map(|n| n.name.clone())
+    }
+
+    /// (name, offset) of the address `sym` stands for, from its file's symbol
+    /// tables: the preferred name (exported first) of the function holding it.
+    fn symtab_frame(&self, sym: &Sym<'_>) -> Option<(String, u64)> {
+        let bin = self.binary(sym)?;
+        let addr = sym.addr + sym.offset as u64;
+        let f = bin.function_containing(addr)?;
+        let name = elf::preferred(f.names.iter().filter(|n| n.exported))
+            .or_else(|| elf::preferred(&f.names))?;
+        Some((name.name.clone(), addr - f.addr))
+    }
+
+    /// The symbol tables of `sym`'s file, read once.
+    fn binary(&self, sym: &Sym<'_>) -> Option<Rc<Binary>> {
+        let module = Path::new(sym.module.as_deref()?);
+        self.binaries
+            .borrow_mut()
+            .entry(module.to_path_buf())
+            .or_insert_with(|| Binary::read(module).ok().map(|b| Rc::new(b.without_code())))
+            .clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[inline(never)]
+    #[no_mangle]
+    pub extern "C" fn tk_symbolize_me() -> u64 {
+        std::hint::black_box(7)
+    }
+
+    /// The address of an instruction inside `tk_inlined_helper`, inlined here.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(never)]
+    #[no_mangle]
+    pub extern "C" fn tk_with_inlined() -> u64 {
+        std::hint::black_box(tk_inlined_helper())
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn tk_inlined_helper() -> u64 {
+        let pc: u64;
+        // SAFETY: reads the instruction pointer into a register.
+        unsafe { std::arch::asm!("lea {}, [rip]", out(reg) pc) };
+        pc
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn inlined_frames_only_when_asked_for() {
+        let pc = tk_with_inlined();
+        let me = std::process::id();
+        let off = Symbols::new().user(me, &[pc]);
+        assert_eq!(off[&pc].name.as_deref(), Some("tk_with_inlined"));
+        assert_eq!(off[&pc].inlined, Vec::<String>::new());
+        let on = Symbols::with_inlined(true).user(me, &[pc]);
+        assert_eq!(on[&pc].name.as_deref(), Some("tk_with_inlined"));
+        assert_eq!(
+            on[&pc].inlined,
+            ["tracekit_common::symbolize::tests::tk_inlined_helper"]
+        );
+    }
+
+    #[test]
+    fn build_id_frames_decode_to_the_first_empty_entry() {
+        let entry = |status: i32, id: u8, value: u64| {
+            let mut e = vec![0u8; UserFrame::SIZE];
+            e[..4].copy_from_slice(&status.to_ne_bytes());
+            e[4..24].fill(id);
+            e[24..].copy_from_slice(&value.to_ne_bytes());
+            e
+        };
+        let bytes = [
+            entry(1, 0xab, 0x1234),
+            entry(2, 0, 0x7f00_0000_1000),
+            entry(1, 0xcd, 0x40),
+            entry(0, 0, 0),
+            entry(1, 0xef, 0x99),
+        ]
+        .concat();
+        assert_eq!(
+            UserFrame::decode(&bytes),
+            [
+                UserFrame::File {
+                    build_id: [0xab; 20],
+                    offset: 0x1234
+                },
+                UserFrame::Addr(0x7f00_0000_1000),
+                UserFrame::File {
+                    build_id: [0xcd; 20],
+                    offset: 0x40
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn build_id_frames_name_a_file_by_its_build_id() {
+        // This test binary's own function, as the kernel would give it: build
+        // ID and file offset (found in this process's own files).
+        let func = tk_symbolize_me as *const () as u64;
+        let maps = exec_mappings("self").unwrap();
+        let m = maps
+            .iter()
+            .find(|m| func >= m.start && func < m.end)
+            .unwrap();
+        let path = m.path.clone().unwrap();
+        let id = elf::build_id(&path).expect("a build ID");
+        let mut build_id = [0u8; 20];
+        build_id[..id.len().min(20)].copy_from_slice(&id[..id.len().min(20)]);
+        let frame = UserFrame::File {
+            build_id,
+            offset: func - m.start + m.pgoff,
+        };
+        // A pid that does not exist: only the build ID can name the frame.
+        let got = Symbols::new().user_frames(u32::MAX, "", &[frame]);
+        assert_eq!(got[0].0.name.as_deref(), Some("tk_symbolize_me"));
+        assert_eq!(got[0].0.offset, 0);
+        assert_eq!(got[0].1.as_deref(), path.file_name().unwrap().to_str());
+    }
+
+    #[test]
+    fn a_frame_below_every_mapping_is_no_frame_of_the_file() {
+        // A walk without frame pointers may give 0x20: the kernel's build-ID
+        // stack gives it as the lowest mapping's file at offset 0x20 - its start
+        // (wrapped). It was shown as a frame of that file with address "?".
+        let exe = fs::read_link("/proc/self/exe").unwrap();
+        let maps = fs::read_to_string("/proc/self/maps").unwrap();
+        let base = maps
+            .lines()
+            .filter(|l| l.ends_with(exe.to_str().unwrap()))
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                let start = u64::from_str_radix(f.next()?.split_once('-')?.0, 16).ok()?;
+                let pgoff = u64::from_str_radix(f.nth(1)?, 16).ok()?;
+                Some(start.wrapping_sub(pgoff))
+            })
+            .min()
+            .unwrap();
+        let id = elf::build_id(&exe).expect("a build ID");
+        let mut build_id = [0u8; 20];
+        build_id[..id.len().min(20)].copy_from_slice(&id[..id.len().min(20)]);
+        let frame = UserFrame::File {
+            build_id,
+            offset: 0x20u64.wrapping_sub(base),
+        };
+        let got = Symbols::new().user_frames(std::process::id(), "", &[frame]);
+        assert_eq!(got[0].0.addr, 0x20);
+        assert_eq!(got[0].0.name, None);
+        assert_eq!(got[0].1, None);
+    }
+
+    #[test]
+    fn libc_functions_are_named_by_their_exported_alias() {
+        // getpid's code in libc.so.6 is named __getpid and __GI___getpid in the
+        // debug file, getpid and __getpid in .dynsym: BCC prints getpid.
+        let libc = crate::user::targets::resolve("c", None).unwrap();
+        let b = Binary::read(&libc).unwrap();
+        let f = b.named("getpid").next().unwrap();
+        let off = f.offset.unwrap();
+        let maps = fs::read_to_string("/proc/self/maps").unwrap();
+        let libc_name = libc.file_name().unwrap().to_str().unwrap();
+        // The address of file offset `off` in our own mapping of libc.
+        let addr = maps
+            .lines()
+            .filter(|l| l.ends_with(libc_name))
+            .find_map(|l| {
+                let mut f = l.split_whitespace();
+                let (s, e) = f.next()?.split_once('-')?;
+                let (s, e) = (
+                    u64::from_str_radix(s, 16).ok()?,
+                    u64::from_str_radix(e, 16).ok()?,
+                );
+                let o = u64::from_str_radix(f.nth(1)?, 16).ok()?;
+                (off >= o && off - o < e - s).then(|| s + off - o)
+            })
+            .expect("libc mapped");
+        let got = Symbols::new().user(std::process::id(), &[addr + 1]);
+        assert_eq!(got[&(addr + 1)].name.as_deref(), Some("getpid"));
+        assert_eq!(got[&(addr + 1)].offset, 1);
+    }
+
+    #[test]
+    fn one_address_in_a_data_file_does_not_cost_the_others_their_names() {
+        // A locale archive-like mapping: a file that is not ELF, mapped read-only.
+        let f = std::fs::File::open("/etc/passwd").unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: a fresh read-only private mapping of one page, unmapped below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                f.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let func = tk_symbolize_me as *const () as u64;
+        let data = p as u64 + 16;
+        let s = Symbols::new();
+        let got = s.user(std::process::id(), &[func, data]);
+        // SAFETY: mapped above.
+        unsafe { libc::munmap(p, 4096) };
+        assert_eq!(
+            got[&func].name.as_deref(),
+            Some("tk_symbolize_me"),
+            "{got:?}"
+        );
+        assert_eq!(got[&data].name, None);
+    }
+}

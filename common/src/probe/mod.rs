@@ -1,0 +1,6 @@
+//! What the user asked for, as data: probe specs (`p:`, `t:`, `u:`, `c:`, `U:`),
+//! name patterns, and the attach-mode vocabulary. Pure: no kernel, no files.
+
+pub mod mode;
+pub mod pattern;
+pub mod spec;

@@ -1,0 +1,173 @@
+//! The session's `--listen` side: binding at start, the run loops that answer
+//! requests between their waits (so map reads stay on the tool's thread), and
+//! the session's own health metrics. The HTTP server is [`crate::serve::http`].
+
+use std::cell::RefCell;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use crate::run::cli::CommonArgs;
+use crate::run::schedule::{self, Schedule};
+use crate::run::session::Session;
+use crate::serve::http::{Reply, Request, Route, Served, Server};
+use crate::serve::metrics::{self, Metrics};
+use crate::stop::StopReason;
+
+/// How often the run loop looks for a stop while it waits for requests.
+pub(crate) const SLICE: Duration = Duration::from_millis(50);
+
+/// Binds `--listen` (before anything is attached, so a port in use fails fast).
+pub(crate) fn bind(common: &CommonArgs) -> Result<Option<Server>> {
+    let Some(addr) = common.listen else {
+        return Ok(None);
+    };
+    let token = match &common.listen_token {
+        Some(path) => Some(crate::serve::http::read_token(path)?),
+        None => None,
+    };
+    let server = Server::start(addr, token)?;
+    crate::diag::warn(&format!(
+        "serving http://{}/ (GET /metrics, GET /summary, POST /stop, POST /reset)",
+        server.addr()
+    ));
+    Ok(Some(server))
+}
+
+/// `--listen`: the run loop answering requests while it waits.
+impl Session {
+    /// The summary loop of [`Session::run`], with `tool` printing the summaries
+    /// and, with `--listen`, answering requests between them.
+    pub fn run_served(&self, schedule: Schedule, tool: &mut dyn Served) -> Result<StopReason> {
+        let tool = RefCell::new(tool);
+        let Some(server) = &self.server else {
+            return self.run(schedule, |last| tool.borrow_mut().print(last));
+        };
+        schedule::run_loop_with(
+            self.tracing_since(),
+            schedule,
+            |deadline| {
+                self.stop.poll_until(deadline, |t| {
+                    if let Some(rq) = server.next(Some(t.min(SLICE))) {
+                        self.handle(rq, &mut **tool.borrow_mut(), None);
+                    }
+                })
+            },
+            |last| tool.borrow_mut().print(last),
+        )
+    }
+
+    /// [`Session::run_polling`] with `tool` printing the summaries and, with
+    /// `--listen`, answering requests between polls.
+    pub fn run_polling_served(
+        &self,
+        schedule: Schedule,
+        mut poll: impl FnMut(Duration),
+        tool: &mut dyn Served,
+    ) -> Result<StopReason> {
+        let tool = RefCell::new(tool);
+        let Some(server) = &self.server else {
+            return self.run_polling(schedule, poll, |last| tool.borrow_mut().print(last));
+        };
+        schedule::run_loop_with(
+            self.tracing_since(),
+            schedule,
+            |deadline| {
+                self.stop.poll_until(deadline, |t| {
+                    poll(t.min(SLICE));
+                    while let Some(rq) = server.next(None) {
+                        self.handle(rq, &mut **tool.borrow_mut(), None);
+                    }
+                })
+            },
+            |last| tool.borrow_mut().print(last),
+        )
+    }
+
+    /// Whether `--listen` is serving (tools count what they serve only then).
+    pub fn serving(&self) -> bool {
+        self.server.is_some()
+    }
+
+    /// Answers one request (`lost`: records a ring buffer lost). An error is a
+    /// 500 for that request; tracing goes on.
+    pub(crate) fn handle(&self, rq: Request, tool: &mut dyn Served, lost: Option<u64>) {
+        let reply = match &rq.route {
+            Route::Metrics => self
+                .scrape(tool, lost)
+                .map(|text| Reply::ok(metrics::CONTENT_TYPE, text)),
+            Route::Summary => tool.summary().map(|v| Reply::json(&v)),
+            Route::Reset => tool
+                .reset()
+                .map(|()| Reply::json(&serde_json::json!({ "reset": true }))),
+            Route::Stacks => match tool.folded() {
+                Some(r) => r.map(|text| Reply::ok("text/plain; charset=utf-8", text)),
+                None => Ok(Reply::error(404, "this tool has no stacks")),
+            },
+            Route::Stop => {
+                self.stop.trigger(StopReason::Requested);
+                self.stopping.borrow_mut().push(rq);
+                return;
+            }
+        };
+        rq.answer(reply.unwrap_or_else(|e| Reply::error(500, &format!("{e:#}"))));
+    }
+
+    /// The tool's metrics and the session's own health, read now.
+    fn scrape(&self, tool: &mut dyn Served, lost: Option<u64>) -> Result<String> {
+        let t0 = Instant::now();
+        let mut m = Metrics::default();
+        tool.metrics(&mut m)?;
+        if let Some(n) = lost {
+            m.lost_records += n;
+        }
+        let none = || Vec::new();
+        let (attached, skipped, missed) = match &self.attached {
+            Some(a) => (a.probes_attached(), a.skipped.len(), a.missed()),
+            None => (self.links.len(), 0, 0),
+        };
+        let one = |v: f64| vec![(none(), v)];
+        m.gauges(
+            "tracekit_info",
+            "The tool serving these metrics, and its version",
+            None,
+            vec![(
+                vec![
+                    ("tool", crate::diag::tool_name().to_string()),
+                    ("version", env!("CARGO_PKG_VERSION").to_string()),
+                ],
+                1.0,
+            )],
+        );
+        m.gauges(
+            "tracekit_probes_attached",
+            "Probes attached",
+            None,
+            one(attached as f64),
+        );
+        m.gauges(
+            "tracekit_probes_skipped",
+            "Probes that matched but could not be attached (the debug option lists them)",
+            None,
+            one(skipped as f64),
+        );
+        m.counters(
+            "tracekit_missed",
+            "Probe hits the kernel dropped before the program ran (Linux 6.7+ reports them)",
+            vec![(none(), missed)],
+        );
+        let lost = m.lost_records;
+        m.counters(
+            "tracekit_lost_records",
+            "Records or calls the tool could not count (ring buffer full, unpaired returns)",
+            vec![(none(), lost)],
+        );
+        m.gauges(
+            "tracekit_scrape_duration",
+            "Time taken to read this scrape's values from the BPF maps",
+            Some(prometheus_client::registry::Unit::Seconds),
+            one(t0.elapsed().as_secs_f64()),
+        );
+        m.encode()
+    }
+}

@@ -1,0 +1,328 @@
+//! One tracing run from start to stop, the sequence every tool shares: checks,
+//! the plan, attaching, the start line, the summary loop, and detaching.
+//!
+//! ```text
+//! let mut s = Session::prepare(&specs, &mut args.common, how, debug)?;
+//! // take the tool's skeleton (opened ahead) for s.plan, size its maps, load it
+//! s.attach(skel.object())?;
+//! s.announce(&args.patterns)?;
+//! s.run(schedule, |last| { ... print a summary ... })?;
+//! s.finish()
+//! ```
+
+use std::cell::RefCell;
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use libbpf_rs::{Link, Object};
+
+use crate::attach::links::Attached;
+use crate::data::events::Events;
+use crate::kernel::tracefs;
+use crate::output;
+use crate::plan::{self, Plan, RawTracepoints};
+use crate::probe::mode::Hooks;
+use crate::probe::spec::ProbeSpec;
+use crate::run::cli::CommonArgs;
+use crate::run::schedule::{self, Schedule};
+use crate::serve::http::{Reply, Request, Served, Server};
+use crate::stop::{Phase, Stop, StopReason};
+use crate::sys::process;
+use crate::timing::{self, Marks};
+
+/// What a tool hooks, beyond the common flags.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct How {
+    pub hooks: Hooks,
+    /// The tool's object has fentry/fexit programs for a single kernel function.
+    pub trampoline: bool,
+    /// Whether tracepoints may be raw tracepoint links (see [`RawTracepoints`]).
+    pub raw_tracepoints: RawTracepoints,
+}
+
+pub struct Session {
+    pub plan: Plan,
+    pub stop: &'static Stop,
+    /// Status lines go to stderr when stdout carries JSON.
+    pub json: bool,
+    debug: bool,
+    pid: Option<u32>,
+    pub(crate) attached: Option<Attached>,
+    /// Links of a tool with fixed programs ([`Session::adopt`]).
+    pub(crate) links: Vec<Link>,
+    /// `--listen` (see [`crate::run::listen`]): the server, and the `POST /stop`
+    /// requests answered once everything is detached.
+    pub(crate) server: Option<Server>,
+    pub(crate) stopping: RefCell<Vec<Request>>,
+    /// Phase times for the `timing:` line ([`crate::timing`]).
+    marks: RefCell<Marks>,
+}
+
+impl Session {
+    /// Checks privileges and the common flags, installs the signal handlers and
+    /// builds the plan (printed on stderr with `debug`).
+    pub fn prepare(
+        specs: &[ProbeSpec],
+        common: &mut CommonArgs,
+        how: How,
+        debug: bool,
+    ) -> Result<Session> {
+        Self::prepare_with(common, how, debug, |opts| Plan::build(specs, opts))
+    }
+
+    /// [`Session::prepare`] for a tool that builds its plan itself (with
+    /// [`Plan::build_indexed`], say) from the options `build` is given.
+    pub fn prepare_with(
+        common: &mut CommonArgs,
+        how: How,
+        debug: bool,
+        build: impl FnOnce(&plan::Options) -> Result<Plan>,
+    ) -> Result<Session> {
+        let marks = Marks::start();
+        process::require_root()?;
+        common.check()?;
+        let stop = Stop::install()?;
+        let plan = build(&plan::Options {
+            pid: common.pid,
+            mode: common.attach_mode,
+            hooks: how.hooks,
+            trampoline: how.trampoline,
+            raw_tracepoints: how.raw_tracepoints,
+        })?;
+        if debug {
+            crate::diag::stderr(&plan.describe());
+        }
+        Session::new(plan, stop, common, debug, marks)
+    }
+
+    /// Attaches the plan to the loaded object and, with `-p`, ends the run when
+    /// that process exits. Returns how many probes are attached.
+    pub fn attach(&mut self, obj: &Object) -> Result<usize> {
+        self.marks.get_mut().attach_start();
+        let attached = self.plan.attach_and_report(obj, self.stop, self.debug)?;
+        self.marks.get_mut().attach_end();
+        let n = attached.probes_attached();
+        self.attached = Some(attached);
+        if let Some(pid) = self.pid {
+            self.stop.watch_pid(pid)?;
+        }
+        self.stop.watch_output();
+        Ok(n)
+    }
+
+    /// The attached probes (after [`Session::attach`]).
+    pub fn attached(&self) -> Option<&Attached> {
+        self.attached.as_ref()
+    }
+
+    /// BCC's start line for `patterns`.
+    pub fn announce<S: AsRef<str>>(&self, patterns: &[S]) -> Result<()> {
+        let n = self.attached.as_ref().map_or(0, Attached::probes_attached);
+        if self.stop.reason() == Some(StopReason::Signal) {
+            // Ctrl-C came while attaching: the run ends now, so no "Tracing
+            // ... Hit Ctrl-C to end" (it said "Tracing 0 functions").
+            let planned = self.plan.probes.len();
+            if n < planned {
+                crate::diag::warn(&format!(
+                    "stopped by a signal while attaching: {n} of {planned} probes were attached"
+                ));
+            }
+            return Ok(());
+        }
+        self.status(&output::banner(n, patterns))
+    }
+
+    /// A status line: stdout with text output, stderr beside JSON.
+    pub fn status(&self, line: &str) -> Result<()> {
+        output::status(self.json, line)
+    }
+
+    /// When tracing began: the end of attaching (now, before it), which the
+    /// duration and intervals count from.
+    pub fn tracing_since(&self) -> Instant {
+        self.marks
+            .borrow()
+            .attached_at()
+            .unwrap_or_else(Instant::now)
+    }
+
+    /// The summary loop (see [`schedule::run_loop`]).
+    pub fn run(
+        &self,
+        schedule: Schedule,
+        mut summary: impl FnMut(bool) -> Result<()>,
+    ) -> Result<StopReason> {
+        schedule::run_loop(self.tracing_since(), schedule, self.stop, |last| {
+            self.marks.borrow_mut().summary(|| summary(last))
+        })
+    }
+
+    /// The summary loop, calling `poll(timeout)` while waiting (a ring buffer).
+    pub fn run_polling(
+        &self,
+        schedule: Schedule,
+        mut poll: impl FnMut(std::time::Duration),
+        mut summary: impl FnMut(bool) -> Result<()>,
+    ) -> Result<StopReason> {
+        schedule::run_loop_with(
+            self.tracing_since(),
+            schedule,
+            |deadline: Option<Instant>| self.stop.poll_until(deadline, &mut poll),
+            |last| self.marks.borrow_mut().summary(|| summary(last)),
+        )
+    }
+
+    /// Prints `Detaching...` (unless `quiet`) and detaches everything; then,
+    /// with `--debug` or TRACEKIT_TIMING=1, the `timing:` line (stderr).
+    pub fn finish(mut self, quiet: bool) -> Result<()> {
+        let printed = if quiet {
+            Ok(())
+        } else {
+            self.status("Detaching...")
+        };
+        let t = Instant::now();
+        drop(self.attached.take());
+        if !self.links.is_empty() {
+            let stop = self.stop;
+            stop.detaching(|| self.links.clear());
+        }
+        let marks = self.marks.get_mut();
+        marks.detached(t.elapsed());
+        if self.debug || timing::requested() {
+            crate::diag::stderr(&marks.line());
+        }
+        // POST /stop is answered when nothing is attached any more.
+        for rq in self.stopping.take() {
+            rq.answer(Reply::json(&serde_json::json!({ "stopped": true })));
+        }
+        printed
+    }
+}
+
+/// Tools with fixed programs (no probe pattern; see [`crate::object::trials`]).
+///
+/// ```text
+/// let mut s = Session::fixed(&mut args.common, debug)?;
+/// let ((skel, links), choice) = fixed::choose(GROUPS, |sel| { ... })?;
+/// s.adopt(links)?;
+/// let mut ev = Events::new(...)?;
+/// s.run_events(duration, &mut ev)?;
+/// s.finish(true)
+/// ```
+impl Session {
+    /// The checks of [`Session::prepare`] (privileges, flags, `-p`), the signal
+    /// handlers, and tracefs mounted for classic tracepoints; the plan is empty.
+    pub fn fixed(common: &mut CommonArgs, debug: bool) -> Result<Session> {
+        let marks = Marks::start();
+        process::require_root()?;
+        common.check()?;
+        if common.attach_mode != crate::AttachMode::Auto {
+            bail!("--attach-mode is for tools that trace patterns of functions; this tool picks its programs itself (--debug shows them)");
+        }
+        let stop = Stop::install()?;
+        let plan = Plan::build(
+            &[],
+            &plan::Options {
+                pid: common.pid,
+                ..Default::default()
+            },
+        )?;
+        // Classic tracepoints are attached by the id tracefs gives; a failure
+        // here shows up as the reason those variants did not work.
+        let _ = tracefs::tracefs();
+        Session::new(plan, stop, common, debug, marks)
+    }
+
+    fn new(
+        plan: Plan,
+        stop: &'static Stop,
+        common: &CommonArgs,
+        debug: bool,
+        marks: Marks,
+    ) -> Result<Session> {
+        Ok(Session {
+            plan,
+            stop,
+            json: common.json,
+            debug,
+            pid: common.pid,
+            attached: None,
+            links: Vec::new(),
+            server: crate::run::listen::bind(common)?,
+            stopping: RefCell::new(Vec::new()),
+            marks: RefCell::new(marks),
+        })
+    }
+
+    /// Takes the links of the programs a tool attached itself (detached by
+    /// [`Session::finish`], or when the session is dropped on an error) and, with
+    /// `-p`, ends the run when that process exits.
+    pub fn adopt(&mut self, links: Vec<Link>) -> Result<()> {
+        self.marks
+            .get_mut()
+            .attached_within(timing::total("attach"));
+        self.links.extend(links);
+        // A second signal now waits for the detach (see run::Phase).
+        self.stop.set_phase(Phase::Tracing);
+        if let Some(pid) = self.pid {
+            self.stop.watch_pid(pid)?;
+        }
+        self.stop.watch_output();
+        Ok(())
+    }
+
+    /// Whether `--debug` was given.
+    pub fn debug(&self) -> bool {
+        self.debug
+    }
+
+    /// Serves `events` until a signal, the end of `duration`, or the `-p` process
+    /// exits; then handles the records still buffered and reports lost ones.
+    /// An error from a record's handler (a closed stdout) ends the run with it.
+    pub fn run_events(
+        &self,
+        duration: Option<std::time::Duration>,
+        events: &mut Events,
+    ) -> Result<StopReason> {
+        self.run_events_served(duration, events, None)
+    }
+
+    /// [`Session::run_events`] answering `--listen` requests from `tool`.
+    pub fn run_events_served(
+        &self,
+        duration: Option<std::time::Duration>,
+        events: &mut Events,
+        mut tool: Option<&mut dyn Served>,
+    ) -> Result<StopReason> {
+        // Shorter with a server: requests are answered between polls.
+        let slice = if self.server.is_some() {
+            crate::run::listen::SLICE
+        } else {
+            std::time::Duration::from_millis(100)
+        };
+        let end = duration.map(|d| self.tracing_since() + d);
+        let why = loop {
+            if let Some(r) = self.stop.reason() {
+                break r;
+            }
+            let left = match end {
+                Some(e) => e.saturating_duration_since(Instant::now()),
+                None => slice,
+            };
+            if left.is_zero() {
+                break StopReason::Duration;
+            }
+            events.poll(left.min(slice))?;
+            events.report_lost(false)?;
+            if let (Some(server), Some(tool)) = (&self.server, tool.as_deref_mut()) {
+                while let Some(rq) = server.next(None) {
+                    let lost = events.lost_total();
+                    self.handle(rq, tool, Some(lost));
+                }
+            }
+        };
+        events.drain()?;
+        events.report_lost(true)?;
+        Ok(why)
+    }
+}

@@ -1,0 +1,729 @@
+//! `--listen`: a small blocking HTTP server beside a tool's run loop.
+//!
+//! `GET /metrics` (Prometheus / OpenMetrics), `GET /summary` (the `--json`
+//! object of the next summary), `POST /stop` (final summary, detach, exit 0) and
+//! `POST /reset` (zero what the next summary counts from).
+//!
+//! Connections are read by their own threads (at most [`MAX_CONNECTIONS`], each
+//! with a deadline and a bounded request head); only a well-formed, authorised
+//! request reaches the tool's thread, which answers it between waits of its run
+//! loop ([`crate::run::session::Session::run_served`]). So a slow, hostile or broken
+//! client gets a 4xx (or 503) from its connection thread and never stops or
+//! slows the tracing. The parser is `httparse` (hyper's); tiny_http 0.12 was
+//! not used: it has no read timeouts, no bound on a header line, and a thread
+//! per connection without a cap.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::diag::{escape, warn};
+use crate::serve::metrics::Metrics;
+
+/// Connections served at once; more are answered 503 and closed.
+pub const MAX_CONNECTIONS: usize = 16;
+/// Largest request head (request line and headers).
+pub const MAX_HEAD: usize = 8192;
+/// Time a client has to send its request head, and to take the answer.
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Requests waiting for the tool's thread; more are answered 503.
+const QUEUE: usize = 8;
+/// Longest wait for the tool's answer (a /stop answers after detaching).
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The tools that serve `--listen` (the flag is common; others refuse it).
+const SERVING: &[&str] = &[
+    "funccount",
+    "funclatency",
+    "vfsreadlat",
+    "disksnoop",
+    "urandomread",
+    "stackcount",
+];
+
+/// What a tool gives its server: its metrics and summaries, read when asked.
+pub trait Served {
+    /// Prints the summary of an interval, or the final one (`last`), as the tool
+    /// does without `--listen`; it then counts from zero.
+    fn print(&mut self, last: bool) -> Result<()>;
+    /// The tool's metrics, cumulative since start (never reset by `-i` or
+    /// `/reset`), read now.
+    fn metrics(&mut self, m: &mut Metrics) -> Result<()>;
+    /// The `--json` object the next summary would print, without consuming it.
+    fn summary(&mut self) -> Result<serde_json::Value>;
+    /// Zeroes what the next summary counts from.
+    fn reset(&mut self) -> Result<()>;
+    /// `GET /stacks`: folded stacks since the start (stackcount); None: 404.
+    fn folded(&mut self) -> Option<Result<String>> {
+        None
+    }
+}
+
+/// `--listen ADDR:PORT`: `:PORT` binds 127.0.0.1; ADDR may be a name
+/// (`localhost:9435`) or an IPv6 address in brackets (`[::1]:9435`).
+pub fn parse_listen(s: &str) -> std::result::Result<SocketAddr, String> {
+    let bad = |why: &str| format!("'{}' is not ADDR:PORT or :PORT ({why})", escape(s));
+    let t = s.trim();
+    if let Some(port) = t.strip_prefix(':') {
+        let port: u16 = port.parse().map_err(|_| bad("bad port"))?;
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    if let Ok(a) = t.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    if !t.contains(':') {
+        return Err(bad("no port"));
+    }
+    match t.to_socket_addrs() {
+        Ok(mut addrs) => addrs.next().ok_or_else(|| bad("the name has no address")),
+        Err(e) => Err(bad(&e.to_string())),
+    }
+}
+
+/// Reads `--listen-token FILE`: its content without surrounding whitespace. Only
+/// a regular file of at most [`TOKEN_MAX`] bytes: a FIFO would block the start,
+/// /dev/zero would fill the memory.
+pub fn read_token(path: &Path) -> Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let what = || format!("reading the --listen-token file {}", path.display());
+    let file = std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .with_context(what)?;
+    if !file.metadata().with_context(what)?.is_file() {
+        bail!(
+            "the --listen-token file {} is not a regular file",
+            path.display()
+        );
+    }
+    let mut bytes = Vec::new();
+    file.take(TOKEN_MAX + 1)
+        .read_to_end(&mut bytes)
+        .with_context(what)?;
+    if bytes.len() as u64 > TOKEN_MAX {
+        bail!(
+            "the --listen-token file {} is over {TOKEN_MAX} bytes: it holds one token",
+            path.display()
+        );
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("the --listen-token file {} is not text", path.display()))?;
+    let token = text.trim().to_string();
+    if token.is_empty() {
+        bail!("the --listen-token file {} is empty", path.display());
+    }
+    if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        bail!(
+            "the --listen-token file {} must hold one token (no spaces inside)",
+            path.display()
+        );
+    }
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(md) = std::fs::metadata(path) {
+        if md.permissions().mode() & 0o077 != 0 {
+            warn(&format!(
+                "the --listen-token file {} is readable by other users (chmod 600 it)",
+                path.display()
+            ));
+        }
+    }
+    Ok(token)
+}
+
+/// The largest --listen-token file read.
+const TOKEN_MAX: u64 = 4096;
+
+/// Refuses `--listen` in a tool that does not serve it.
+pub fn check_tool(tool: &str) -> Result<()> {
+    if !SERVING.contains(&tool) {
+        bail!(
+            "--listen is not supported by {tool} (it is by {})",
+            SERVING.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// The endpoints the tool's thread answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    Metrics,
+    Summary,
+    Stop,
+    Reset,
+    Stacks,
+}
+
+/// An answer: status, content type, body.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn ok(content_type: &'static str, body: String) -> Reply {
+        Reply {
+            status: 200,
+            content_type,
+            body,
+        }
+    }
+
+    pub fn json(v: &serde_json::Value) -> Reply {
+        Reply::ok("application/json", format!("{v}\n"))
+    }
+
+    pub fn error(status: u16, msg: &str) -> Reply {
+        Reply {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            body: format!("{msg}\n"),
+        }
+    }
+}
+
+/// A request for the tool's thread, answered with [`Request::answer`].
+pub struct Request {
+    pub route: Route,
+    reply: SyncSender<(Reply, SyncSender<()>)>,
+}
+
+impl Request {
+    /// Sends the answer and waits (briefly) until it is written, so that an
+    /// answer given just before the process exits reaches the client.
+    pub fn answer(self, reply: Reply) {
+        let (done, written) = mpsc::sync_channel(1);
+        if self.reply.send((reply, done)).is_ok() {
+            let _ = written.recv_timeout(Duration::from_secs(2));
+        }
+    }
+}
+
+/// The listening server; requests arrive through [`Server::next`].
+pub struct Server {
+    rx: Receiver<Request>,
+    addr: SocketAddr,
+}
+
+impl Server {
+    /// Binds `addr` and starts accepting. Without `token`, POST answers only
+    /// on loopback. A non-loopback address gets a one-line warning.
+    pub fn start(addr: SocketAddr, token: Option<String>) -> Result<Server> {
+        let listener =
+            TcpListener::bind(addr).with_context(|| format!("--listen {addr}: binding"))?;
+        let addr = listener.local_addr().context("--listen: local address")?;
+        if !addr.ip().is_loopback() {
+            warn(&format!(
+                "--listen {addr} is not a loopback address: /metrics and /summary are open to the network; \
+                 POST /stop and /reset {}",
+                if token.is_some() {
+                    "need the --listen-token"
+                } else {
+                    "are refused from other hosts (give --listen-token FILE to allow them)"
+                }
+            ));
+        }
+        let (tx, rx) = mpsc::sync_channel(QUEUE);
+        let token: Option<Arc<str>> = token.map(Into::into);
+        let active = Arc::new(AtomicUsize::new(0));
+        thread::Builder::new()
+            .name("listen".into())
+            .spawn(move || accept(listener, tx, token, active))
+            .context("--listen: starting the server thread")?;
+        Ok(Server { rx, addr })
+    }
+
+    /// The bound address (the port, when 0 was asked for).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The next request, waiting up to `timeout` (none: do not wait).
+    pub fn next(&self, timeout: Option<Duration>) -> Option<Request> {
+        match timeout {
+            Some(t) => self.rx.recv_timeout(t).ok(),
+            None => self.rx.try_recv().ok(),
+        }
+    }
+}
+
+fn accept(
+    listener: TcpListener,
+    tx: SyncSender<Request>,
+    token: Option<Arc<str>>,
+    active: Arc<AtomicUsize>,
+) {
+    for stream in listener.incoming() {
+        let Ok(mut stream) = stream else {
+            // EMFILE and the like: give the system a moment rather than spin.
+            thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+            active.fetch_sub(1, Ordering::SeqCst);
+            let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+            // Answered without lingering: the accept thread must not wait on it.
+            let _ = stream.write_all(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n",
+            );
+            // What the client has sent is read before the close: closing with
+            // unread data sends a reset, and the client saw ECONNRESET, not
+            // the 503. Only what has arrived, without waiting.
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+            if stream.set_nonblocking(true).is_ok() {
+                let mut sink = [0u8; 4096];
+                while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
+            }
+            continue;
+        }
+        let (tx, token, guard) = (tx.clone(), token.clone(), Active(active.clone()));
+        let spawned = thread::Builder::new()
+            .name("listen-conn".into())
+            .spawn(move || {
+                let _guard = guard;
+                connection(stream, &tx, token.as_deref());
+            });
+        if spawned.is_err() {
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Counts a connection as active until dropped.
+struct Active(Arc<AtomicUsize>);
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// What the connection thread decided about a request head.
+#[derive(Debug, PartialEq, Eq)]
+enum Verdict {
+    /// For the tool's thread; `head`: a HEAD request (no body in the answer).
+    Forward(Route, bool),
+    /// Answered here.
+    Answer(u16, String, Vec<(&'static str, &'static str)>),
+}
+
+fn connection(mut s: TcpStream, tx: &SyncSender<Request>, token: Option<&str>) {
+    let peer = s.peer_addr().ok();
+    let _ = s.set_write_timeout(Some(CLIENT_TIMEOUT));
+    let verdict = match read_head(&mut s) {
+        Ok(head) => judge(&head, peer.map(|p| p.ip()), token),
+        Err(Some(v)) => v,
+        Err(None) => return, // closed before sending anything
+    };
+    match verdict {
+        Verdict::Answer(status, msg, headers) => {
+            write_reply(&mut s, &Reply::error(status, &msg), &headers, false);
+        }
+        Verdict::Forward(route, head) => {
+            let (reply_tx, reply_rx) = mpsc::sync_channel(1);
+            let rq = Request {
+                route,
+                reply: reply_tx,
+            };
+            match tx.try_send(rq) {
+                Ok(()) => {}
+                Err(TrySendError::Full(_)) => {
+                    write_reply(&mut s, &Reply::error(503, "busy: try again"), &[], false);
+                    return;
+                }
+                Err(TrySendError::Disconnected(_)) => {
+                    write_reply(&mut s, &Reply::error(503, "stopping"), &[], false);
+                    return;
+                }
+            }
+            match reply_rx.recv_timeout(ANSWER_TIMEOUT) {
+                Ok((reply, done)) => {
+                    write_reply(&mut s, &reply, &[], head);
+                    let _ = done.send(());
+                }
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
+                    write_reply(&mut s, &Reply::error(503, "no answer"), &[], false);
+                }
+            }
+        }
+    }
+}
+
+/// Reads the request head (up to the blank line) within [`CLIENT_TIMEOUT`] and
+/// [`MAX_HEAD`] bytes. Err(Some(answer)) for a client that is too slow or too
+/// big; Err(None) for one that closed without a request.
+fn read_head(s: &mut TcpStream) -> std::result::Result<Vec<u8>, Option<Verdict>> {
+    let deadline = Instant::now() + CLIENT_TIMEOUT;
+    let mut buf = Vec::with_capacity(512);
+    let mut chunk = [0u8; 2048];
+    loop {
+        if let Some(end) = find_blank_line(&buf) {
+            buf.truncate(end);
+            return Ok(buf);
+        }
+        if buf.len() >= MAX_HEAD {
+            return Err(Some(answer(431, "request head too large")));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Some(answer(408, "request not received in time")));
+        }
+        let _ = s.set_read_timeout(Some(left));
+        let room = (MAX_HEAD + 4 - buf.len()).min(chunk.len());
+        match s.read(&mut chunk[..room]) {
+            Ok(0) if buf.is_empty() => return Err(None),
+            Ok(0) => return Err(Some(answer(400, "incomplete request"))),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Err(Some(answer(408, "request not received in time")))
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => return Err(None),
+        }
+    }
+}
+
+/// The end of the head: its blank line, CRLF or a bare LF (RFC 9112 2.2: a
+/// recipient may take LF alone as a line end; httparse does).
+fn find_blank_line(buf: &[u8]) -> Option<usize> {
+    let crlf = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
+    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
+    match (crlf, lf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Whether the request line ends in a well-formed version other than 1.0 and
+/// 1.1 (HTTP/2.0, HTTP/9.9): a 505, where garbage there is a 400.
+fn is_other_http_version(head: &[u8]) -> bool {
+    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let version = line.rsplit(|&b| b == b' ').next().unwrap_or_default();
+    match version.strip_prefix(b"HTTP/") {
+        Some([major, b'.', minor]) => major.is_ascii_digit() && minor.is_ascii_digit(),
+        Some([major]) => major.is_ascii_digit(),
+        _ => false,
+    }
+}
+
+fn answer(status: u16, msg: &str) -> Verdict {
+    Verdict::Answer(status, msg.to_string(), Vec::new())
+}
+
+/// Routes a request head and checks its authority. Every refusal is a 4xx.
+fn judge(head: &[u8], peer: Option<IpAddr>, token: Option<&str>) -> Verdict {
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return answer(400, "malformed request"),
+        Err(httparse::Error::TooManyHeaders) => return answer(431, "too many headers"),
+        Err(httparse::Error::Version) if is_other_http_version(head) => {
+            return answer(505, "only HTTP/1.0 and HTTP/1.1 are served")
+        }
+        Err(_) => return answer(400, "malformed request"),
+    }
+    let (Some(method), Some(target)) = (req.method, req.path) else {
+        return answer(400, "malformed request");
+    };
+    let header = |name: &str| {
+        req.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    };
+    // No endpoint takes a body; refusing them keeps the reading bounded.
+    if header("transfer-encoding").is_some() {
+        return answer(411, "no request body is accepted");
+    }
+    let lengths: Vec<&[u8]> = req
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("content-length"))
+        .map(|h| h.value)
+        .collect();
+    if lengths.len() > 1 {
+        // Two lengths are how requests are smuggled (RFC 9112 6.3).
+        return answer(400, "more than one Content-Length");
+    }
+    if let Some(len) = lengths.first() {
+        // Digits only (RFC 9110 8.6): "-5" or "+5" is a malformed request, not
+        // a body too large.
+        let len = std::str::from_utf8(len).ok().map(str::trim);
+        match len.filter(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit())) {
+            None => return answer(400, "malformed Content-Length"),
+            Some(l) if l.bytes().any(|b| b != b'0') => {
+                return answer(413, "no request body is accepted")
+            }
+            Some(_) => {}
+        }
+    }
+    // The absolute form (http://host:port/metrics) names the same resource.
+    let target = match target.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("http") => {
+            rest.find('/').map_or("/", |i| &rest[i..])
+        }
+        _ => target,
+    };
+    let path = target.split(['?', '#']).next().unwrap_or("");
+    let get = matches!(method, "GET" | "HEAD");
+    let allow = |allowed: &'static str| {
+        Verdict::Answer(
+            405,
+            format!("{path} answers {allowed} only"),
+            vec![("Allow", allowed)],
+        )
+    };
+    let route = match path {
+        "/metrics" | "/summary" | "/stacks" if !get => return allow("GET, HEAD"),
+        "/metrics" => Route::Metrics,
+        "/summary" => Route::Summary,
+        "/stacks" => Route::Stacks,
+        "/stop" | "/reset" if method != "POST" => return allow("POST"),
+        "/stop" => Route::Stop,
+        "/reset" => Route::Reset,
+        "/" if get => {
+            return Verdict::Answer(
+                200,
+                "tracekit: GET /metrics, GET /summary, POST /stop, POST /reset".to_string(),
+                Vec::new(),
+            )
+        }
+        _ => {
+            return answer(
+                404,
+                "no such endpoint (GET /metrics, GET /summary, POST /stop, POST /reset)",
+            )
+        }
+    };
+    if matches!(route, Route::Stop | Route::Reset) {
+        match token {
+            Some(t) => {
+                if !bearer_matches(header("authorization"), t) {
+                    return Verdict::Answer(
+                        401,
+                        "POST needs Authorization: Bearer <token>".to_string(),
+                        vec![("WWW-Authenticate", "Bearer")],
+                    );
+                }
+            }
+            None => {
+                if !peer.is_some_and(is_loopback) {
+                    return answer(
+                        403,
+                        "POST is accepted only from loopback (the tool has no --listen-token)",
+                    );
+                }
+            }
+        }
+    }
+    Verdict::Forward(route, method == "HEAD")
+}
+
+fn is_loopback(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    }
+}
+
+/// `Authorization: Bearer <token>`, compared in constant time.
+fn bearer_matches(value: Option<&[u8]>, token: &str) -> bool {
+    let Some(v) = value else { return false };
+    let v = v.trim_ascii();
+    if v.len() < 7 || !v[..7].eq_ignore_ascii_case(b"bearer ") {
+        return false;
+    }
+    let given = v[7..].trim_ascii();
+    let want = token.as_bytes();
+    given.len() == want.len() && given.iter().zip(want).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        411 => "Length Required",
+        413 => "Content Too Large",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        505 => "HTTP Version Not Supported",
+        _ => "Service Unavailable",
+    }
+}
+
+/// Writes the answer (one request per connection) and closes.
+fn write_reply(s: &mut TcpStream, r: &Reply, extra: &[(&str, &str)], head_only: bool) {
+    let mut out = format!(
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        r.status,
+        reason(r.status),
+        r.content_type,
+        r.body.len()
+    );
+    for (k, v) in extra {
+        out.push_str(&format!("{k}: {v}\r\n"));
+    }
+    out.push_str("\r\n");
+    if !head_only {
+        out.push_str(&r.body);
+    }
+    let _ = s.write_all(out.as_bytes());
+    let _ = s.flush();
+    let _ = s.shutdown(Shutdown::Write);
+    // Let the client read the answer before the close resets the connection
+    // (it may still be sending an oversized head): drain briefly.
+    let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+    let mut sink = [0u8; 4096];
+    let until = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < until {
+        match s.read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn j(head: &str, peer: &str, token: Option<&str>) -> Verdict {
+        judge(head.as_bytes(), Some(peer.parse().unwrap()), token)
+    }
+
+    #[test]
+    fn heads_as_clients_send_them() {
+        // A head ended by bare LFs is complete (it waited 5 s for a CRLF, then 408).
+        let lf = b"GET /metrics HTTP/1.1\nHost: x\n\n";
+        assert_eq!(find_blank_line(lf), Some(lf.len()));
+        assert_eq!(find_blank_line(b"GET / HTTP/1.1\r\n\r\nrest"), Some(18));
+        assert_eq!(find_blank_line(b"GET / HTTP/1.1\r\nHost: x\r\n"), None);
+        assert_eq!(
+            j("GET /metrics HTTP/1.1\nHost: x\n\n", "127.0.0.1", None),
+            Verdict::Forward(Route::Metrics, false)
+        );
+        // The absolute form names the same endpoint (it was a 404).
+        assert_eq!(
+            j(
+                "GET http://x:9435/summary?y HTTP/1.1\r\n\r\n",
+                "127.0.0.1",
+                None
+            ),
+            Verdict::Forward(Route::Summary, false)
+        );
+        // Two lengths are refused, even if one is 0 (POST /reset took them).
+        assert!(matches!(
+            j(
+                "POST /reset HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 5\r\n\r\n",
+                "127.0.0.1",
+                None
+            ),
+            Verdict::Answer(400, ..)
+        ));
+    }
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(
+            parse_listen(":9435").unwrap(),
+            "127.0.0.1:9435".parse().unwrap()
+        );
+        assert_eq!(
+            parse_listen("0.0.0.0:80").unwrap(),
+            "0.0.0.0:80".parse().unwrap()
+        );
+        assert_eq!(parse_listen("[::1]:9").unwrap(), "[::1]:9".parse().unwrap());
+        assert!(parse_listen("9435").is_err());
+        assert!(parse_listen(":x").is_err());
+        assert!(parse_listen(":70000").is_err());
+    }
+
+    #[test]
+    fn routes_and_refusals() {
+        let get = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+        assert_eq!(
+            j(get, "10.0.0.1", None),
+            Verdict::Forward(Route::Metrics, false)
+        );
+        let stop = "POST /stop HTTP/1.1\r\nHost: x\r\n\r\n";
+        assert_eq!(
+            j(stop, "127.0.0.1", None),
+            Verdict::Forward(Route::Stop, false)
+        );
+        assert!(matches!(
+            j(stop, "10.0.0.1", None),
+            Verdict::Answer(403, ..)
+        ));
+        assert!(matches!(
+            j(stop, "127.0.0.1", Some("s3")),
+            Verdict::Answer(401, ..)
+        ));
+        let authed = "POST /reset?x HTTP/1.1\r\nauthorization: Bearer s3\r\n\r\n";
+        assert_eq!(
+            j(authed, "10.0.0.1", Some("s3")),
+            Verdict::Forward(Route::Reset, false)
+        );
+        let wrong = "POST /reset HTTP/1.1\r\nAuthorization: Bearer s4\r\n\r\n";
+        assert!(matches!(
+            j(wrong, "127.0.0.1", Some("s3")),
+            Verdict::Answer(401, ..)
+        ));
+        assert!(matches!(
+            j("GET /stop HTTP/1.1\r\n\r\n", "127.0.0.1", None),
+            Verdict::Answer(405, ..)
+        ));
+        assert!(matches!(
+            j("GET /x HTTP/1.1\r\n\r\n", "127.0.0.1", None),
+            Verdict::Answer(404, ..)
+        ));
+        assert!(matches!(
+            j("BLAH\r\n\r\n", "127.0.0.1", None),
+            Verdict::Answer(400, ..)
+        ));
+        let body = "POST /stop HTTP/1.1\r\nContent-Length: 5\r\n\r\n";
+        assert!(matches!(
+            j(body, "127.0.0.1", None),
+            Verdict::Answer(413, ..)
+        ));
+        for bad in ["-5", "+5", "5x", ""] {
+            let head = format!("POST /stop HTTP/1.1\r\nContent-Length: {bad}\r\n\r\n");
+            assert!(
+                matches!(j(&head, "127.0.0.1", None), Verdict::Answer(400, ..)),
+                "{bad}"
+            );
+        }
+        let none = "POST /stop HTTP/1.1\r\nContent-Length: 00\r\n\r\n";
+        assert_eq!(
+            j(none, "127.0.0.1", None),
+            Verdict::Forward(Route::Stop, false)
+        );
+        for (version, status) in [("HTTP/9.9", 505), ("HTTP/2", 505), ("HTTQ/1.1", 400)] {
+            let head = format!("GET /metrics {version}\r\n\r\n");
+            assert!(
+                matches!(j(&head, "127.0.0.1", None), Verdict::Answer(s, ..) if s == status),
+                "{version}"
+            );
+        }
+        assert!(is_loopback("::ffff:127.0.0.1".parse().unwrap()));
+    }
+}

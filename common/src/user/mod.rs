@@ -1,0 +1,8 @@
+//! What user binaries offer: ELF files and their symbols, debug files and build
+//! IDs, user-function and USDT targets, IFUNC resolution, and the instruction
+//! decoder that checks where a uprobe may go.
+
+pub mod elf;
+pub mod ifunc;
+pub mod insn;
+pub mod targets;
