@@ -119,296 +119,294 @@ fn fds_needed(plan: &Plan, loaded: &HashSet<ProgKind>) -> usize {
     n
 }
 
-impl Plan {
-    /// Attaches every probe to the loaded object's programs. Stops early (keeping
-    /// what is attached, for the caller to drop) when `stop` is raised.
-    pub fn attach(&self, obj: &Object, stop: &Stop) -> Result<Attached> {
-        let loaded: HashSet<ProgKind> = obj
-            .progs()
-            .filter(|p| p.autoload())
-            .filter_map(|p| p.section().to_str().and_then(ProgKind::of))
-            .collect();
-        crate::sys::fds::check_fd_limit(fds_needed(self, &loaded), self.fd_reserve)?;
-        stop.set_phase(Phase::Attaching);
-        let out = self.attach_all(obj, stop);
-        stop.set_phase(Phase::Tracing);
-        out
-    }
+/// Attaches every probe to the loaded object's programs. Stops early (keeping
+/// what is attached, for the caller to drop) when `stop` is raised.
+pub fn attach(plan: &Plan, obj: &Object, stop: &Stop) -> Result<Attached> {
+    let loaded: HashSet<ProgKind> = obj
+        .progs()
+        .filter(|p| p.autoload())
+        .filter_map(|p| p.section().to_str().and_then(ProgKind::of))
+        .collect();
+    crate::sys::fds::check_fd_limit(fds_needed(plan, &loaded), plan.fd_reserve)?;
+    stop.set_phase(Phase::Attaching);
+    let out = attach_all(plan, obj, stop);
+    stop.set_phase(Phase::Tracing);
+    out
+}
 
-    fn attach_all(&self, obj: &Object, stop: &Stop) -> Result<Attached> {
-        // The loaded ones: a kind the plan did not load is not attached.
-        let mut progs: BTreeMap<ProgKind, ProgramMut> = BTreeMap::new();
-        for p in obj.progs_mut().filter(|p| p.autoload()) {
-            if let Some(kind) = p.section().to_str().and_then(ProgKind::of) {
-                progs.insert(kind, p);
+fn attach_all(plan: &Plan, obj: &Object, stop: &Stop) -> Result<Attached> {
+    // The loaded ones: a kind the plan did not load is not attached.
+    let mut progs: BTreeMap<ProgKind, ProgramMut> = BTreeMap::new();
+    for p in obj.progs_mut().filter(|p| p.autoload()) {
+        if let Some(kind) = p.section().to_str().and_then(ProgKind::of) {
+            progs.insert(kind, p);
+        }
+    }
+    let prog = |k: ProgKind| {
+        progs
+            .get(&k)
+            .with_context(|| format!("internal error: no loaded program for {k:?} probes"))
+    };
+    let mut out = Attached::new(plan.probes.len());
+    out.skipped.extend(plan.skipped.iter().cloned());
+    if stop.is_set() {
+        return Ok(out); // stopped before attaching began
+    }
+    let pid = plan.pid;
+
+    let kernel: Vec<(usize, &KernelFunc)> = plan
+        .probes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| match &p.site {
+            Site::Kernel(f) => Some((i, f)),
+            _ => None,
+        })
+        .collect();
+    if let Some(via) = plan.kernel_via {
+        for (n, &kind) in ProgKind::for_via(via, true, plan.hooks).iter().enumerate() {
+            let sites = later_hook_sites(&kernel, n, &out);
+            let (p, hook) = (prog(kind)?, kind.hook());
+            match via {
+                Via::Session | Via::Multi => {
+                    links::kprobe_multi(p, hook, &sites, stop, &mut out)?
+                }
+                Via::Single => links::kprobes(p, hook, &sites, stop, &mut out),
+                Via::Trampoline => links::trampoline(p, &sites, &mut out),
             }
         }
-        let prog = |k: ProgKind| {
-            progs
-                .get(&k)
-                .with_context(|| format!("internal error: no loaded program for {k:?} probes"))
-        };
-        let mut out = Attached::new(self.probes.len());
-        out.skipped.extend(self.skipped.iter().cloned());
-        if stop.is_set() {
-            return Ok(out); // stopped before attaching began
+        if plan.kernel_by_name && !stop.is_set() {
+            not_attached_by_name(&kernel, &out)?;
         }
-        let pid = self.pid;
+    }
 
-        let kernel: Vec<(usize, &KernelFunc)> = self
-            .probes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| match &p.site {
-                Site::Kernel(f) => Some((i, f)),
-                _ => None,
-            })
-            .collect();
-        if let Some(via) = self.kernel_via {
-            for (n, &kind) in ProgKind::for_via(via, true, self.hooks).iter().enumerate() {
-                let sites = later_hook_sites(&kernel, n, &out);
+    let mut by_binary: BTreeMap<&PathBuf, Vec<(usize, links::UserSite)>> = BTreeMap::new();
+    for (i, p) in plan.probes.iter().enumerate() {
+        if let Site::User { binary, func } = &p.site {
+            by_binary
+                .entry(binary)
+                .or_default()
+                .push((i, (i, &func.name, func.offset)));
+        }
+    }
+    if let Some(via) = plan.user_via {
+        // Only runs that may make tracefs groups read uprobe_events: others
+        // have no name to clear, and need not wait on the kernel's
+        // event_mutex.
+        if via == Via::Single && !perf_uprobes() && !by_binary.is_empty() {
+            links::remove_stale_uprobe_events();
+        }
+        let index = obj.maps().find(|m| m.name() == "uprobe_groups");
+        // Hooks go in tracefs uprobe groups (fast to detach) where the
+        // object can tell the functions of a group apart (its uprobe_groups
+        // map for entries; returns paired with their entries by stack
+        // pointer: trace, funclatency), or need not (entries only).
+        let may_group = |hook| {
+            !perf_uprobes()
+                && (index.is_some()
+                    || (hook == Hook::Entry && plan.hooks == crate::probe::mode::Hooks::Entry))
+        };
+        for (binary, sites) in by_binary {
+            for (n, &kind) in ProgKind::for_via(via, false, plan.hooks).iter().enumerate() {
+                let sites: Vec<links::UserSite> = later_hook_sites(&sites, n, &out)
+                    .into_iter()
+                    .map(|(_, s)| s)
+                    .collect();
                 let (p, hook) = (prog(kind)?, kind.hook());
                 match via {
-                    Via::Session | Via::Multi => {
-                        links::kprobe_multi(p, hook, &sites, stop, &mut out)?
-                    }
-                    Via::Single => links::kprobes(p, hook, &sites, stop, &mut out),
-                    Via::Trampoline => links::trampoline(p, &sites, &mut out),
-                }
-            }
-            if self.kernel_by_name && !stop.is_set() {
-                not_attached_by_name(&kernel, &out)?;
-            }
-        }
-
-        let mut by_binary: BTreeMap<&PathBuf, Vec<(usize, links::UserSite)>> = BTreeMap::new();
-        for (i, p) in self.probes.iter().enumerate() {
-            if let Site::User { binary, func } = &p.site {
-                by_binary
-                    .entry(binary)
-                    .or_default()
-                    .push((i, (i, &func.name, func.offset)));
-            }
-        }
-        if let Some(via) = self.user_via {
-            // Only runs that may make tracefs groups read uprobe_events: others
-            // have no name to clear, and need not wait on the kernel's
-            // event_mutex.
-            if via == Via::Single && !perf_uprobes() && !by_binary.is_empty() {
-                links::remove_stale_uprobe_events();
-            }
-            let index = obj.maps().find(|m| m.name() == "uprobe_groups");
-            // Hooks go in tracefs uprobe groups (fast to detach) where the
-            // object can tell the functions of a group apart (its uprobe_groups
-            // map for entries; returns paired with their entries by stack
-            // pointer: trace, funclatency), or need not (entries only).
-            let may_group = |hook| {
-                !perf_uprobes()
-                    && (index.is_some()
-                        || (hook == Hook::Entry && self.hooks == crate::probe::mode::Hooks::Entry))
-            };
-            for (binary, sites) in by_binary {
-                for (n, &kind) in ProgKind::for_via(via, false, self.hooks).iter().enumerate() {
-                    let sites: Vec<links::UserSite> = later_hook_sites(&sites, n, &out)
-                        .into_iter()
-                        .map(|(_, s)| s)
-                        .collect();
-                    let (p, hook) = (prog(kind)?, kind.hook());
-                    match via {
-                        Via::Single if may_group(hook) => {
-                            let rest = links::uprobe_groups(
-                                p,
-                                hook,
-                                index.as_ref(),
-                                pid,
-                                binary,
-                                &sites,
-                                stop,
-                                &mut out,
-                            );
-                            if !rest.is_empty() {
-                                links::uprobes(p, hook, pid, binary, &rest, stop, &mut out);
-                            }
-                        }
-                        Via::Single => links::uprobes(p, hook, pid, binary, &sites, stop, &mut out),
-                        _ => links::uprobe_multi(p, hook, pid, binary, &sites, stop, &mut out),
-                    }
-                }
-            }
-        }
-
-        let tps: Vec<(usize, &Tracepoint, &str)> = self
-            .probes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| match &p.site {
-                Site::Tracepoint(t) => Some((i, t, p.label.as_str())),
-                _ => None,
-            })
-            .collect();
-        if !tps.is_empty() {
-            self.attach_tracepoints(&progs, &tps, obj, stop, &mut out)?;
-        }
-
-        let usdts: Vec<(usize, &std::path::Path, &str, &str)> = self
-            .probes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| match &p.site {
-                Site::Usdt { binary, probe } => Some((
-                    i,
-                    binary.as_path(),
-                    probe.provider.as_str(),
-                    probe.name.as_str(),
-                )),
-                _ => None,
-            })
-            .collect();
-        if !usdts.is_empty() {
-            links::usdts(prog(ProgKind::Usdt)?, pid, &usdts, stop, &mut out);
-        }
-
-        // A -p process that exited during the attach fails the probes after it
-        // (ESRCH): say that, not the first reason in the list of skips.
-        if let Some(pid) = pid.filter(|&p| crate::sys::process::exited(p)) {
-            bail!("no process with PID {pid}: it exited while the probes were being attached");
-        }
-        if out.probes_attached() == 0 && !stop.is_set() {
-            match out.skipped.first() {
-                Some(s) => bail!("nothing could be attached: {}: {}", s.label, s.reason),
-                None => bail!("nothing to attach"),
-            }
-        }
-        Ok(out)
-    }
-
-    /// Tracepoints: syscall events through the raw sys_enter/sys_exit links, other
-    /// tracepoints through raw tracepoint links, where the object has those
-    /// programs loaded; perf-event tracepoints for the rest and for any that the
-    /// kernel refuses as raw tracepoints (before Linux 6.10, say).
-    fn attach_tracepoints(
-        &self,
-        progs: &BTreeMap<ProgKind, ProgramMut>,
-        tps: &[(usize, &Tracepoint, &str)],
-        obj: &Object,
-        stop: &Stop,
-        out: &mut Attached,
-    ) -> Result<()> {
-        let mut syscalls = Vec::new();
-        let mut raw = Vec::new();
-        let mut clones = Vec::new();
-        let mut perf = Vec::new();
-        let cookie_program = progs.get(&ProgKind::RawTracepoint);
-        // Probe i on the nth clone of the cookie-less program when slots[n] is i
-        // (slots ascending).
-        let slots = if progs.contains_key(&ProgKind::RawTracepointClone) {
-            self.raw_tp_clones()
-        } else {
-            Vec::new()
-        };
-        for &(i, t, label) in tps {
-            let raw_ok = self.raw_attachable.get(i).copied().unwrap_or(false);
-            let sys = syscall_event(t).filter(|(exit, _)| {
-                progs.contains_key(if *exit {
-                    &ProgKind::SyscallExit
-                } else {
-                    &ProgKind::SyscallEnter
-                })
-            });
-            if let Some((exit, nr)) = sys {
-                syscalls.push(links::SyscallSite { probe: i, nr, exit });
-            } else if cookie_program.is_some() && raw_ok {
-                raw.push((i, t, label));
-            } else if let Ok(slot) = slots.binary_search(&i) {
-                clones.push((slot, (i, t, label)));
-            } else {
-                perf.push((i, t, label));
-            }
-        }
-        if !syscalls.is_empty() && !stop.is_set() {
-            let map = obj
-                .maps()
-                .find(|m| m.name() == "syscall_probes")
-                .context("internal error: the BPF object has no syscall_probes map")?;
-            let refused = links::syscalls(
-                progs.get(&ProgKind::SyscallEnter),
-                progs.get(&ProgKind::SyscallExit),
-                &map,
-                &syscalls,
-                self.remember_syscall_nrs(),
-                out,
-            );
-            for (s, why) in refused {
-                let &(i, t, l) = tps.iter().find(|(i, _, _)| *i == s.probe).expect("a site");
-                // A tool that loads no perf-event program for these (trace,
-                // whose programs are large to verify) skips them.
-                match progs.contains_key(&ProgKind::Tracepoint) {
-                    true => perf.push((i, t, l)),
-                    false => out.skip_why(l, why),
-                }
-            }
-        }
-        if let (Some(prog), false) = (cookie_program, raw.is_empty()) {
-            // Before 6.10 a link takes no cookie: only for a program that
-            // serves every tracepoint alike.
-            let cookie = features::raw_tp_cookie();
-            let sites: Vec<(usize, &str)> =
-                raw.iter().map(|(i, t, _)| (*i, t.event.as_str())).collect();
-            let refused = links::raw_tracepoints(prog, cookie, &sites, stop, out);
-            perf.extend(refused.into_iter().map(|k| raw[k]));
-        }
-        if let (Some(prog), false) = (progs.get(&ProgKind::RawTracepointClone), clones.is_empty()) {
-            let slot_map = obj
-                .maps()
-                .find(|m| m.name() == ".rodata.raw_tp")
-                .context("internal error: the BPF object has no .rodata.raw_tp map")?;
-            let sites: Vec<links::CloneSite> = clones
-                .iter()
-                .map(|&(slot, (i, t, _))| links::CloneSite {
-                    probe: i,
-                    name: &t.event,
-                    slot,
-                })
-                .collect();
-            let slot_map = std::os::fd::AsFd::as_fd(&slot_map);
-            let refused = links::raw_tracepoint_clones(prog, slot_map, &sites, stop, out);
-            perf.extend(refused.into_iter().map(|k| clones[k].1));
-        }
-        if !perf.is_empty() {
-            let sites: Vec<(usize, &str, &str, &str)> = perf
-                .iter()
-                .map(|(i, t, l)| (*i, t.category.as_str(), t.event.as_str(), *l))
-                .collect();
-            match progs.get(&ProgKind::Tracepoint) {
-                Some(prog) => links::tracepoints(prog, &sites, stop, out),
-                // A tool that gave the plan only tracepoints for raw links
-                // (trace) loads no perf-event program for them.
-                None if self.raw_tracepoints != crate::plan::RawTracepoints::No => {
-                    for (_, _, _, label) in sites {
-                        out.skip_why(
-                            label,
-                            "the kernel refused it as a raw tracepoint link".into(),
+                    Via::Single if may_group(hook) => {
+                        let rest = links::uprobe_groups(
+                            p,
+                            hook,
+                            index.as_ref(),
+                            pid,
+                            binary,
+                            &sites,
+                            stop,
+                            &mut out,
                         );
+                        if !rest.is_empty() {
+                            links::uprobes(p, hook, pid, binary, &rest, stop, &mut out);
+                        }
                     }
+                    Via::Single => links::uprobes(p, hook, pid, binary, &sites, stop, &mut out),
+                    _ => links::uprobe_multi(p, hook, pid, binary, &sites, stop, &mut out),
                 }
-                None => bail!("internal error: no loaded program for Tracepoint probes"),
             }
         }
-        Ok(())
     }
 
-    /// [`Plan::attach`], then what every tool reports: with `debug` the links and
-    /// every skipped probe (stderr), else a one-line warning about skipped probes.
-    pub fn attach_and_report(&self, obj: &Object, stop: &Stop, debug: bool) -> Result<Attached> {
-        let attached = self.attach(obj, stop)?;
-        if debug {
-            crate::diag::stderr(&attached.describe());
-        }
-        if let Some(w) = attached.skipped_warning() {
-            warn(&w);
-        }
-        Ok(attached)
+    let tps: Vec<(usize, &Tracepoint, &str)> = plan
+        .probes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| match &p.site {
+            Site::Tracepoint(t) => Some((i, t, p.label.as_str())),
+            _ => None,
+        })
+        .collect();
+    if !tps.is_empty() {
+        attach_tracepoints(plan, &progs, &tps, obj, stop, &mut out)?;
     }
+
+    let usdts: Vec<(usize, &std::path::Path, &str, &str)> = plan
+        .probes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| match &p.site {
+            Site::Usdt { binary, probe } => Some((
+                i,
+                binary.as_path(),
+                probe.provider.as_str(),
+                probe.name.as_str(),
+            )),
+            _ => None,
+        })
+        .collect();
+    if !usdts.is_empty() {
+        links::usdts(prog(ProgKind::Usdt)?, pid, &usdts, stop, &mut out);
+    }
+
+    // A -p process that exited during the attach fails the probes after it
+    // (ESRCH): say that, not the first reason in the list of skips.
+    if let Some(pid) = pid.filter(|&p| crate::sys::process::exited(p)) {
+        bail!("no process with PID {pid}: it exited while the probes were being attached");
+    }
+    if out.probes_attached() == 0 && !stop.is_set() {
+        match out.skipped.first() {
+            Some(s) => bail!("nothing could be attached: {}: {}", s.label, s.reason),
+            None => bail!("nothing to attach"),
+        }
+    }
+    Ok(out)
+}
+
+/// Tracepoints: syscall events through the raw sys_enter/sys_exit links, other
+/// tracepoints through raw tracepoint links, where the object has those
+/// programs loaded; perf-event tracepoints for the rest and for any that the
+/// kernel refuses as raw tracepoints (before Linux 6.10, say).
+fn attach_tracepoints(
+    plan: &Plan,
+    progs: &BTreeMap<ProgKind, ProgramMut>,
+    tps: &[(usize, &Tracepoint, &str)],
+    obj: &Object,
+    stop: &Stop,
+    out: &mut Attached,
+) -> Result<()> {
+    let mut syscalls = Vec::new();
+    let mut raw = Vec::new();
+    let mut clones = Vec::new();
+    let mut perf = Vec::new();
+    let cookie_program = progs.get(&ProgKind::RawTracepoint);
+    // Probe i on the nth clone of the cookie-less program when slots[n] is i
+    // (slots ascending).
+    let slots = if progs.contains_key(&ProgKind::RawTracepointClone) {
+        plan.raw_tp_clones()
+    } else {
+        Vec::new()
+    };
+    for &(i, t, label) in tps {
+        let raw_ok = plan.raw_attachable.get(i).copied().unwrap_or(false);
+        let sys = syscall_event(t).filter(|(exit, _)| {
+            progs.contains_key(if *exit {
+                &ProgKind::SyscallExit
+            } else {
+                &ProgKind::SyscallEnter
+            })
+        });
+        if let Some((exit, nr)) = sys {
+            syscalls.push(links::SyscallSite { probe: i, nr, exit });
+        } else if cookie_program.is_some() && raw_ok {
+            raw.push((i, t, label));
+        } else if let Ok(slot) = slots.binary_search(&i) {
+            clones.push((slot, (i, t, label)));
+        } else {
+            perf.push((i, t, label));
+        }
+    }
+    if !syscalls.is_empty() && !stop.is_set() {
+        let map = obj
+            .maps()
+            .find(|m| m.name() == "syscall_probes")
+            .context("internal error: the BPF object has no syscall_probes map")?;
+        let refused = links::syscalls(
+            progs.get(&ProgKind::SyscallEnter),
+            progs.get(&ProgKind::SyscallExit),
+            &map,
+            &syscalls,
+            plan.remember_syscall_nrs(),
+            out,
+        );
+        for (s, why) in refused {
+            let &(i, t, l) = tps.iter().find(|(i, _, _)| *i == s.probe).expect("a site");
+            // A tool that loads no perf-event program for these (trace,
+            // whose programs are large to verify) skips them.
+            match progs.contains_key(&ProgKind::Tracepoint) {
+                true => perf.push((i, t, l)),
+                false => out.skip_why(l, why),
+            }
+        }
+    }
+    if let (Some(prog), false) = (cookie_program, raw.is_empty()) {
+        // Before 6.10 a link takes no cookie: only for a program that
+        // serves every tracepoint alike.
+        let cookie = features::raw_tp_cookie();
+        let sites: Vec<(usize, &str)> =
+            raw.iter().map(|(i, t, _)| (*i, t.event.as_str())).collect();
+        let refused = links::raw_tracepoints(prog, cookie, &sites, stop, out);
+        perf.extend(refused.into_iter().map(|k| raw[k]));
+    }
+    if let (Some(prog), false) = (progs.get(&ProgKind::RawTracepointClone), clones.is_empty()) {
+        let slot_map = obj
+            .maps()
+            .find(|m| m.name() == ".rodata.raw_tp")
+            .context("internal error: the BPF object has no .rodata.raw_tp map")?;
+        let sites: Vec<links::CloneSite> = clones
+            .iter()
+            .map(|&(slot, (i, t, _))| links::CloneSite {
+                probe: i,
+                name: &t.event,
+                slot,
+            })
+            .collect();
+        let slot_map = std::os::fd::AsFd::as_fd(&slot_map);
+        let refused = links::raw_tracepoint_clones(prog, slot_map, &sites, stop, out);
+        perf.extend(refused.into_iter().map(|k| clones[k].1));
+    }
+    if !perf.is_empty() {
+        let sites: Vec<(usize, &str, &str, &str)> = perf
+            .iter()
+            .map(|(i, t, l)| (*i, t.category.as_str(), t.event.as_str(), *l))
+            .collect();
+        match progs.get(&ProgKind::Tracepoint) {
+            Some(prog) => links::tracepoints(prog, &sites, stop, out),
+            // A tool that gave the plan only tracepoints for raw links
+            // (trace) loads no perf-event program for them.
+            None if plan.raw_tracepoints != crate::plan::RawTracepoints::No => {
+                for (_, _, _, label) in sites {
+                    out.skip_why(
+                        label,
+                        "the kernel refused it as a raw tracepoint link".into(),
+                    );
+                }
+            }
+            None => bail!("internal error: no loaded program for Tracepoint probes"),
+        }
+    }
+    Ok(())
+}
+
+/// [`attach`], then what every tool reports: with `debug` the links and
+/// every skipped probe (stderr), else a one-line warning about skipped probes.
+pub fn attach_and_report(plan: &Plan, obj: &Object, stop: &Stop, debug: bool) -> Result<Attached> {
+    let attached = attach(plan, obj, stop)?;
+    if debug {
+        crate::diag::stderr(&attached.describe());
+    }
+    if let Some(w) = attached.skipped_warning() {
+        warn(&w);
+    }
+    Ok(attached)
 }
 
 /// The sites a plan's `n`th hook attaches: all of them for the first; for a

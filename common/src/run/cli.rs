@@ -15,7 +15,7 @@ use crate::sys::process;
 /// probe, before the process exits.
 pub fn main(tool: &'static str, body: impl FnOnce() -> Result<()>) -> ! {
     crate::diag::set_tool(tool);
-    // Single probes hold descriptors; Plan::attach checks the need against this.
+    // Single probes hold descriptors; attach::attach checks the need against this.
     crate::sys::fds::raise_fd_soft_limit();
     route_libbpf_messages();
     let code = match body() {

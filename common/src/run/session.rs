@@ -99,7 +99,7 @@ impl Session {
     /// that process exits. Returns how many probes are attached.
     pub fn attach(&mut self, obj: &Object) -> Result<usize> {
         self.marks.get_mut().attach_start();
-        let attached = self.plan.attach_and_report(obj, self.stop, self.debug)?;
+        let attached = crate::attach::attach_and_report(&self.plan, obj, self.stop, self.debug)?;
         self.marks.get_mut().attach_end();
         let n = attached.probes_attached();
         self.attached = Some(attached);
