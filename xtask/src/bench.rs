@@ -153,7 +153,7 @@ fn name(t: Tool) -> &'static str {
 }
 
 pub fn host(root: &Path) -> Result<()> {
-    crate::build_release(&["--bin", "funccount", "--example", "workload"])?;
+    crate::build::build_release(&["--bin", "funccount", "--example", "workload"])?;
     let funccount = root.join("target/release/funccount");
     let workload = root.join("target/release/examples/workload");
     let bpftrace_version = Command::new("bpftrace")
@@ -419,7 +419,7 @@ fn code_changed(pid: u32, bin: &Path) -> Result<usize> {
 
 /// `cargo xtask bench-detach`: only the detach rows of `bench`.
 pub fn detach(root: &Path) -> Result<()> {
-    crate::build_release(&["--bin", "funccount"])?;
+    crate::build::build_release(&["--bin", "funccount"])?;
     let funccount = root.join("target/release/funccount");
     let rows = detach_rows(&funccount, root)?;
     let mut table = Builder::default();

@@ -35,7 +35,7 @@ const TOOLS: &[&str] = &["tracekit-multi", "tracekit-single", "bpftrace", "bcc"]
 pub fn host(root: &Path, args: &[String]) -> Result<()> {
     let startup_only = args.iter().any(|a| a == "--startup");
     deps::ensure(&[deps::BUILD, deps::GUEST, deps::BENCH].concat())?;
-    crate::build_release(&["--bin", "funccount"])?;
+    crate::build::build_release(&["--bin", "funccount"])?;
     let spec = &guest::KERNELS[0];
     let kernel = guest::fetch(spec)?;
     // BCC compiles against the running kernel's headers; the guest sees ours over 9p.

@@ -399,7 +399,7 @@ fn ring_rate(root: &Path, n: u64, rate: u64) -> Result<(f64, u64, u64)> {
 }
 
 pub fn run(root: &Path) -> Result<()> {
-    crate::build_release(&[
+    crate::build::build_release(&[
         "--bin",
         "disksnoop",
         "--bin",

@@ -350,7 +350,7 @@ pub fn host(root: &Path, args: &[String]) -> Result<()> {
     let run_host = !args.iter().any(|a| a == "--no-host");
     let run_guest = !args.iter().any(|a| a == "--no-guest");
     deps::ensure(&[deps::BUILD, deps::GUEST, deps::BENCH].concat())?;
-    crate::build_release(&[
+    crate::build::build_release(&[
         "--bin",
         "funclatency",
         "--bin",

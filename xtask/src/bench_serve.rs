@@ -105,7 +105,7 @@ fn per_call(workload: &Path, addr: SocketAddr, every: Option<Duration>) -> Resul
 }
 
 pub fn run(root: &Path) -> Result<()> {
-    crate::build_release(&["--bin", "funccount", "--example", "workload"])?;
+    crate::build::build_release(&["--bin", "funccount", "--example", "workload"])?;
     let funccount = root.join("target/release/funccount");
     let dir = std::env::temp_dir().join(format!("tk-bench-serve-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;

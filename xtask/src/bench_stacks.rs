@@ -105,7 +105,7 @@ fn workload() {
 }
 
 pub fn run(root: &Path) -> Result<()> {
-    crate::build_release(&["--bin", "stackcount", "--example", "stacks"])?;
+    crate::build::build_release(&["--bin", "stackcount", "--example", "stacks"])?;
     let stackcount = root.join("target/release/stackcount");
     let prog = root.join("target/release/examples/stacks");
     let mut rows = Vec::new();

@@ -337,7 +337,7 @@ fn busiest_prog(pid: u32) -> Option<f64> {
 /// the tables.
 pub fn host(root: &Path, args: &[String]) -> Result<()> {
     deps::ensure(&[deps::BUILD, deps::GUEST, deps::BENCH].concat())?;
-    crate::build_release(&["--bin", "trace", "--example", "workload"])?;
+    crate::build::build_release(&["--bin", "trace", "--example", "workload"])?;
     let trace = root.join("target/release/trace");
     let workload = root.join("target/release/examples/workload");
     let out_dir = root.join("target/bench");
