@@ -38,15 +38,6 @@
 //!   deps                 install every Debian package the tasks need
 
 mod bench;
-mod bench_ab;
-mod bench_attach;
-mod bench_common;
-mod bench_io;
-mod bench_latency;
-mod bench_serve;
-mod bench_stacks;
-mod bench_startup;
-mod bench_trace;
 mod build;
 mod deps;
 mod guest;
@@ -61,7 +52,7 @@ use anyhow::{bail, Context, Result};
 
 // Also reached as `crate::cargo`, `crate::workspace_root`, ... from install.rs
 // and install_test.rs.
-use build::{build_release, build_tools, cargo, status, workspace_root};
+use build::{build_tools, cargo, status, workspace_root};
 
 fn main() {
     if let Err(e) = real_main() {
@@ -96,43 +87,10 @@ fn real_main() -> Result<()> {
             let script = guest::write_script("exec.sh", &args[1..].join(" "))?;
             guest::run_all(&script, GUEST_TIMEOUT)
         }
-        Some("bench") => {
-            deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
-            bench::host(&root)
-        }
-        Some("bench-detach") => {
-            deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
-            bench::detach(&root)
-        }
-        Some("bench-startup") => {
-            deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
-            build_release(&["--bin", "funccount"])?;
-            bench_startup::host(&root)
-        }
-        Some("bench-stacks") => {
-            deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
-            bench_stacks::run(&root)
-        }
-        Some("bench-io") => {
-            deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
-            bench_io::run(&root)
-        }
-        Some("bench-serve") => {
-            deps::ensure(deps::BUILD)?;
-            bench_serve::run(&root)
-        }
-        Some("bench-attach") => bench_attach::host(&root, &args[1..]),
-        Some("bench-ab") => bench_ab::host(&root, &args[1..]),
-        // Runs inside the benchmark guest.
-        Some("bench-ab-guest") => bench_ab::guest(&args[1..]),
-        Some("bench-trace") => bench_trace::host(&root, &args[1..]),
-        // Runs inside the benchmark guest.
-        Some("bench-trace-guest") => bench_trace::guest(&args[1..]),
-        // Runs inside the benchmark guest.
-        Some("bench-attach-guest") => bench_attach::guest(&args[1..]),
-        Some("bench-latency") => bench_latency::host(&root, &args[1..]),
-        // Runs inside the benchmark guest.
-        Some("bench-latency-guest") => bench_latency::guest(&args[1..]),
+        Some(task) if task.starts_with("bench") => match bench::run(task, &args[1..], &root) {
+            Some(result) => result,
+            None => usage(),
+        },
         Some("deb") => install::deb(false).map(drop),
         Some("install-test") => {
             deps::ensure(&[deps::BUILD, deps::INSTALL_TEST, deps::DEB].concat())?;
@@ -149,14 +107,16 @@ fn real_main() -> Result<()> {
             ]
             .concat(),
         ),
-        _ => {
-            eprintln!(
-                "usage: cargo xtask run TOOL [ARGS...] | test [--no-guest] | guest [TEST-FILTER...] \
-                 | install [--prefix DIR] [--uninstall] | deb | install-test | deps"
-            );
-            std::process::exit(2);
-        }
+        _ => usage(),
     }
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: cargo xtask run TOOL [ARGS...] | test [--no-guest] | guest [TEST-FILTER...] \
+         | install [--prefix DIR] [--uninstall] | deb | install-test | deps"
+    );
+    std::process::exit(2);
 }
 
 /// `cargo xtask run funccount ARGS`: the README's first command.

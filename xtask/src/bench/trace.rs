@@ -36,7 +36,7 @@ use serde_json::{json, Value};
 use tabled::builder::Builder;
 use tabled::settings::Style;
 
-use crate::bench_common::{
+use super::harness::{
     announce_start, done_list, guest_runs, matches, median, num_cpus, wait_clean, GuestResults,
     Workload, MARK,
 };

@@ -21,7 +21,7 @@ use anyhow::{bail, Context, Result};
 use tabled::builder::Builder;
 use tabled::settings::Style;
 
-use crate::bench_common::{lines_of, median, wait_for, Workload};
+use super::harness::{lines_of, median, wait_for, Workload};
 
 const FUNCS: usize = 10_000;
 const SCRAPES: usize = 30;

@@ -18,7 +18,7 @@ use anyhow::{bail, Context, Result};
 use tabled::builder::Builder;
 use tabled::settings::Style;
 
-use crate::bench_common::{lines_of, median, num_cpus, wait_for, wait_long, Workload};
+use super::harness::{lines_of, median, num_cpus, wait_for, wait_long, Workload};
 
 const REPEATS: usize = 5;
 const TP_CALLS: u64 = 2_000_000;
