@@ -35,6 +35,8 @@
 //!                        into a temporary prefix and uninstall, then the .deb on this host
 //!   bench-serve          funccount --listen: scrape time with 10,000 series, and the
 //!                        traced calls' cost while scraped
+//!   check-layers         common/src's rooms import only rooms on lower floors (`test` runs it
+//!                        first)
 //!   deps                 install every Debian package the tasks need
 
 mod bench;
@@ -43,6 +45,7 @@ mod deps;
 mod guest;
 mod install;
 mod install_test;
+mod layers;
 
 use std::path::Path;
 use std::process::Command;
@@ -73,6 +76,7 @@ fn real_main() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("run") => run_tool(&args[1..]),
         Some("test") => test(&args[1..]),
+        Some("check-layers") => layers::main(&root),
         Some("guest") => {
             deps::ensure(&[deps::BUILD, deps::GUEST].concat())?;
             // The guest tests run the release tools: built from the tree as it
@@ -114,7 +118,7 @@ fn real_main() -> Result<()> {
 fn usage() -> ! {
     eprintln!(
         "usage: cargo xtask run TOOL [ARGS...] | test [--no-guest] | guest [TEST-FILTER...] \
-         | install [--prefix DIR] [--uninstall] | deb | install-test | deps"
+         | install [--prefix DIR] [--uninstall] | deb | install-test | check-layers | deps"
     );
     std::process::exit(2);
 }
@@ -146,6 +150,8 @@ fn test(args: &[String]) -> Result<()> {
         );
         phase_start = Instant::now();
     };
+    // First: it takes no time and needs no package.
+    layers::main(&workspace_root())?;
     let mut pkgs = [deps::BUILD, deps::TEST, deps::INSTALL_TEST, deps::DEB].concat();
     if guest {
         pkgs.extend(deps::GUEST);
