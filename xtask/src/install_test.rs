@@ -187,7 +187,7 @@ fn check_static(bin: &Path, tool: &str, pkg: &Package) -> Result<()> {
 /// which the static funccount resolves to this CPU's implementation by asking
 /// the dynamic helper it embeds (common/src/ifunc.rs).
 fn check_counts(funccount: &Path) -> Result<()> {
-    use crate::bench_common::{lines_of, wait_for, Workload};
+    use crate::bench::harness::{lines_of, wait_for, Workload};
     let root = crate::workspace_root();
     // The debug build `cargo test` made (and the host tests count with): a
     // release one would compile all the package's dependencies once more for

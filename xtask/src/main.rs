@@ -35,29 +35,27 @@
 //!                        into a temporary prefix and uninstall, then the .deb on this host
 //!   bench-serve          funccount --listen: scrape time with 10,000 series, and the
 //!                        traced calls' cost while scraped
+//!   check-layers         common/src's rooms import only rooms on lower floors (`test` runs it
+//!                        first)
 //!   deps                 install every Debian package the tasks need
 
 mod bench;
-mod bench_ab;
-mod bench_attach;
-mod bench_common;
-mod bench_io;
-mod bench_latency;
-mod bench_serve;
-mod bench_stacks;
-mod bench_startup;
-mod bench_trace;
+mod build;
 mod deps;
 mod guest;
 mod install;
 mod install_test;
+mod layers;
 
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+
+// Also reached as `crate::cargo`, `crate::workspace_root`, ... from install.rs
+// and install_test.rs.
+use build::{build_tools, cargo, status, workspace_root};
 
 fn main() {
     if let Err(e) = real_main() {
@@ -78,6 +76,7 @@ fn real_main() -> Result<()> {
     match args.first().map(String::as_str) {
         Some("run") => run_tool(&args[1..]),
         Some("test") => test(&args[1..]),
+        Some("check-layers") => layers::main(&root),
         Some("guest") => {
             deps::ensure(&[deps::BUILD, deps::GUEST].concat())?;
             // The guest tests run the release tools: built from the tree as it
@@ -92,43 +91,10 @@ fn real_main() -> Result<()> {
             let script = guest::write_script("exec.sh", &args[1..].join(" "))?;
             guest::run_all(&script, GUEST_TIMEOUT)
         }
-        Some("bench") => {
-            deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
-            bench::host(&root)
-        }
-        Some("bench-detach") => {
-            deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
-            bench::detach(&root)
-        }
-        Some("bench-startup") => {
-            deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
-            build_release(&["--bin", "funccount"])?;
-            bench_startup::host(&root)
-        }
-        Some("bench-stacks") => {
-            deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
-            bench_stacks::run(&root)
-        }
-        Some("bench-io") => {
-            deps::ensure(&[deps::BUILD, deps::BENCH].concat())?;
-            bench_io::run(&root)
-        }
-        Some("bench-serve") => {
-            deps::ensure(deps::BUILD)?;
-            bench_serve::run(&root)
-        }
-        Some("bench-attach") => bench_attach::host(&root, &args[1..]),
-        Some("bench-ab") => bench_ab::host(&root, &args[1..]),
-        // Runs inside the benchmark guest.
-        Some("bench-ab-guest") => bench_ab::guest(&args[1..]),
-        Some("bench-trace") => bench_trace::host(&root, &args[1..]),
-        // Runs inside the benchmark guest.
-        Some("bench-trace-guest") => bench_trace::guest(&args[1..]),
-        // Runs inside the benchmark guest.
-        Some("bench-attach-guest") => bench_attach::guest(&args[1..]),
-        Some("bench-latency") => bench_latency::host(&root, &args[1..]),
-        // Runs inside the benchmark guest.
-        Some("bench-latency-guest") => bench_latency::guest(&args[1..]),
+        Some(task) if task.starts_with("bench") => match bench::run(task, &args[1..], &root) {
+            Some(result) => result,
+            None => usage(),
+        },
         Some("deb") => install::deb(false).map(drop),
         Some("install-test") => {
             deps::ensure(&[deps::BUILD, deps::INSTALL_TEST, deps::DEB].concat())?;
@@ -145,33 +111,16 @@ fn real_main() -> Result<()> {
             ]
             .concat(),
         ),
-        _ => {
-            eprintln!(
-                "usage: cargo xtask run TOOL [ARGS...] | test [--no-guest] | guest [TEST-FILTER...] \
-                 | install [--prefix DIR] [--uninstall] | deb | install-test | deps"
-            );
-            std::process::exit(2);
-        }
+        _ => usage(),
     }
 }
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
-        .to_path_buf()
-}
-
-pub fn cargo() -> Command {
-    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-}
-
-pub fn status(mut cmd: Command) -> Result<()> {
-    let st = cmd.status().with_context(|| format!("running {cmd:?}"))?;
-    if !st.success() {
-        bail!("{cmd:?} failed ({st})");
-    }
-    Ok(())
+fn usage() -> ! {
+    eprintln!(
+        "usage: cargo xtask run TOOL [ARGS...] | test [--no-guest] | guest [TEST-FILTER...] \
+         | install [--prefix DIR] [--uninstall] | deb | install-test | check-layers | deps"
+    );
+    std::process::exit(2);
 }
 
 /// `cargo xtask run funccount ARGS`: the README's first command.
@@ -201,6 +150,8 @@ fn test(args: &[String]) -> Result<()> {
         );
         phase_start = Instant::now();
     };
+    // First: it takes no time and needs no package.
+    layers::main(&workspace_root())?;
     let mut pkgs = [deps::BUILD, deps::TEST, deps::INSTALL_TEST, deps::DEB].concat();
     if guest {
         pkgs.extend(deps::GUEST);
@@ -242,102 +193,4 @@ fn guest_tests(filter: &[String]) -> Result<()> {
     let exe = guest::test_executable("guest", false)?;
     let script = guest::write_test_script(&exe, filter)?;
     guest::run_all(&script, GUEST_TIMEOUT)
-}
-
-/// Builds release artifacts quietly (`--bin X` / `--example Y` arguments): the
-/// tools as [`build_tools`] does, the test programs as any program is built.
-pub fn build_release(targets: &[&str]) -> Result<()> {
-    let (mut tools, mut examples) = (Vec::new(), Vec::new());
-    for pair in targets.chunks(2) {
-        match pair {
-            ["--bin", tool] => tools.push(*tool),
-            [flag @ "--example", name] => examples.extend([*flag, *name]),
-            _ => bail!("build_release: {pair:?} is not --bin X or --example Y"),
-        }
-    }
-    if !examples.is_empty() {
-        let mut c = cargo();
-        c.args(["build", "--release", "--quiet"]).args(&examples);
-        status(c)?;
-    }
-    build_tools(&tools)
-}
-
-/// Builds the release binaries of `tools`, linked statically (static-pie, glibc's
-/// `libc.a`): an exec then maps one file and relocates it itself, with no dynamic
-/// loader, no libc.so and no libgcc_s to map and bind. That is 20-30 ms of a run
-/// under the guest's emulation (`cargo xtask bench-ab`, every row), 0.5 ms on the
-/// host; and the tools run in any container or distribution, whatever C library
-/// it has, or none.
-///
-/// `crt-static` goes to the target's crates only (`--target` with target
-/// rustflags): cargo then builds build scripts and proc macros for the host
-/// without it (it refuses crt-static for proc macros), and it does not touch
-/// the test programs, which `cargo test` builds dynamically into target/debug:
-/// tests trace their calls into the system's libc.so. One cargo build for all
-/// the tools links them in parallel: from a clean target, 285 s on a 2-core
-/// machine, against 477 s for one `cargo rustc` per tool (the seven fat-LTO
-/// links one after the other) of a 1,355 s `cargo xtask test`. The binaries
-/// are copied to target/release, where everything else looks for them. What a
-/// static tool cannot do itself, ask a dynamic linker which implementation an
-/// IFUNC (libc's strlen) picks, it asks of a small dynamic helper it embeds
-/// (common/src/ifunc.rs).
-pub fn build_tools(tools: &[&str]) -> Result<()> {
-    if tools.is_empty() {
-        return Ok(());
-    }
-    let triple = host_triple()?;
-    let mut c = cargo();
-    c.args([
-        "build",
-        "--release",
-        "--quiet",
-        "--package",
-        install::PACKAGE,
-    ])
-    .args(["--target", &triple, "--config"])
-    // Target rustflags replace .cargo/config.toml's [build] rustflags, so
-    // those (frame pointers) are repeated here.
-    .arg(format!(
-        "target.{triple}.rustflags=[\"-C\", \"force-frame-pointers=yes\", \
-             \"-C\", \"target-feature=+crt-static\"]"
-    ));
-    for tool in tools {
-        c.args(["--bin", tool]);
-    }
-    status(c)?;
-    let built = workspace_root()
-        .join("target")
-        .join(&triple)
-        .join("release");
-    let dest = workspace_root().join("target/release");
-    fs::create_dir_all(&dest)?;
-    for tool in tools {
-        // A copy renamed into place: a tool running from target/release keeps
-        // its file, where writing over it would fail ("text file busy").
-        let tmp = dest.join(format!(".{tool}.new"));
-        fs::copy(built.join(tool), &tmp).with_context(|| {
-            format!(
-                "copying {} to {}",
-                built.join(tool).display(),
-                tmp.display()
-            )
-        })?;
-        fs::rename(&tmp, dest.join(tool))?;
-    }
-    Ok(())
-}
-
-/// The host's target triple (rustc -vV), which the tools are built for.
-fn host_triple() -> Result<String> {
-    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-    let out = Command::new(&rustc)
-        .arg("-vV")
-        .output()
-        .with_context(|| format!("running {rustc:?} -vV"))?;
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix("host: "))
-        .map(str::to_string)
-        .context("rustc -vV printed no host triple")
 }

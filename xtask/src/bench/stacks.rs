@@ -10,65 +10,51 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use tabled::builder::Builder;
 use tabled::settings::Style;
+
+use super::harness::{Line, Tracer};
 
 const USER_STACKS: u32 = 10_000;
 const TRACEPOINTS: &str =
     "kmem|sched|irq|timer|workqueue|block|writeback|filemap|net|skb|sock|tcp|signal|task|mmap_lock|percpu|vmscan|rseq|ext4|jbd2";
 
-struct Tool {
-    child: Child,
-    lines: mpsc::Receiver<(Instant, String)>,
+/// Starts a tool, ready at its first line starting with `ready`; every line
+/// after it is kept with its time.
+fn start(cmd: Command, ready: &'static str) -> Result<Tracer> {
+    Tracer::start(
+        cmd,
+        move |l| l.starts_with(ready),
+        Duration::from_secs(120),
+        |_| Line::Keep,
+    )
 }
 
-impl Tool {
-    fn start(mut cmd: Command, ready: &str) -> Result<Tool> {
-        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::null()).spawn()?;
-        let (tx, lines) = mpsc::channel();
-        let out = child.stdout.take().expect("piped");
-        thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
-                let _ = tx.send((Instant::now(), l));
-            }
-        });
-        let t = Tool { child, lines };
-        let end = Instant::now() + Duration::from_secs(120);
-        loop {
-            match t
-                .lines
-                .recv_timeout(end.saturating_duration_since(Instant::now()))
-            {
-                Ok((_, l)) if l.starts_with(ready) => return Ok(t),
-                Ok(_) => {}
-                Err(_) => bail!("tool did not get ready"),
-            }
+/// SIGINT, then (seconds to the last output line, seconds to exit, lines).
+fn stop(mut t: Tracer) -> Result<(f64, f64, Vec<String>)> {
+    let start = Instant::now();
+    t.interrupt();
+    t.wait()?;
+    let exit = start.elapsed().as_secs_f64();
+    let mut last = start;
+    let mut lines = Vec::new();
+    for (at, l) in t.finish().kept {
+        // stackcount's status line at SIGINT (as BCC's), before any stack.
+        if l != "Detaching..." {
+            last = at;
         }
+        lines.push(l);
     }
-
-    /// SIGINT, then (seconds to the last output line, seconds to exit, lines).
-    fn stop(mut self) -> Result<(f64, f64, Vec<String>)> {
-        let start = Instant::now();
-        // SAFETY: plain kill(2) on our child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        self.child.wait()?;
-        let exit = start.elapsed().as_secs_f64();
-        let mut last = start;
-        let mut lines = Vec::new();
-        while let Ok((at, l)) = self.lines.recv_timeout(Duration::from_secs(2)) {
-            if l != "Detaching..." {
-                last = at;
-            }
-            lines.push(l);
-        }
-        Ok((last.duration_since(start).as_secs_f64(), exit, lines))
-    }
+    Ok((
+        last.saturating_duration_since(start).as_secs_f64(),
+        exit,
+        lines,
+    ))
 }
 
 fn stackcount_stacks(lines: &[String]) -> usize {
@@ -105,7 +91,7 @@ fn workload() {
 }
 
 pub fn run(root: &Path) -> Result<()> {
-    crate::build_release(&["--bin", "stackcount", "--example", "stacks"])?;
+    crate::build::build_release(&["--bin", "stackcount", "--example", "stacks"])?;
     let stackcount = root.join("target/release/stackcount");
     let prog = root.join("target/release/examples/stacks");
     let mut rows = Vec::new();
@@ -120,16 +106,16 @@ pub fn run(root: &Path) -> Result<()> {
     let spec = format!("{}:tk_target", prog.display());
     let mut sc = Command::new(&stackcount);
     sc.arg(&spec);
-    let s = Tool::start(sc, "Tracing ")?;
-    let b = Tool::start(
+    let s = start(sc, "Tracing ")?;
+    let b = start(
         bpftrace(format!("uprobe:{spec} {{ @[ustack] = count(); }}")),
         "READY",
     )?;
     // SAFETY: plain kill(2) on our children.
     unsafe { libc::kill(w.id() as i32, libc::SIGUSR1) };
     thread::sleep(Duration::from_secs(2));
-    let (s_out, s_exit, s_lines) = s.stop()?;
-    let (b_out, b_exit, b_lines) = b.stop()?;
+    let (s_out, s_exit, s_lines) = stop(s)?;
+    let (b_out, b_exit, b_lines) = stop(b)?;
     unsafe { libc::kill(w.id() as i32, libc::SIGUSR1) };
     w.wait()?;
     rows.push((
@@ -141,19 +127,19 @@ pub fn run(root: &Path) -> Result<()> {
     // Kernel stacks.
     let mut sc = Command::new(&stackcount);
     sc.args(["-K", "-r", &format!("t:({TRACEPOINTS}):.*")]);
-    let s = Tool::start(sc, "Tracing ")?;
+    let s = start(sc, "Tracing ")?;
     let probes: Vec<String> = TRACEPOINTS
         .split('|')
         .map(|c| format!("tracepoint:{c}:*"))
         .collect();
-    let b = Tool::start(
+    let b = start(
         bpftrace(format!("{} {{ @[kstack] = count(); }}", probes.join(","))),
         "READY",
     )
     .context("bpftrace on the tracepoint set")?;
     workload();
-    let (s_out, s_exit, s_lines) = s.stop()?;
-    let (b_out, b_exit, b_lines) = b.stop()?;
+    let (s_out, s_exit, s_lines) = stop(s)?;
+    let (b_out, b_exit, b_lines) = stop(b)?;
     rows.push((
         "kernel stacks (tracepoint set + workload)".to_string(),
         (s_out, s_exit, stackcount_stacks(&s_lines)),

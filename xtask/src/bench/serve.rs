@@ -21,44 +21,12 @@ use anyhow::{bail, Context, Result};
 use tabled::builder::Builder;
 use tabled::settings::Style;
 
-use crate::bench_common::{lines_of, median, wait_for, Workload};
+use super::harness::{lines_of, many_functions, median, wait_for, Workload};
 
 const FUNCS: usize = 10_000;
 const SCRAPES: usize = 30;
 const CALLS: u64 = 300_000;
 const ROUNDS: usize = 5;
-
-/// A C program with `n` functions `fn_0000`..., each called once per line of stdin.
-fn many_functions(dir: &Path, n: usize) -> Result<std::path::PathBuf> {
-    let mut src = String::from("#include <stdio.h>\n");
-    for i in 0..n {
-        src.push_str(&format!(
-            "__attribute__((noinline, used)) int fn_{i:05}(int x) {{ __asm__ volatile(\"\"); return x + {i}; }}\n"
-        ));
-    }
-    src.push_str("int (*const fns[])(int) = {");
-    for i in 0..n {
-        src.push_str(&format!("fn_{i:05},"));
-    }
-    src.push_str(
-        "};\nint main(void) { char b[8]; volatile int s = 0; printf(\"ready\\n\"); fflush(stdout);\n\
-         while (fgets(b, sizeof b, stdin)) { for (unsigned i = 0; i < sizeof fns / sizeof *fns; i++) s += fns[i](i);\n\
-         printf(\"done\\n\"); fflush(stdout); }\n return 0; }\n",
-    );
-    let c = dir.join("many.c");
-    std::fs::write(&c, src)?;
-    let out = dir.join("many");
-    let st = Command::new("cc")
-        .args(["-O1", "-o"])
-        .arg(&out)
-        .arg(&c)
-        .status()
-        .context("running cc (package gcc)")?;
-    if !st.success() {
-        bail!("compiling {}", c.display());
-    }
-    Ok(out)
-}
 
 fn get(addr: SocketAddr, path: &str) -> Result<String> {
     let mut s = TcpStream::connect(addr)?;
@@ -105,7 +73,7 @@ fn per_call(workload: &Path, addr: SocketAddr, every: Option<Duration>) -> Resul
 }
 
 pub fn run(root: &Path) -> Result<()> {
-    crate::build_release(&["--bin", "funccount", "--example", "workload"])?;
+    crate::build::build_release(&["--bin", "funccount", "--example", "workload"])?;
     let funccount = root.join("target/release/funccount");
     let dir = std::env::temp_dir().join(format!("tk-bench-serve-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;

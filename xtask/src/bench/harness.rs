@@ -1,11 +1,14 @@
 //! What the benchmarks share: the test workload and a child's output lines (host
-//! and guest), attach/detach timing of a tool, and the guest driver that collects
-//! a guest half's `BENCH {json}` lines across kernel crashes.
+//! and guest); [`Tracer`], a tracing tool run as a child (ready line, its stdout
+//! counted or kept as it comes, SIGINT, stderr); attach/detach timing of a tool;
+//! the kernel's BPF run-time statistics switch; the many-functions C program;
+//! medians; and the guest driver that collects a guest half's `BENCH {json}`
+//! lines across kernel crashes.
 
 use std::fs;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -106,6 +109,245 @@ impl Drop for Workload {
             let _ = self.child.wait();
         }
     }
+}
+
+/// What a [`Tracer`]'s stdout line after its ready line is (its classifier's
+/// answer).
+pub enum Line {
+    /// An event record: counted.
+    Record,
+    /// A report of this many records lost: added up.
+    Lost(u64),
+    /// Kept, with the time it was read.
+    Keep,
+    /// Neither counted nor kept.
+    Skip,
+}
+
+/// A tracing tool run as a child: [`Tracer::start`] returns once it printed its
+/// ready line; its stdout is then read as it comes, each line classified on the
+/// reading thread (counting there keeps the pipe drained as fast as the tool
+/// writes, as a terminal or a file would); its stderr is kept. It is stopped with
+/// SIGINT, as a user stops it with Ctrl-C, and killed if dropped still running.
+pub struct Tracer {
+    child: Child,
+    /// Exec to ready: from just before the spawn until the starting thread got
+    /// the ready line from the reader.
+    pub ready: Duration,
+    reader: Option<thread::JoinHandle<Output>>,
+    stderr: Option<thread::JoinHandle<Vec<String>>>,
+}
+
+/// What a tracer printed.
+#[derive(Default)]
+pub struct Output {
+    /// Stdout lines classified [`Line::Record`].
+    pub records: u64,
+    /// The sum of [`Line::Lost`] counts.
+    pub lost: u64,
+    /// Stdout lines classified [`Line::Keep`], with the time each was read.
+    pub kept: Vec<(Instant, String)>,
+    /// Every stderr line.
+    pub stderr: Vec<String>,
+}
+
+impl Tracer {
+    /// Starts `cmd` with stdout and stderr piped (anything else, such as stdin or
+    /// the environment, is the caller's) and waits up to `limit` for a stdout
+    /// line `ready` accepts. Lines before it are not classified. A tool that
+    /// exits or is not ready in time is an error with the tail of its stderr.
+    pub fn start(
+        mut cmd: Command,
+        ready: impl Fn(&str) -> bool + Send + 'static,
+        limit: Duration,
+        mut classify: impl FnMut(&str) -> Line + Send + 'static,
+    ) -> Result<Tracer> {
+        let what = Path::new(cmd.get_program())
+            .file_name()
+            .unwrap_or(cmd.get_program())
+            .to_string_lossy()
+            .into_owned();
+        let start = Instant::now();
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {cmd:?}"))?;
+        let out = child.stdout.take().expect("piped");
+        let err = child.stderr.take().expect("piped");
+        // Dropped when stdout closes: a tool that exits before it is ready is
+        // seen at once, not at the limit.
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let reader = thread::spawn(move || {
+            let mut o = Output::default();
+            let mut started = false;
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                if !started {
+                    started = ready(&l);
+                    if started {
+                        let _ = ready_tx.send(());
+                    }
+                    continue;
+                }
+                match classify(&l) {
+                    Line::Record => o.records += 1,
+                    Line::Lost(n) => o.lost += n,
+                    // Timed only when kept: a clock read per counted line
+                    // would slow the reader of a busy tool.
+                    Line::Keep => o.kept.push((Instant::now(), l)),
+                    Line::Skip => {}
+                }
+            }
+            o
+        });
+        let stderr = thread::spawn(move || {
+            BufReader::new(err)
+                .lines()
+                .map_while(Result::ok)
+                .collect::<Vec<_>>()
+        });
+        let mut t = Tracer {
+            child,
+            ready: Duration::ZERO,
+            reader: Some(reader),
+            stderr: Some(stderr),
+        };
+        if let Err(e) = ready_rx.recv_timeout(limit) {
+            let _ = t.child.kill();
+            let _ = t.child.wait();
+            let err = t.stderr.take().map(|h| h.join().unwrap_or_default());
+            let err = err.unwrap_or_default();
+            let tail = err[err.len().saturating_sub(10)..].join("\n");
+            match e {
+                mpsc::RecvTimeoutError::Timeout => {
+                    bail!("{what} was not ready within {limit:?}: {tail}")
+                }
+                mpsc::RecvTimeoutError::Disconnected => {
+                    bail!("{what} exited before it was ready: {tail}")
+                }
+            }
+        }
+        t.ready = start.elapsed();
+        Ok(t)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// One SIGINT, as Ctrl-C sends.
+    pub fn interrupt(&self) {
+        // SAFETY: plain kill(2) on our child, which has not been reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+    }
+
+    /// Waits for the exit, blocking: the exit time is exact, not a poll's.
+    pub fn wait(&mut self) -> Result<ExitStatus> {
+        Ok(self.child.wait()?)
+    }
+
+    /// Waits for the exit up to `limit` (polling every 10 ms), sending SIGINT
+    /// again every `again` if given; past `limit` kills it and returns false.
+    pub fn wait_within(&mut self, limit: Duration, again: Option<Duration>) -> Result<bool> {
+        let stop = Instant::now();
+        let mut signalled = stop;
+        while self.child.try_wait()?.is_none() {
+            if again.is_some_and(|a| signalled.elapsed() > a) {
+                self.interrupt();
+                signalled = Instant::now();
+            }
+            if stop.elapsed() > limit {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                return Ok(false);
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        Ok(true)
+    }
+
+    /// Everything it printed; call once it has exited (its pipes are then
+    /// closed, and every line has been read).
+    pub fn finish(mut self) -> Output {
+        let mut o = self
+            .reader
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        o.stderr = self
+            .stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        o
+    }
+}
+
+impl Drop for Tracer {
+    /// A tracer a failed run left behind does not go on tracing.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// kernel.bpf_stats_enabled on while this lives (the value before is restored):
+/// the kernel then times each BPF program's runs (`run_time_ns` in the fdinfo
+/// of a program's descriptor).
+pub struct BpfStats(String);
+
+impl BpfStats {
+    const SYSCTL: &'static str = "/proc/sys/kernel/bpf_stats_enabled";
+
+    pub fn enable() -> Result<BpfStats> {
+        let old = fs::read_to_string(Self::SYSCTL).context(Self::SYSCTL)?;
+        fs::write(Self::SYSCTL, "1").context(Self::SYSCTL)?;
+        Ok(BpfStats(old.trim().to_string()))
+    }
+}
+
+impl Drop for BpfStats {
+    fn drop(&mut self) {
+        let _ = fs::write(Self::SYSCTL, &self.0);
+    }
+}
+
+/// A C program with `n` functions `fn_00000`... (a few instructions each, so
+/// thousands share page offsets), built in `dir`. It prints "ready", then calls
+/// every function once per line of stdin and prints "done", and exits at the
+/// end of its input: a target that stays put until its stdin closes.
+pub fn many_functions(dir: &Path, n: usize) -> Result<PathBuf> {
+    let mut src = String::from("#include <stdio.h>\n");
+    for i in 0..n {
+        src.push_str(&format!(
+            "__attribute__((noinline, used)) int fn_{i:05}(int x) {{ __asm__ volatile(\"\"); return x + {i}; }}\n"
+        ));
+    }
+    src.push_str("int (*const fns[])(int) = {");
+    for i in 0..n {
+        src.push_str(&format!("fn_{i:05},"));
+    }
+    src.push_str(
+        "};\nint main(void) { char b[8]; volatile int s = 0; printf(\"ready\\n\"); fflush(stdout);\n\
+         while (fgets(b, sizeof b, stdin)) { for (unsigned i = 0; i < sizeof fns / sizeof *fns; i++) s += fns[i](i);\n\
+         printf(\"done\\n\"); fflush(stdout); }\n return 0; }\n",
+    );
+    fs::create_dir_all(dir)?;
+    let c = dir.join("many.c");
+    fs::write(&c, src)?;
+    let out = dir.join("many");
+    let st = Command::new("cc")
+        .args(["-g", "-O1", "-o"])
+        .arg(&out)
+        .arg(&c)
+        .status()
+        .context("running cc (package gcc)")?;
+    if !st.success() {
+        bail!("compiling {}", c.display());
+    }
+    Ok(out)
 }
 
 pub fn median(mut v: Vec<f64>) -> f64 {

@@ -11,15 +11,15 @@
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use tabled::builder::Builder;
 use tabled::settings::Style;
+
+use super::harness::{median, num_cpus, BpfStats, Line, Output, Tracer};
 
 const REPEATS: usize = 5;
 const SECS: f64 = 2.0;
@@ -91,96 +91,33 @@ impl Drop for Loop {
     }
 }
 
-/// A tracer whose output lines are counted (after `ready`) and whose stderr is kept.
-struct Tracer {
-    child: Child,
-    reader: thread::JoinHandle<()>,
-    lines: Arc<AtomicU64>,
-    /// Records reported lost on stdout (bpftrace's "Lost N events").
-    lost: Arc<AtomicU64>,
-    errors: mpsc::Receiver<String>,
-}
-
-/// Whether a line after the start is a record: it begins with a number (the
-/// time, or bpftrace's sector count), not a blank or a map dump at exit.
-fn is_record(l: &str) -> bool {
-    l.bytes().next().is_some_and(|b| b.is_ascii_digit())
-}
-
-fn start_tracer(mut cmd: Command, ready: impl Fn(&str) -> bool + Send + 'static) -> Result<Tracer> {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {cmd:?}"))?;
-    let lines = Arc::new(AtomicU64::new(0));
-    let (tx, rx) = mpsc::channel();
-    let (etx, errors) = mpsc::channel();
-    let out = child.stdout.take().expect("piped");
-    let n = lines.clone();
-    let lost = Arc::new(AtomicU64::new(0));
-    let lost2 = lost.clone();
-    let tx2 = tx.clone();
-    let reader = thread::spawn(move || {
-        let mut started = false;
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            if started {
-                if is_record(&l) {
-                    n.fetch_add(1, Ordering::Relaxed);
-                } else if let Some(k) = l
-                    .strip_prefix("Lost ")
-                    .and_then(|r| r.split(' ').next()?.parse::<u64>().ok())
-                {
-                    lost2.fetch_add(k, Ordering::Relaxed);
-                }
-            } else if ready(&l) {
-                started = true;
-                let _ = tx2.send(());
-            }
-        }
-    });
-    let err = child.stderr.take().expect("piped");
-    thread::spawn(move || {
-        for l in BufReader::new(err).lines().map_while(Result::ok) {
-            let _ = etx.send(l);
-        }
-    });
-    drop(tx);
-    if rx.recv_timeout(Duration::from_secs(120)).is_err() {
-        let _ = child.kill();
-        let _ = child.wait();
-        let why: Vec<String> = errors.try_iter().collect();
-        bail!(
-            "not ready: {}",
-            why.last().map_or("no message", String::as_str)
-        );
+/// A line after the start is a record when it begins with a number (the time,
+/// or bpftrace's sector count), not a blank or a map dump at exit; bpftrace
+/// reports records lost on stdout ("Lost N events").
+fn classify(l: &str) -> Line {
+    if l.bytes().next().is_some_and(|b| b.is_ascii_digit()) {
+        Line::Record
+    } else if let Some(k) = l
+        .strip_prefix("Lost ")
+        .and_then(|r| r.split(' ').next()?.parse::<u64>().ok())
+    {
+        Line::Lost(k)
+    } else {
+        Line::Skip
     }
-    Ok(Tracer {
-        child,
-        reader,
-        lines,
-        lost,
-        errors,
-    })
 }
 
-impl Tracer {
-    /// Stops it and returns (lines printed, records lost per stdout, stderr lines).
-    fn stop(mut self) -> Result<(u64, u64, Vec<String>)> {
-        // Let the last records reach the reader.
-        thread::sleep(Duration::from_millis(500));
-        // SAFETY: plain kill(2) on our child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        self.child.wait()?;
-        // Every line read: the pipe is closed once the tracer has exited.
-        let _ = self.reader.join();
-        thread::sleep(Duration::from_millis(100));
-        Ok((
-            self.lines.load(Ordering::Relaxed),
-            self.lost.load(Ordering::Relaxed),
-            self.errors.try_iter().collect(),
-        ))
-    }
+fn start_tracer(cmd: Command, ready: Ready) -> Result<Tracer> {
+    Tracer::start(cmd, ready, Duration::from_secs(120), classify)
+}
+
+/// Stops it and returns what it printed.
+fn stop(mut t: Tracer) -> Result<Output> {
+    // Let the last records reach the reader.
+    thread::sleep(Duration::from_millis(500));
+    t.interrupt();
+    t.wait()?;
+    Ok(t.finish())
 }
 
 /// `direct_io DEV --bench SECS 4096`: (ops, seconds).
@@ -297,16 +234,18 @@ fn measure(tool: Tool, root: &Path, lo: &Loop) -> Result<Sample> {
     }
     let (cmd, ready) = tracer_cmd(tool, root, lo)?;
     let t = start_tracer(cmd, ready)?;
-    let pid = t.child.id();
+    let pid = t.pid();
     let (bpf0, cpu0) = (bpf_run_ns(pid), cpu_ns(pid));
     let (ops, secs) = write_for(&direct_io, &lo.dev)?;
     // Let the reader catch up before reading its CPU time.
     thread::sleep(Duration::from_millis(500));
     let (bpf1, cpu1) = (bpf_run_ns(pid), cpu_ns(pid));
-    let (lines, lost_out, errors) = t.stop()?;
+    let out = stop(t)?;
+    let (lines, lost_out) = (out.records, out.lost);
     // Records the tool could not pass on: disksnoop's "lost N events: ...",
     // bpftrace's "Lost N events".
-    let lost: u64 = errors
+    let lost: u64 = out
+        .stderr
         .iter()
         .filter_map(|l| {
             let rest = l.split_once("lost ").or_else(|| l.split_once("Lost "))?.1;
@@ -335,32 +274,6 @@ fn measure(tool: Tool, root: &Path, lo: &Loop) -> Result<Sample> {
     })
 }
 
-/// Turns on the kernel's BPF run-time statistics for the run (restored on drop).
-struct BpfStats(Option<String>);
-
-impl BpfStats {
-    const SYSCTL: &'static str = "/proc/sys/kernel/bpf_stats_enabled";
-
-    fn enable() -> BpfStats {
-        let old = fs::read_to_string(Self::SYSCTL).ok();
-        let _ = fs::write(Self::SYSCTL, "1");
-        BpfStats(old)
-    }
-}
-
-impl Drop for BpfStats {
-    fn drop(&mut self) {
-        if let Some(old) = &self.0 {
-            let _ = fs::write(Self::SYSCTL, old.trim());
-        }
-    }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
 /// urandomread on `random getrandom N 8 --rate R`: (events/s made, lines
 /// printed, records lost).
 fn ring_rate(root: &Path, n: u64, rate: u64) -> Result<(f64, u64, u64)> {
@@ -384,8 +297,10 @@ fn ring_rate(root: &Path, n: u64, rate: u64) -> Result<(f64, u64, u64)> {
     unsafe { libc::kill(w.id() as i32, libc::SIGUSR1) };
     w.wait()?;
     let secs = start.elapsed().as_secs_f64();
-    let (lines, _, errors) = t.stop()?;
-    let lost: u64 = errors
+    let out = stop(t)?;
+    let lines = out.records;
+    let lost: u64 = out
+        .stderr
         .iter()
         .filter_map(|l| {
             let rest = l.split_once(": lost ")?.1;
@@ -399,7 +314,7 @@ fn ring_rate(root: &Path, n: u64, rate: u64) -> Result<(f64, u64, u64)> {
 }
 
 pub fn run(root: &Path) -> Result<()> {
-    crate::build_release(&[
+    crate::build::build_release(&[
         "--bin",
         "disksnoop",
         "--bin",
@@ -415,6 +330,7 @@ pub fn run(root: &Path) -> Result<()> {
         lo.dev
     );
     let tools = [Tool::None, Tool::Disksnoop, Tool::Bpftrace, Tool::Biosnoop];
+    // Not fatal: without the statistics (not root) the BPF column reads 0.
     let _stats = BpfStats::enable();
     let mut runs: Vec<Vec<Sample>> = vec![Vec::new(); tools.len()];
     let mut failed: Vec<Option<anyhow::Error>> = tools.iter().map(|_| None).collect();
@@ -549,10 +465,4 @@ fn one_line(s: &str) -> String {
     } else {
         s.to_string()
     }
-}
-
-fn num_cpus() -> usize {
-    thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
 }

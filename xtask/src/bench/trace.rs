@@ -24,21 +24,20 @@
 //! so the added cost per hit is only comparable within such a run.
 
 use std::fs;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use tabled::builder::Builder;
 use tabled::settings::Style;
 
-use crate::bench_common::{
-    announce_start, done_list, guest_runs, matches, median, num_cpus, wait_clean, GuestResults,
-    Workload, MARK,
+use super::harness::{
+    announce_start, done_list, guest_runs, matches, median, num_cpus, wait_clean, BpfStats,
+    GuestResults, Line, Tracer, Workload, MARK,
 };
 use crate::{deps, guest};
 
@@ -167,132 +166,79 @@ fn run_once(
     if tool == "untraced" {
         return Ok(json!({ "ns_per_call": w.run()? }));
     }
-    let start = Instant::now();
-    let mut child = case
-        .command(tool, trace, workload, w.pid())
-        // BCC's tools are Python: unbuffered, their header is seen when printed.
-        .env("PYTHONUNBUFFERED", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {tool}"))?;
-    // stdout is counted here as it comes (the tools print to a pipe, as to a
+    let mut cmd = case.command(tool, trace, workload, w.pid());
+    // BCC's tools are Python: unbuffered, their header is seen when printed.
+    cmd.env("PYTHONUNBUFFERED", "1").stdin(Stdio::null());
+    // stdout is counted as it comes (the tools print to a pipe, as to a
     // terminal or a file); the first line says tracing has started.
-    let (ready_tx, ready_rx) = mpsc::channel();
-    let out = child.stdout.take().expect("piped");
-    let counter = thread::spawn(move || {
-        let mut events = 0u64;
-        let mut other = Vec::new();
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            if l == "READY" || l.starts_with("PID ") {
-                let _ = ready_tx.send(());
-            } else if l.split(' ').count() == 2 || l.ends_with(|c: char| c.is_ascii_digit()) {
-                events += 1;
-            } else if other.len() < 5 {
-                other.push(l);
+    let mut others = 0;
+    let mut t = Tracer::start(
+        cmd,
+        |l| l == "READY" || l.starts_with("PID "),
+        limit,
+        move |l| {
+            if l.split(' ').count() == 2 || l.ends_with(|c: char| c.is_ascii_digit()) {
+                Line::Record
+            } else if others < 5 {
+                // Searched for a lost-records report below.
+                others += 1;
+                Line::Keep
+            } else {
+                Line::Skip
             }
-        }
-        (events, other)
-    });
-    let err = child.stderr.take().expect("piped");
-    let stderr = thread::spawn(move || {
-        let mut s = String::new();
-        for l in BufReader::new(err).lines().map_while(Result::ok) {
-            s.push_str(&l);
-            s.push('\n');
-        }
-        s
-    });
-    if ready_rx.recv_timeout(limit).is_err() {
-        let _ = child.kill();
-        let _ = child.wait();
-        bail!(
-            "{tool} was not tracing within {limit:?}: {}",
-            stderr.join().unwrap_or_default()
-        );
-    }
-    let ready_ms = start.elapsed().as_secs_f64() * 1e3;
-    let stats = BpfStats::watch(child.id());
+        },
+    )?;
+    let ready_ms = t.ready.as_secs_f64() * 1e3;
+    let stats = watch_busiest(t.pid());
     let ns = w.run()?;
     let bpf_ns = stats.finish();
     // trace ends by itself when -p's process exits; the others are stopped.
-    if tool != "trace" {
-        // SAFETY: plain kill(2) on our child.
-        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    // BCC's trace takes a SIGINT that lands in its Python print callback as an
+    // exception ctypes ignores, and polls on: press Ctrl-C again, as its users
+    // do, every 2 s until it exits.
+    let again = (tool != "trace").then_some(Duration::from_secs(2));
+    if again.is_some() {
+        t.interrupt();
     }
-    let stop = Instant::now();
-    let mut signalled = stop;
-    while child.try_wait()?.is_none() {
-        // BCC's trace takes a SIGINT that lands in its Python print callback as
-        // an exception ctypes ignores, and polls on: press Ctrl-C again, as its
-        // users do, every 2 s until it exits.
-        if tool != "trace" && signalled.elapsed() > Duration::from_secs(2) {
-            // SAFETY: plain kill(2) on our child, which has not been reaped.
-            unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-            signalled = Instant::now();
-        }
-        if stop.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            // Its start-up was measured all the same.
-            return Ok(json!({
-                "ready_ms": ready_ms,
-                "error": format!("{tool} did not exit within {limit:?} of SIGINT"),
-            }));
-        }
-        thread::sleep(Duration::from_millis(10));
+    if !t.wait_within(limit, again)? {
+        // Its start-up was measured all the same.
+        return Ok(json!({
+            "ready_ms": ready_ms,
+            "error": format!("{tool} did not exit within {limit:?} of SIGINT"),
+        }));
     }
-    let (events, other) = counter.join().expect("counter thread");
-    let err = stderr.join().unwrap_or_default();
-    let lost: String = err
-        .lines()
-        .chain(other.iter().map(String::as_str))
+    let out = t.finish();
+    let lost: String = out
+        .stderr
+        .iter()
+        .chain(out.kept.iter().map(|(_, l)| l))
+        .map(String::as_str)
         .filter(|l| l.to_ascii_lowercase().contains("lost"))
         .collect::<Vec<_>>()
         .join("; ");
     Ok(json!({
-        "ns_per_call": ns, "ready_ms": ready_ms, "events": events, "lost": lost,
+        "ns_per_call": ns, "ready_ms": ready_ms, "events": out.records, "lost": lost,
         "bpf_ns_per_run": bpf_ns,
     }))
 }
 
-/// kernel.bpf_stats_enabled on while this lives (the value before is restored).
-struct BpfStats(String);
-
-const STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
-
-impl BpfStats {
-    fn enable() -> Result<BpfStats> {
-        let old = fs::read_to_string(STATS_SYSCTL).context(STATS_SYSCTL)?;
-        fs::write(STATS_SYSCTL, "1").context(STATS_SYSCTL)?;
-        Ok(BpfStats(old.trim().to_string()))
-    }
-
-    /// Samples the run time per run of `pid`'s busiest BPF program while the
-    /// work runs (the tool may detach as soon as the work ends); `finish` gives
-    /// the last sample, if the statistics are on.
-    fn watch(pid: u32) -> StatsWatch {
-        let (stop, stopped) = mpsc::channel::<()>();
-        let thread = thread::spawn(move || {
-            let mut last = None;
-            loop {
-                if let Some(s) = busiest_prog(pid) {
-                    last = Some(s);
-                }
-                if stopped.recv_timeout(Duration::from_millis(10)).is_ok() {
-                    return last;
-                }
+/// Samples the run time per run of `pid`'s busiest BPF program while the work
+/// runs (the tool may detach as soon as the work ends); `finish` gives the last
+/// sample, if the statistics are on ([`BpfStats`]).
+fn watch_busiest(pid: u32) -> StatsWatch {
+    let (stop, stopped) = mpsc::channel::<()>();
+    let thread = thread::spawn(move || {
+        let mut last = None;
+        loop {
+            if let Some(s) = busiest_prog(pid) {
+                last = Some(s);
             }
-        });
-        StatsWatch { stop, thread }
-    }
-}
-
-impl Drop for BpfStats {
-    fn drop(&mut self) {
-        let _ = fs::write(STATS_SYSCTL, &self.0);
-    }
+            if stopped.recv_timeout(Duration::from_millis(10)).is_ok() {
+                return last;
+            }
+        }
+    });
+    StatsWatch { stop, thread }
 }
 
 struct StatsWatch {
@@ -337,7 +283,7 @@ fn busiest_prog(pid: u32) -> Option<f64> {
 /// the tables.
 pub fn host(root: &Path, args: &[String]) -> Result<()> {
     deps::ensure(&[deps::BUILD, deps::GUEST, deps::BENCH].concat())?;
-    crate::build_release(&["--bin", "trace", "--example", "workload"])?;
+    crate::build::build_release(&["--bin", "trace", "--example", "workload"])?;
     let trace = root.join("target/release/trace");
     let workload = root.join("target/release/examples/workload");
     let out_dir = root.join("target/bench");

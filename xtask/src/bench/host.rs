@@ -18,7 +18,7 @@ use anyhow::{bail, Context, Result};
 use tabled::builder::Builder;
 use tabled::settings::Style;
 
-use crate::bench_common::{lines_of, median, num_cpus, wait_for, wait_long, Workload};
+use super::harness::{lines_of, many_functions, median, num_cpus, wait_for, wait_long, Workload};
 
 const REPEATS: usize = 5;
 const TP_CALLS: u64 = 2_000_000;
@@ -153,7 +153,7 @@ fn name(t: Tool) -> &'static str {
 }
 
 pub fn host(root: &Path) -> Result<()> {
-    crate::build_release(&["--bin", "funccount", "--example", "workload"])?;
+    crate::build::build_release(&["--bin", "funccount", "--example", "workload"])?;
     let funccount = root.join("target/release/funccount");
     let workload = root.join("target/release/examples/workload");
     let bpftrace_version = Command::new("bpftrace")
@@ -252,33 +252,6 @@ pub fn host(root: &Path) -> Result<()> {
 /// Functions in the uprobe detach scenario.
 const DETACH_UPROBES: usize = 1000;
 
-/// A C program with `n` functions `fn_0000`.. that waits for its stdin to close.
-fn many_functions(dir: &Path, n: usize) -> Result<std::path::PathBuf> {
-    let mut src = String::new();
-    for i in 0..n {
-        src.push_str(&format!(
-            "__attribute__((noinline, used)) int fn_{i:04}(int x) {{ __asm__ volatile(\"\"); return x + {i}; }}\n"
-        ));
-    }
-    src.push_str(
-        "#include <unistd.h>\nint main(void) { char b; while (read(0, &b, 1) > 0) {} return 0; }\n",
-    );
-    fs::create_dir_all(dir)?;
-    let c = dir.join("many.c");
-    fs::write(&c, src)?;
-    let bin = dir.join("many");
-    let st = Command::new("cc")
-        .args(["-g", "-O1", "-o"])
-        .arg(&bin)
-        .arg(&c)
-        .status()
-        .context("running cc")?;
-    if !st.success() {
-        bail!("cc failed");
-    }
-    Ok(bin)
-}
-
 /// Starts `cmd`, waits until it is tracing (`ready` line), lets it trace for a
 /// second, sends SIGINT and returns the seconds until it exited.
 fn detach_time(mut cmd: Command, ready: impl Fn(&str) -> bool, what: &str) -> Result<f64> {
@@ -361,7 +334,11 @@ fn detach_rows(funccount: &Path, root: &Path) -> Result<Vec<(String, f64, f64, S
     ));
 
     let bin = many_functions(&root.join("target/bench/detach"), DETACH_UPROBES)?;
-    let mut target = Command::new(&bin).stdin(Stdio::piped()).spawn()?;
+    // It waits for its stdin to close, calling none of them.
+    let mut target = Command::new(&bin)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()?;
     let pid = target.id().to_string();
     let spec = format!("{}:fn_*", bin.display());
     let single = |perf: bool| {
@@ -419,7 +396,7 @@ fn code_changed(pid: u32, bin: &Path) -> Result<usize> {
 
 /// `cargo xtask bench-detach`: only the detach rows of `bench`.
 pub fn detach(root: &Path) -> Result<()> {
-    crate::build_release(&["--bin", "funccount"])?;
+    crate::build::build_release(&["--bin", "funccount"])?;
     let funccount = root.join("target/release/funccount");
     let rows = detach_rows(&funccount, root)?;
     let mut table = Builder::default();

@@ -17,7 +17,7 @@ use serde_json::Value;
 use tabled::builder::Builder;
 use tabled::settings::Style;
 
-use crate::bench_common::{announce_start, matches, median, wait_clean, MARK, QUICK};
+use super::harness::{announce_start, matches, median, wait_clean, MARK, QUICK};
 
 /// (row, funccount's patterns (split at spaces), bpftrace's probe, BCC's pattern).
 const ROWS: &[(&str, &str, &str, &str)] = &[

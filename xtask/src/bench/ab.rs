@@ -20,7 +20,7 @@ use serde_json::Value;
 use tabled::builder::Builder;
 use tabled::settings::Style;
 
-use crate::bench_common::{median, MARK};
+use super::harness::{median, MARK};
 use crate::{deps, guest};
 
 /// (row, arguments, seconds traced).
@@ -225,6 +225,6 @@ pub fn guest(args: &[String]) -> Result<()> {
 fn run(bin: &str, args: &[&str]) -> Result<f64> {
     let mut cmd = Command::new(bin);
     cmd.args(args).env("TRACEKIT_CACHE_DIR", CACHE);
-    let (s, _) = crate::bench_startup::run(cmd, 0.0).with_context(|| format!("{bin} {args:?}"))?;
+    let (s, _) = super::startup::run(cmd, 0.0).with_context(|| format!("{bin} {args:?}"))?;
     Ok(s)
 }

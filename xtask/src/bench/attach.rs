@@ -8,7 +8,7 @@
 //! this same xtask binary (`bench-attach-guest`) and prints one `BENCH {json}` line
 //! per measurement; the host half collects them into a table and target/bench/.
 //!
-//! It begins with the start-up rows ([`crate::bench_startup`]): exec to exit with
+//! It begins with the start-up rows ([`super::startup`]): exec to exit with
 //! one second traced, against bpftrace and BCC. `--startup` runs only those.
 
 use std::fs;
@@ -20,7 +20,7 @@ use anyhow::{Context, Result};
 use tabled::builder::Builder;
 use tabled::settings::Style;
 
-use crate::bench_common::{
+use super::harness::{
     announce_start, attach_json, closest_glob, done_list, guest_runs, measure_repeated,
     traceable_functions, GuestResults, MARK, QUICK, REPS,
 };
@@ -35,7 +35,7 @@ const TOOLS: &[&str] = &["tracekit-multi", "tracekit-single", "bpftrace", "bcc"]
 pub fn host(root: &Path, args: &[String]) -> Result<()> {
     let startup_only = args.iter().any(|a| a == "--startup");
     deps::ensure(&[deps::BUILD, deps::GUEST, deps::BENCH].concat())?;
-    crate::build_release(&["--bin", "funccount"])?;
+    crate::build::build_release(&["--bin", "funccount"])?;
     let spec = &guest::KERNELS[0];
     let kernel = guest::fetch(spec)?;
     // BCC compiles against the running kernel's headers; the guest sees ours over 9p.
@@ -140,7 +140,7 @@ pub fn host(root: &Path, args: &[String]) -> Result<()> {
         }
         println!("\n{phase}:\n{}", t.build().with(Style::markdown()));
     }
-    crate::bench_startup::table(&results);
+    super::startup::table(&results);
     for r in results
         .iter()
         .filter(|r| r["error"].is_string() && r["pattern"].is_string())
@@ -178,7 +178,7 @@ pub fn guest(args: &[String]) -> Result<()> {
     let funccount = args.first().context(usage)?;
     let bcc = !args.iter().any(|a| a == "--no-bcc");
     let done = done_list(args).context(usage)?;
-    crate::bench_startup::guest(funccount, bcc, &done)?;
+    super::startup::guest(funccount, bcc, &done)?;
     if args.iter().any(|a| a == "--startup-only") {
         return Ok(());
     }

@@ -20,7 +20,7 @@
 //! are emulated (TCG): only ratios within the run count.
 //!
 //! The guest half is this xtask binary (`bench-latency-guest`), printing
-//! `BENCH {json}` lines; bench_common::guest_runs survives guest crashes.
+//! `BENCH {json}` lines; harness::guest_runs survives guest crashes.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -33,7 +33,7 @@ use serde_json::{json, Value};
 use tabled::builder::Builder;
 use tabled::settings::Style;
 
-use crate::bench_common::{
+use super::harness::{
     announce_start, attach_json, closest_glob, done_list, guest_runs, lines_of, matches,
     measure_repeated, median, num_cpus, traceable_functions, wait_clean, GuestResults, Workload,
     MARK, QUICK, REPS,
@@ -350,7 +350,7 @@ pub fn host(root: &Path, args: &[String]) -> Result<()> {
     let run_host = !args.iter().any(|a| a == "--no-host");
     let run_guest = !args.iter().any(|a| a == "--no-guest");
     deps::ensure(&[deps::BUILD, deps::GUEST, deps::BENCH].concat())?;
-    crate::build_release(&[
+    crate::build::build_release(&[
         "--bin",
         "funclatency",
         "--bin",
