@@ -596,7 +596,7 @@ mod tests {
         assert_eq!(on[&pc].name.as_deref(), Some("tk_with_inlined"));
         assert_eq!(
             on[&pc].inlined,
-            ["tracekit_common::symbolize::tests::tk_inlined_helper"]
+            ["tracekit_common::data::symbolize::tests::tk_inlined_helper"]
         );
     }
 
