@@ -216,7 +216,7 @@ impl Session {
         let marks = Marks::start();
         process::require_root()?;
         common.check()?;
-        if common.attach_mode != crate::AttachMode::Auto {
+        if common.attach_mode != crate::probe::mode::AttachMode::Auto {
             bail!("--attach-mode is for tools that trace patterns of functions; this tool picks its programs itself (--debug shows them)");
         }
         let stop = Stop::install()?;
