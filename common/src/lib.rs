@@ -58,8 +58,11 @@ pub use plan::{
 
 // Floor 5: the object before load.
 pub use object::ahead::{self, OpenAhead};
+/// What [`open_skeleton!`] expands to; not for direct use.
+#[doc(hidden)]
+pub use object::configure as configure_plan;
 pub use object::trials;
-pub use object::{Filter, ProgKind, RAW_TP_CLONES};
+pub use object::{raw_tp_clones, Filter, ProgKind, SyscallGlobals, RAW_TP_CLONES};
 
 // Floor 6: attach.
 pub use attach::report::skipped_warning;

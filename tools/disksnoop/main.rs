@@ -127,7 +127,7 @@ fn run(mut args: Args, mut ahead: OpenAhead<skel::DisksnoopSkelBuilder>) -> Resu
         None => 0,
     };
     let ring = events::ring_bytes()?;
-    let filter = session.plan.filter(args.common.cpu);
+    let filter = common::Filter::of(&session.plan, args.common.cpu);
     // block_rq_issue/insert: (rq) since Linux 5.11 and 5.10.137, (q, rq) before.
     let rq_arg = match common::features::tracepoint_has_arg("block_rq_issue", 2) {
         Some(true) => 1,

@@ -80,7 +80,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::FunccountSkelBuilder>) -> Result<(
     let plan = &session.plan;
 
     let mut open = common::open_skeleton!(ahead, plan, args.common.cpu, |rodata| {
-        let g = plan.syscall_globals();
+        let g = common::SyscallGlobals::of(plan);
         rodata.kernel_reads = g.kernel_reads;
         rodata.remember_nr = g.remember_nr;
         rodata.task_status_off = g.task_status_off;
@@ -89,7 +89,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::FunccountSkelBuilder>) -> Result<(
     // raw tracepoint program counts (the array is as long as common expects).
     if let Some(clones) = open.maps.rodata_raw_tp_data.as_deref_mut() {
         let slots: &mut [u32; common::RAW_TP_CLONES] = &mut clones.raw_tp_probes;
-        for (slot, probe) in slots.iter_mut().zip(plan.raw_tp_clones()) {
+        for (slot, probe) in slots.iter_mut().zip(common::raw_tp_clones(plan)) {
             *slot = probe as u32;
         }
     }

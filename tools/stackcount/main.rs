@@ -203,7 +203,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
     let mut open = common::open_skeleton!(ahead, plan, args.common.cpu, |rodata| {
         rodata.kernel_stacks = want_kernel;
         rodata.user_stacks = want_user;
-        let g = plan.syscall_globals();
+        let g = common::SyscallGlobals::of(plan);
         rodata.kernel_reads = g.kernel_reads;
         rodata.remember_nr = g.remember_nr;
         rodata.task_status_off = g.task_status_off;

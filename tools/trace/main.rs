@@ -371,7 +371,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
         rodata.kernel_reads = kernel_reads;
         // The plan's syscall events need kernel reads (see above): it never
         // has sys_enter remember numbers.
-        rodata.task_status_off = plan.syscall_globals().task_status_off;
+        rodata.task_status_off = common::SyscallGlobals::of(plan).task_status_off;
         rodata.self_tgid = self_tgid;
         rodata.filter_tid = args.tid.unwrap_or(0);
         rodata.filter_uid = args.uid.map_or(-1, i64::from);

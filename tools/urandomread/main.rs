@@ -108,7 +108,7 @@ fn main() {
 fn run(mut args: Args, mut ahead: OpenAhead<skel::UrandomreadSkelBuilder>) -> Result<()> {
     let mut session = Session::fixed(&mut args.common, args.debug)?;
     let ring = events::ring_bytes()?;
-    let filter = session.plan.filter(args.common.cpu);
+    let filter = common::Filter::of(&session.plan, args.common.cpu);
 
     let ((skel, links), choice) = trials::choose(GROUPS, |sel: &Selection| {
         check_layouts(sel)?;

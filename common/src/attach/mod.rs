@@ -168,9 +168,7 @@ fn attach_all(plan: &Plan, obj: &Object, stop: &Stop) -> Result<Attached> {
             let sites = later_hook_sites(&kernel, n, &out);
             let (p, hook) = (prog(kind)?, kind.hook());
             match via {
-                Via::Session | Via::Multi => {
-                    links::kprobe_multi(p, hook, &sites, stop, &mut out)?
-                }
+                Via::Session | Via::Multi => links::kprobe_multi(p, hook, &sites, stop, &mut out)?,
                 Via::Single => links::kprobes(p, hook, &sites, stop, &mut out),
                 Via::Trampoline => links::trampoline(p, &sites, &mut out),
             }
@@ -301,7 +299,7 @@ fn attach_tracepoints(
     // Probe i on the nth clone of the cookie-less program when slots[n] is i
     // (slots ascending).
     let slots = if progs.contains_key(&ProgKind::RawTracepointClone) {
-        plan.raw_tp_clones()
+        crate::object::raw_tp_clones(plan)
     } else {
         Vec::new()
     };
@@ -334,7 +332,7 @@ fn attach_tracepoints(
             progs.get(&ProgKind::SyscallExit),
             &map,
             &syscalls,
-            plan.remember_syscall_nrs(),
+            crate::object::remember_syscall_nrs(plan),
             out,
         );
         for (s, why) in refused {

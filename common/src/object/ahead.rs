@@ -17,7 +17,7 @@
 //! emulation, 8 ms of its 17). The tool does not wait for that object's closing.
 //!
 //! The inputs of opening that depend on the plan are libbpf's CO-RE target
-//! ([`Plan::core_target`]) and, for objects with session programs, which build
+//! ([`super::core_target`]) and, for objects with session programs, which build
 //! of the object: the lean one, without the session kfuncs whose resolution
 //! makes libbpf read the kernel's BTF ([`object_bytes`]). The thread guesses the
 //! plan needs no kernel BTF and no session; a plan that does gets the object
@@ -60,9 +60,8 @@ impl Build {
     /// `core_sections`.
     fn of(plan: &Plan, core_sections: &[&str]) -> Build {
         Build {
-            core: plan.core_target(core_sections),
-            lean: !plan
-                .prog_kinds()
+            core: super::core_target(plan, core_sections),
+            lean: !super::prog_kinds(plan)
                 .iter()
                 .any(|k| matches!(k, ProgKind::KprobeSession | ProgKind::UprobeSession)),
         }
@@ -71,7 +70,7 @@ impl Build {
     /// Before there is a plan: the common case, no kernel BTF and no session.
     fn guess(core_sections: &[&str]) -> Build {
         Build {
-            core: Plan::core_target_guess(core_sections),
+            core: super::core_target_guess(core_sections),
             lean: true,
         }
     }

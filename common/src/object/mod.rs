@@ -118,7 +118,7 @@ impl ProgKind {
     }
 }
 
-/// What bpf/syscalls.h's programs are told before load ([`Plan::syscall_globals`]).
+/// What bpf/syscalls.h's programs are told before load ([`SyscallGlobals::of`]).
 #[derive(Debug, Clone, Copy)]
 pub struct SyscallGlobals {
     /// BPF may read kernel memory (not under lockdown=confidentiality).
@@ -127,6 +127,23 @@ pub struct SyscallGlobals {
     pub remember_nr: bool,
     /// thread_info.status in task_struct, for the compat flag (0: unknown).
     pub task_status_off: u32,
+}
+
+impl SyscallGlobals {
+    /// The globals of bpf/syscalls.h, for a tool's rodata.
+    pub fn of(plan: &Plan) -> SyscallGlobals {
+        let kernel_reads = features::kernel_reads();
+        SyscallGlobals {
+            kernel_reads,
+            remember_nr: remember_syscall_nrs(plan),
+            // Only the syscall programs read it, and finding it may parse the
+            // kernel's BTF (once per boot).
+            task_status_off: match kernel_reads && has_syscall_events(plan) {
+                true => features::task_status_offset().unwrap_or(0),
+                false => 0,
+            },
+        }
+    }
 }
 
 /// How many clones of its cookie-less raw tracepoint program an object serves
@@ -155,7 +172,12 @@ macro_rules! set_filter {
 macro_rules! open_skeleton {
     ($ahead:expr, $plan:expr, $cpu:expr, |$rodata:ident| $body:block) => {{
         let open = $ahead.take($plan)?;
-        $crate::configure_open!(open, $plan, $plan.filter($cpu), |$rodata| $body)
+        $crate::configure_open!(
+            open,
+            |obj| $crate::configure_plan($plan, obj),
+            $crate::Filter::of($plan, $cpu),
+            |$rodata| $body
+        )
     }};
 }
 
@@ -166,20 +188,22 @@ macro_rules! open_skeleton {
 macro_rules! open_fixed_skeleton {
     ($ahead:expr, $selection:expr, $filter:expr, |$rodata:ident| $body:block) => {{
         let open = $ahead.next_open()?;
-        $crate::configure_open!(open, $selection, $filter, |$rodata| $body)
+        $crate::configure_open!(open, |obj| $selection.configure(obj), $filter, |$rodata| {
+            $body
+        })
     }};
 }
 
 /// The part of [`open_skeleton!`] and [`open_fixed_skeleton!`] after opening:
-/// `$what.configure(..)`, filters and the tool's globals. The cgroup filter's
+/// `$configure` (the plan's or the selection's), filters and the tool's globals. The cgroup filter's
 /// map is the one [`crate::object::cgroup`] armed, or none is created.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! configure_open {
-    ($open:expr, $what:expr, $filter:expr, |$rodata:ident| $body:block) => {{
+    ($open:expr, $configure:expr, $filter:expr, |$rodata:ident| $body:block) => {{
         let mut open = $open;
         let filter: $crate::Filter = $filter;
-        $what.configure(open.open_object_mut())?;
+        ($configure)(open.open_object_mut())?;
         match filter.cgroup {
             Some(fd) => open.maps.filter_cgroups.reuse_fd(fd),
             None => open.maps.filter_cgroups.set_autocreate(false),
@@ -207,250 +231,241 @@ pub struct Filter {
     pub cgroup: Option<std::os::fd::BorrowedFd<'static>>,
 }
 
-impl Plan {
-    /// The BPF program kinds this plan attaches.
-    pub fn prog_kinds(&self) -> Vec<ProgKind> {
-        let mut kinds: Vec<ProgKind> = self
-            .probes
-            .iter()
-            .flat_map(|p| match p.site {
-                Site::Kernel(_) => self
-                    .kernel_via
-                    .map_or(&[][..], |v| ProgKind::for_via(v, true, self.hooks)),
-                Site::User { .. } => self
-                    .user_via
-                    .map_or(&[][..], |v| ProgKind::for_via(v, false, self.hooks)),
-                Site::Tracepoint(_) => &[ProgKind::Tracepoint][..],
-                Site::Usdt { .. } => &[ProgKind::Usdt][..],
-            })
-            .copied()
-            .collect();
-        kinds.sort();
-        kinds.dedup();
-        kinds
-    }
-
-    /// Loads only the programs this plan needs: a kprobe.multi program would fail
-    /// to load on a kernel without that attach type, and unused ones cost verifier
-    /// time. Raw tracepoint programs are loaded when the object has them and the
-    /// kernel takes them; perf-event tracepoints stay loaded as their fallback.
-    pub fn configure(&self, obj: &mut OpenObject) -> Result<()> {
-        let present = ProgKind::in_object(obj);
-        let mut need = self.prog_kinds();
-        need.extend(self.raw_tracepoint_kinds(|k| present.contains(&k)));
-        let mut have = HashSet::new();
-        // A trampoline is bound to its function when it is loaded.
-        let target = self.probes.iter().find_map(|p| match &p.site {
-            Site::Kernel(f) if self.kernel_via == Some(Via::Trampoline) => Some(f.name.clone()),
-            _ => None,
-        });
-        for mut prog in obj.progs_mut() {
-            let Some(kind) = prog.section().to_str().and_then(ProgKind::of) else {
-                continue;
-            };
-            let on = need.contains(&kind);
-            prog.set_autoload(on);
-            if on {
-                have.insert(kind);
-                if matches!(kind, ProgKind::Fentry | ProgKind::Fexit) {
-                    prog.set_attach_target(0, target.clone())
-                        .context("setting the fentry/fexit target")?;
-                }
-            }
-        }
-        if let Some(missing) = need.iter().find(|k| !have.contains(k)) {
-            bail!("internal error: the BPF object has no program for {missing:?} probes");
-        }
-        let user = self.count(|s| matches!(s, Site::User { .. }));
-        let usdt = self.count(|s| matches!(s, Site::Usdt { .. }));
-        let syscalls =
-            have.contains(&ProgKind::SyscallEnter) || have.contains(&ProgKind::SyscallExit);
-        // Returns paired by bpf/pairing.h's per-thread stacks; session programs
-        // keep their entry time in the kernel instead.
-        let paired = have.iter().any(|k| {
-            matches!(
-                k,
-                ProgKind::KretprobeMulti
-                    | ProgKind::Kretprobe
-                    | ProgKind::UretprobeMulti
-                    | ProgKind::Uretprobe
-                    | ProgKind::Fexit
-            )
-        });
-        for mut map in obj.maps_mut() {
-            // Maps only some probe kinds use are not created when the plan has
-            // none of those (libbpf poisons their loads in programs, which
-            // fails only where the verifier reaches one): the kernel would
-            // allocate what they hold (a USDT run's 80 KB of specs, a
-            // preallocated hash of 1024) for nothing, and each is a map
-            // creation at load and a close at exit.
-            let unused = match map.name().to_str() {
-                Some("uprobe_groups") => {
-                    map.set_max_entries(user.max(1) as u32)?;
-                    user == 0
-                }
-                // Threads in a syscall at once; only needed to remember numbers.
-                Some("syscall_nrs") => !self.remember_syscall_nrs(),
-                Some("syscall_probes") => !syscalls,
-                // Read only by the cookie-less raw tracepoint program.
-                Some(".rodata.raw_tp") => !have.contains(&ProgKind::RawTracepointClone),
-                // libbpf's usdt.bpf.h, whose LINUX_HAS_BPF_COOKIE is the
-                // objects' only kconfig extern.
-                Some("__bpf_usdt_specs" | "__bpf_usdt_ip_to_spec_id") => usdt == 0,
-                Some(n) if n.ends_with(".kconfig") => usdt == 0,
-                // Entry programs may reach it in code the verifier walks
-                // (a probe's return wanted at run time): created, with one
-                // entry instead of 8.5 MB of call stacks.
-                Some("calls") => {
-                    if !paired {
-                        map.set_max_entries(1)?;
-                    }
-                    false
-                }
-                _ => false,
-            };
-            if unused {
-                map.set_autocreate(false)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// What libbpf should resolve CO-RE relocations against, when not the kernel's
-    /// own BTF: an empty BTF when none of the programs this plan loads has a CO-RE
-    /// relocation (`core_sections`, the object's sections that have, from build.rs).
-    ///
-    /// libbpf reads and parses /sys/kernel/btf/vmlinux (5 MB) at load when any
-    /// program of the object has a relocation, loaded or not: 4 ms on hardware,
-    /// about 100 ms under emulation, a third of a tracepoint run's start-up there.
-    /// It relocates only the programs it loads, so for the others any target
-    /// will do. It still reads the kernel's BTF where it needs it for itself
-    /// (fentry targets, kfuncs). None when a loaded program may be relocated (a
-    /// relocation in an unknown section, `.text` say, could be in any of them).
-    pub fn core_target(&self, core_sections: &[&str]) -> Option<&'static std::path::Path> {
-        if core_sections.is_empty() {
-            return None; // libbpf does not read the kernel's BTF for CO-RE then
-        }
-        let mut relocated = HashSet::new();
-        for s in core_sections {
-            relocated.insert(ProgKind::of(s)?);
-        }
-        // Every kind assumed present: the kinds needed can only grow.
-        let mut need = self.prog_kinds();
-        need.extend(self.raw_tracepoint_kinds(|_| true));
-        if need.iter().any(|k| relocated.contains(k)) {
-            return None;
-        }
-        empty_btf()
-    }
-
-    /// [`Plan::core_target`] before there is a plan, guessing it loads no
-    /// program with relocations (the common case: only syscall and block
-    /// tracepoints have them).
-    pub fn core_target_guess(core_sections: &[&str]) -> Option<&'static std::path::Path> {
-        if core_sections.is_empty() {
-            None
-        } else {
-            empty_btf()
-        }
-    }
-
-    /// The raw tracepoint programs worth loading for this plan's tracepoints, of
-    /// those the object has (`present`).
-    pub(crate) fn raw_tracepoint_kinds(&self, present: impl Fn(ProgKind) -> bool) -> Vec<ProgKind> {
-        let mut kinds = Vec::new();
-        let tps = || {
-            self.probes.iter().filter_map(|p| match &p.site {
-                Site::Tracepoint(t) => Some(t),
-                _ => None,
-            })
-        };
-        let syscalls = |exit: bool| self.syscall_events().any(|x| x == exit);
-        let (enter, exit) = (syscalls(false), syscalls(true));
-        if present(ProgKind::SyscallExit) && exit {
-            kinds.push(ProgKind::SyscallExit);
-        }
-        // Without kernel reads, sys_enter remembers numbers for sys_exit.
-        if present(ProgKind::SyscallEnter)
-            && (enter || (kinds.contains(&ProgKind::SyscallExit) && !features::kernel_reads()))
-        {
-            kinds.push(ProgKind::SyscallEnter);
-        }
-        // A program that serves every tracepoint alike needs no cookie.
-        let cookies = self.raw_tracepoints == RawTracepoints::Alike || features::raw_tp_cookie();
-        if present(ProgKind::RawTracepoint) && tps().any(|t| t.category != "syscalls") && cookies {
-            kinds.push(ProgKind::RawTracepoint);
-        } else if present(ProgKind::RawTracepointClone) && !self.raw_tp_clones().is_empty() {
-            kinds.push(ProgKind::RawTracepointClone);
-        }
-        kinds
-    }
-
-    /// Without raw tracepoint cookies, the probes the clones of the cookie-less
-    /// raw tracepoint program serve, ascending, the nth clone the nth probe: the
-    /// first [`RAW_TP_CLONES`] tracepoints a raw link may serve (the others are
-    /// perf events). Empty with cookies.
-    pub fn raw_tp_clones(&self) -> Vec<usize> {
-        if self.raw_tracepoints != RawTracepoints::ByCookie
-            || !self.raw_attachable.contains(&true)
-            || features::raw_tp_cookie()
-        {
-            return Vec::new();
-        }
-        let ones = self.raw_attachable.iter().enumerate().filter(|(_, &ok)| ok);
-        ones.map(|(i, _)| i).take(RAW_TP_CLONES).collect()
-    }
-
-    /// Whether the plan has syscall events (`syscalls:sys_enter_*`/`sys_exit_*`)
-    /// for the syscall programs to serve.
-    pub fn has_syscall_events(&self) -> bool {
-        self.syscall_events().next().is_some()
-    }
-
-    /// The plan's syscall events for the syscall programs, each as whether it is
-    /// an exit (`sys_exit_*`); none with TRACEKIT_PERF_SYSCALLS=1 (perf events).
-    fn syscall_events(&self) -> impl Iterator<Item = bool> + '_ {
-        let raw = !crate::plan::perf_syscalls();
-        self.probes.iter().filter_map(move |p| match &p.site {
-            Site::Tracepoint(t) if raw => syscall_event(t).map(|(exit, _)| exit),
-            _ => None,
-        })
-    }
-
-    /// The globals of bpf/syscalls.h, for a tool's rodata.
-    pub fn syscall_globals(&self) -> SyscallGlobals {
-        let kernel_reads = features::kernel_reads();
-        SyscallGlobals {
-            kernel_reads,
-            remember_nr: self.remember_syscall_nrs(),
-            // Only the syscall programs read it, and finding it may parse the
-            // kernel's BTF (once per boot).
-            task_status_off: match kernel_reads && self.has_syscall_events() {
-                true => features::task_status_offset().unwrap_or(0),
-                false => 0,
-            },
-        }
-    }
-
-    /// Whether the syscall exit link needs sys_enter to remember syscall numbers
-    /// (the BPF program cannot read them from the registers): tools set their
-    /// `remember_nr` switch from it.
-    pub fn remember_syscall_nrs(&self) -> bool {
-        !features::kernel_reads() && self.syscall_events().any(|exit| exit)
-    }
-
+impl Filter {
     /// Filter values for bpf/filter.h: the target PID (in our pid namespace when we
     /// run in a container), CPU and cgroup.
-    pub fn filter(&self, cpu: Option<u32>) -> Filter {
-        let ns: Option<PidNs> = self.pid.and_then(|_| process::own_pidns());
+    pub fn of(plan: &Plan, cpu: Option<u32>) -> Filter {
+        let ns: Option<PidNs> = plan.pid.and_then(|_| process::own_pidns());
         Filter {
-            tgid: self.pid.unwrap_or(0),
+            tgid: plan.pid.unwrap_or(0),
             pidns_dev: ns.map_or(0, |n| n.dev),
             pidns_ino: ns.map_or(0, |n| n.ino),
             cpu: cpu.map_or(-1, |c| c as i32),
             cgroup: crate::object::cgroup::map(),
         }
     }
+}
+
+// What the object needs of a plan: the programs it loads, its configuration
+// before load, and the values its globals take. Functions of the object stage,
+// not methods of Plan, so that the plan (a lower stage) knows nothing of objects.
+
+/// The BPF program kinds this plan attaches.
+pub fn prog_kinds(plan: &Plan) -> Vec<ProgKind> {
+    let mut kinds: Vec<ProgKind> = plan
+        .probes
+        .iter()
+        .flat_map(|p| match p.site {
+            Site::Kernel(_) => plan
+                .kernel_via
+                .map_or(&[][..], |v| ProgKind::for_via(v, true, plan.hooks)),
+            Site::User { .. } => plan
+                .user_via
+                .map_or(&[][..], |v| ProgKind::for_via(v, false, plan.hooks)),
+            Site::Tracepoint(_) => &[ProgKind::Tracepoint][..],
+            Site::Usdt { .. } => &[ProgKind::Usdt][..],
+        })
+        .copied()
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    kinds
+}
+
+/// Loads only the programs this plan needs: a kprobe.multi program would fail
+/// to load on a kernel without that attach type, and unused ones cost verifier
+/// time. Raw tracepoint programs are loaded when the object has them and the
+/// kernel takes them; perf-event tracepoints stay loaded as their fallback.
+pub fn configure(plan: &Plan, obj: &mut OpenObject) -> Result<()> {
+    let present = ProgKind::in_object(obj);
+    let mut need = prog_kinds(plan);
+    need.extend(raw_tracepoint_kinds(plan, |k| present.contains(&k)));
+    let mut have = HashSet::new();
+    // A trampoline is bound to its function when it is loaded.
+    let target = plan.probes.iter().find_map(|p| match &p.site {
+        Site::Kernel(f) if plan.kernel_via == Some(Via::Trampoline) => Some(f.name.clone()),
+        _ => None,
+    });
+    for mut prog in obj.progs_mut() {
+        let Some(kind) = prog.section().to_str().and_then(ProgKind::of) else {
+            continue;
+        };
+        let on = need.contains(&kind);
+        prog.set_autoload(on);
+        if on {
+            have.insert(kind);
+            if matches!(kind, ProgKind::Fentry | ProgKind::Fexit) {
+                prog.set_attach_target(0, target.clone())
+                    .context("setting the fentry/fexit target")?;
+            }
+        }
+    }
+    if let Some(missing) = need.iter().find(|k| !have.contains(k)) {
+        bail!("internal error: the BPF object has no program for {missing:?} probes");
+    }
+    let user = plan.count(|s| matches!(s, Site::User { .. }));
+    let usdt = plan.count(|s| matches!(s, Site::Usdt { .. }));
+    let syscalls = have.contains(&ProgKind::SyscallEnter) || have.contains(&ProgKind::SyscallExit);
+    // Returns paired by bpf/pairing.h's per-thread stacks; session programs
+    // keep their entry time in the kernel instead.
+    let paired = have.iter().any(|k| {
+        matches!(
+            k,
+            ProgKind::KretprobeMulti
+                | ProgKind::Kretprobe
+                | ProgKind::UretprobeMulti
+                | ProgKind::Uretprobe
+                | ProgKind::Fexit
+        )
+    });
+    for mut map in obj.maps_mut() {
+        // Maps only some probe kinds use are not created when the plan has
+        // none of those (libbpf poisons their loads in programs, which
+        // fails only where the verifier reaches one): the kernel would
+        // allocate what they hold (a USDT run's 80 KB of specs, a
+        // preallocated hash of 1024) for nothing, and each is a map
+        // creation at load and a close at exit.
+        let unused = match map.name().to_str() {
+            Some("uprobe_groups") => {
+                map.set_max_entries(user.max(1) as u32)?;
+                user == 0
+            }
+            // Threads in a syscall at once; only needed to remember numbers.
+            Some("syscall_nrs") => !remember_syscall_nrs(plan),
+            Some("syscall_probes") => !syscalls,
+            // Read only by the cookie-less raw tracepoint program.
+            Some(".rodata.raw_tp") => !have.contains(&ProgKind::RawTracepointClone),
+            // libbpf's usdt.bpf.h, whose LINUX_HAS_BPF_COOKIE is the
+            // objects' only kconfig extern.
+            Some("__bpf_usdt_specs" | "__bpf_usdt_ip_to_spec_id") => usdt == 0,
+            Some(n) if n.ends_with(".kconfig") => usdt == 0,
+            // Entry programs may reach it in code the verifier walks
+            // (a probe's return wanted at run time): created, with one
+            // entry instead of 8.5 MB of call stacks.
+            Some("calls") => {
+                if !paired {
+                    map.set_max_entries(1)?;
+                }
+                false
+            }
+            _ => false,
+        };
+        if unused {
+            map.set_autocreate(false)?;
+        }
+    }
+    Ok(())
+}
+
+/// What libbpf should resolve CO-RE relocations against, when not the kernel's
+/// own BTF: an empty BTF when none of the programs this plan loads has a CO-RE
+/// relocation (`core_sections`, the object's sections that have, from build.rs).
+///
+/// libbpf reads and parses /sys/kernel/btf/vmlinux (5 MB) at load when any
+/// program of the object has a relocation, loaded or not: 4 ms on hardware,
+/// about 100 ms under emulation, a third of a tracepoint run's start-up there.
+/// It relocates only the programs it loads, so for the others any target
+/// will do. It still reads the kernel's BTF where it needs it for itself
+/// (fentry targets, kfuncs). None when a loaded program may be relocated (a
+/// relocation in an unknown section, `.text` say, could be in any of them).
+pub fn core_target(plan: &Plan, core_sections: &[&str]) -> Option<&'static std::path::Path> {
+    if core_sections.is_empty() {
+        return None; // libbpf does not read the kernel's BTF for CO-RE then
+    }
+    let mut relocated = HashSet::new();
+    for s in core_sections {
+        relocated.insert(ProgKind::of(s)?);
+    }
+    // Every kind assumed present: the kinds needed can only grow.
+    let mut need = prog_kinds(plan);
+    need.extend(raw_tracepoint_kinds(plan, |_| true));
+    if need.iter().any(|k| relocated.contains(k)) {
+        return None;
+    }
+    empty_btf()
+}
+
+/// [`core_target`] before there is a plan, guessing it loads no
+/// program with relocations (the common case: only syscall and block
+/// tracepoints have them).
+pub fn core_target_guess(core_sections: &[&str]) -> Option<&'static std::path::Path> {
+    if core_sections.is_empty() {
+        None
+    } else {
+        empty_btf()
+    }
+}
+
+/// The raw tracepoint programs worth loading for this plan's tracepoints, of
+/// those the object has (`present`).
+pub(crate) fn raw_tracepoint_kinds(
+    plan: &Plan,
+    present: impl Fn(ProgKind) -> bool,
+) -> Vec<ProgKind> {
+    let mut kinds = Vec::new();
+    let tps = || {
+        plan.probes.iter().filter_map(|p| match &p.site {
+            Site::Tracepoint(t) => Some(t),
+            _ => None,
+        })
+    };
+    let syscalls = |exit: bool| syscall_events(plan).any(|x| x == exit);
+    let (enter, exit) = (syscalls(false), syscalls(true));
+    if present(ProgKind::SyscallExit) && exit {
+        kinds.push(ProgKind::SyscallExit);
+    }
+    // Without kernel reads, sys_enter remembers numbers for sys_exit.
+    if present(ProgKind::SyscallEnter)
+        && (enter || (kinds.contains(&ProgKind::SyscallExit) && !features::kernel_reads()))
+    {
+        kinds.push(ProgKind::SyscallEnter);
+    }
+    // A program that serves every tracepoint alike needs no cookie.
+    let cookies = plan.raw_tracepoints == RawTracepoints::Alike || features::raw_tp_cookie();
+    if present(ProgKind::RawTracepoint) && tps().any(|t| t.category != "syscalls") && cookies {
+        kinds.push(ProgKind::RawTracepoint);
+    } else if present(ProgKind::RawTracepointClone) && !raw_tp_clones(plan).is_empty() {
+        kinds.push(ProgKind::RawTracepointClone);
+    }
+    kinds
+}
+
+/// Without raw tracepoint cookies, the probes the clones of the cookie-less
+/// raw tracepoint program serve, ascending, the nth clone the nth probe: the
+/// first [`RAW_TP_CLONES`] tracepoints a raw link may serve (the others are
+/// perf events). Empty with cookies.
+pub fn raw_tp_clones(plan: &Plan) -> Vec<usize> {
+    if plan.raw_tracepoints != RawTracepoints::ByCookie
+        || !plan.raw_attachable.contains(&true)
+        || features::raw_tp_cookie()
+    {
+        return Vec::new();
+    }
+    let ones = plan.raw_attachable.iter().enumerate().filter(|(_, &ok)| ok);
+    ones.map(|(i, _)| i).take(RAW_TP_CLONES).collect()
+}
+
+/// Whether the plan has syscall events (`syscalls:sys_enter_*`/`sys_exit_*`)
+/// for the syscall programs to serve.
+pub fn has_syscall_events(plan: &Plan) -> bool {
+    syscall_events(plan).next().is_some()
+}
+
+/// The plan's syscall events for the syscall programs, each as whether it is
+/// an exit (`sys_exit_*`); none with TRACEKIT_PERF_SYSCALLS=1 (perf events).
+fn syscall_events(plan: &Plan) -> impl Iterator<Item = bool> + '_ {
+    let raw = !crate::plan::perf_syscalls();
+    plan.probes.iter().filter_map(move |p| match &p.site {
+        Site::Tracepoint(t) if raw => syscall_event(t).map(|(exit, _)| exit),
+        _ => None,
+    })
+}
+
+/// Whether the syscall exit link needs sys_enter to remember syscall numbers
+/// (the BPF program cannot read them from the registers): tools set their
+/// `remember_nr` switch from it.
+pub fn remember_syscall_nrs(plan: &Plan) -> bool {
+    !features::kernel_reads() && syscall_events(plan).any(|exit| exit)
 }
 
 /// A path to an empty BTF (a header and the empty string), for libbpf's
