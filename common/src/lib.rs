@@ -36,7 +36,7 @@ pub use sys::process::{thread_group, INIT_PIDNS_INO};
 
 // Floor 2: the stop request, what the user asked, output.
 pub use output::hist;
-pub use output::{emit, status, timestamp, unix_time};
+pub use output::{emit, status, summary_record, timestamp, unix_time};
 pub use probe::mode::{AttachMode, Hooks};
 pub use probe::pattern::Matcher;
 pub use probe::spec::{self, ProbeSpec};

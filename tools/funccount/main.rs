@@ -16,7 +16,7 @@ use common::ProbeSpec;
 use common::RawTracepoints;
 use common::Schedule;
 use common::Served;
-use common::{emit, timestamp, unix_time};
+use common::{emit, summary_record, timestamp};
 use libbpf_rs::skel::{OpenSkel, Skel};
 
 mod skel {
@@ -185,12 +185,7 @@ fn json_summary(rows: &[(&str, u64)], last: bool) -> String {
         .iter()
         .map(|(f, c)| serde_json::json!({ "func": f, "count": c }))
         .collect();
-    let v = serde_json::json!({
-        "time": timestamp(),
-        "unix_time": unix_time(),
-        "final": last,
-        "counts": counts,
-    });
+    let v = summary_record(last, serde_json::json!({ "counts": counts }));
     format!("{v}\n")
 }
 

@@ -16,7 +16,7 @@ use common::Hooks;
 use common::ProbeSpec;
 use common::Schedule;
 use common::Served;
-use common::{emit, timestamp, unix_time};
+use common::{emit, summary_record, timestamp};
 use libbpf_rs::skel::{OpenSkel, Skel};
 use serde_json::json;
 
@@ -280,14 +280,14 @@ fn json_summary(sections: &[Section], unit: Unit, last: bool) -> String {
         all.total_ns += sec.totals.total_ns;
         all.count += sec.totals.count;
     }
-    let mut v = json!({
-        "time": timestamp(),
-        "unix_time": unix_time(),
-        "final": last,
+    let mut v = summary_record(
+        last,
+        json!({
         "unit": unit.label(),
         "total_ns": all.total_ns,
         "count": all.count,
-    });
+        }),
+    );
     if sections.iter().any(|s| s.function.is_some()) {
         v["functions"] = sections
             .iter()

@@ -22,7 +22,7 @@ use common::warn;
 use common::ProbeSpec;
 use common::Schedule;
 use common::Served;
-use common::{emit, timestamp, unix_time};
+use common::{emit, summary_record, timestamp};
 use common::{RawTracepoints, Site};
 use libbpf_rs::skel::{OpenSkel, Skel};
 use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
@@ -632,14 +632,16 @@ fn json_summary(entries: &[(Key, u64)], lost: &[u64], last: bool, args: &Args) -
             })
         })
         .collect();
-    let v = serde_json::json!({
-        "time": timestamp(), "unix_time": unix_time(), "final": last,
-        "stacks": stacks,
-        "lost": {
-            "kernel_stacks": lost[0], "user_stacks": lost[1],
-            "counts_full": lost[2], "stacks_expired": lost[3],
-        },
-    });
+    let v = summary_record(
+        last,
+        serde_json::json!({
+            "stacks": stacks,
+            "lost": {
+                "kernel_stacks": lost[0], "user_stacks": lost[1],
+                "counts_full": lost[2], "stacks_expired": lost[3],
+            },
+        }),
+    );
     format!("{v}\n")
 }
 

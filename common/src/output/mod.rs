@@ -54,6 +54,21 @@ pub fn unix_time() -> f64 {
         .unwrap_or_default()
 }
 
+/// The one envelope of every `--json` summary and `/summary` reply: `time` (as the
+/// tables print it), `unix_time`, whether it is the `final` one, and the tool's
+/// `fields` (an object) beside them.
+pub fn summary_record(last: bool, fields: serde_json::Value) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "time": timestamp(),
+        "unix_time": unix_time(),
+        "final": last,
+    });
+    if let (Some(v), serde_json::Value::Object(fields)) = (v.as_object_mut(), fields) {
+        v.extend(fields);
+    }
+    v
+}
+
 /// BCC's start line, `Tracing N functions for "PATTERN"... Hit Ctrl-C to end.`
 /// ("functions" even for one, as BCC prints it and scripts wait for it). Patterns
 /// are quoted with control characters escaped.

@@ -92,12 +92,7 @@ impl<K: Ord + Clone> Tally<K> {
 /// A `/summary` object of a per-event tool: `rows` are one JSON object per key
 /// (its labels and counts).
 pub fn summary(rows: Vec<Value>) -> Value {
-    json!({
-        "time": crate::output::timestamp(),
-        "unix_time": crate::output::unix_time(),
-        "final": false,
-        "counts": rows,
-    })
+    crate::output::summary_record(false, json!({ "counts": rows }))
 }
 
 #[cfg(test)]
