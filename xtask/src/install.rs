@@ -6,6 +6,7 @@
 //! |---|---|
 //! | every `[[bin]]` of the `tracekit` package, release (the profile strips debug info; the .deb's also lose their symbol table, as dh_strip does) | `sbin/` |
 //! | its man page, `man/<tool>.8` | `share/man/man8/` (gzipped in the .deb) |
+//! | `man/tracekit.7`, what the tools share (once, not per tool) | `share/man/man7/` (gzipped in the .deb) |
 //! | bash completion | `share/bash-completion/completions/<tool>` |
 //! | zsh completion | `share/zsh/site-functions/_<tool>` (.deb: `vendor-completions`, Debian's place) |
 //! | fish completion | `share/fish/vendor_completions.d/<tool>.fish` |
@@ -123,11 +124,15 @@ pub fn package() -> Result<Package> {
     })
 }
 
+/// The man page of what the tools share, in section 7 (`man/tracekit.7`).
+pub const OVERVIEW_PAGE: &str = "tracekit.7";
+
 /// Directories the files go into, relative to the prefix.
-fn dirs(layout: Layout) -> [&'static str; 5] {
+fn dirs(layout: Layout) -> [&'static str; 6] {
     [
         "sbin",
         "share/man/man8",
+        "share/man/man7",
         "share/bash-completion/completions",
         match layout {
             Layout::Prefix => "share/zsh/site-functions",
@@ -147,10 +152,16 @@ pub fn files(pkg: &Package, layout: Layout) -> Result<Vec<File>> {
             "{tool} has no man page: add man/{tool}.8 (every installed tool has one)"
         );
     }
+    let overview = root.join("man").join(OVERVIEW_PAGE);
+    ensure!(overview.is_file(), "man/{OVERVIEW_PAGE} is missing");
     let tools: Vec<&str> = pkg.tools.iter().map(String::as_str).collect();
     crate::build_tools(&tools)?;
-    let [sbin, man8, bash, zsh, fish] = dirs(layout);
-    let mut files = Vec::new();
+    let [sbin, man8, man7, bash, zsh, fish] = dirs(layout);
+    let mut files = vec![File {
+        rel: Path::new(man7).join(OVERVIEW_PAGE),
+        content: Content::Copy(overview),
+        mode: 0o644,
+    }];
     for tool in &pkg.tools {
         let bin = pkg.target_dir.join("release").join(tool);
         let script = |shell: &str| completions(&bin, tool, shell);

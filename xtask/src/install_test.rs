@@ -3,7 +3,7 @@
 //!
 //! 1. `cargo xtask install --prefix` into a temporary prefix that already holds
 //!    someone else's files: every tool runs `--version`, every man page renders
-//!    with `man -l`, no binary has debug info, every binary is static (it runs
+//!    with `man -l` (tracekit.7 too), no binary has debug info, every binary is static (it runs
 //!    chrooted into an empty directory), the installed funccount counts a
 //!    workload's calls into libc exactly (an IFUNC among them), the bash, zsh and
 //!    fish completions load from where they were installed and complete `--help`;
@@ -14,7 +14,7 @@
 //!    Depends (every library the tools link against, by its Debian package: none),
 //!    no lintian error or warning (`packaging/lintian-overrides` says why the tags
 //!    static binaries get are expected), then `dpkg -i` on this host: files,
-//!    stripped binaries, `--version`, `man -w`, the completions; `dpkg --purge`
+//!    stripped binaries, `--version`, `man -w` (tracekit(7) too), the completions; `dpkg --purge`
 //!    leaves every directory it touched as it was.
 //!
 //! Both use the same release build (cargo builds it once).
@@ -252,6 +252,15 @@ fn check_counts(funccount: &Path) -> Result<()> {
 /// section 8, a NAME section introduces it, and groff says nothing (lintian
 /// reports its warnings).
 fn check_man(page: &Path, tool: &str) -> Result<()> {
+    check_man_page(page, tool, 8)
+}
+
+/// tracekit.7, as [`check_man`] checks a tool's page: header `tracekit(7)`.
+fn check_overview(page: &Path) -> Result<()> {
+    check_man_page(page, "tracekit", 7)
+}
+
+fn check_man_page(page: &Path, tool: &str, section: u8) -> Result<()> {
     let out = run_cmd(
         Command::new("man")
             .arg("-l")
@@ -263,7 +272,8 @@ fn check_man(page: &Path, tool: &str) -> Result<()> {
     let text = String::from_utf8(out.stdout)?;
     let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
     ensure!(
-        first.starts_with(&format!("{tool}(8)")) && first.ends_with(&format!("{tool}(8)")),
+        first.starts_with(&format!("{tool}({section})"))
+            && first.ends_with(&format!("{tool}({section})")),
         "man -l {}: header {first:?}",
         page.display()
     );
@@ -409,6 +419,12 @@ fn prefix_round_trip(pkg: &Package) -> Result<()> {
             "the manifest does not list sbin/{tool}:\n{manifest}"
         );
     }
+    let overview = format!("share/man/man7/{}", install::OVERVIEW_PAGE);
+    check_overview(&prefix.join(&overview))?;
+    ensure!(
+        manifest.contains(&format!("file {overview}\n")),
+        "the manifest does not list {overview}:\n{manifest}"
+    );
     // The manifest lists the installed files and nothing of the other ones.
     let installed = snapshot(&prefix)?;
     let files = manifest.lines().filter(|l| l.starts_with("file ")).count();
@@ -417,7 +433,7 @@ fn prefix_round_trip(pkg: &Package) -> Result<()> {
         .filter(|(p, (_, _, c))| c.is_some() && !before.contains_key(*p))
         .count();
     ensure!(
-        files + 1 == new_files && files == 5 * pkg.tools.len(),
+        files + 1 == new_files && files == 5 * pkg.tools.len() + 1,
         "{files} files in the manifest, {new_files} new files (the manifest included), \
          {} tools",
         pkg.tools.len()
@@ -496,6 +512,7 @@ fn check_refuses_without_root(xtask: &Path, prefix: &Path) -> Result<()> {
 const DEB_DIRS: &[&str] = &[
     "/usr/sbin",
     "/usr/share/man/man8",
+    "/usr/share/man/man7",
     "/usr/share/bash-completion/completions",
     "/usr/share/zsh/vendor-completions",
     "/usr/share/fish/vendor_completions.d",
@@ -651,6 +668,7 @@ fn deb_round_trip(pkg: &Package) -> Result<()> {
         PathBuf::from("/usr/share/doc/tracekit/README.md"),
         PathBuf::from("/usr/share/doc/tracekit/changelog.gz"),
         PathBuf::from("/usr/share/lintian/overrides/tracekit"),
+        PathBuf::from(format!("/usr/share/man/man7/{}.gz", install::OVERVIEW_PAGE)),
     ];
     for tool in &pkg.tools {
         expected.extend(
@@ -691,6 +709,17 @@ fn deb_round_trip(pkg: &Package) -> Result<()> {
             tool,
         )?;
     }
+
+    let page = stdout(
+        Command::new("man")
+            .args(["-w", "7", "tracekit"])
+            .env_remove("MANPATH"),
+    )?;
+    ensure!(
+        page == format!("/usr/share/man/man7/{}.gz\n", install::OVERVIEW_PAGE),
+        "man -w 7 tracekit: {page:?}"
+    );
+    check_overview(Path::new(page.trim()))?;
 
     run_cmd(Command::new("dpkg").args(["--purge", "tracekit"]))?;
     ensure!(
