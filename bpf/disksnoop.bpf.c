@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* disksnoop: one record per completed block request, with its latency from issue
  * to completion. Three program sets for the same events; user space loads the
- * first the kernel accepts (common/src/fixed.rs):
+ * first the kernel accepts (common/src/object/trials.rs):
  *
  * - tp_btf: block_rq_issue/complete/insert/io_start with typed arguments, request
  *   fields read through BTF pointers; requests keyed by their address;

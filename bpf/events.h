@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
-/* Per-event records to user space through one ring buffer (common/src/events.rs
+/* Per-event records to user space through one ring buffer (common/src/data/events.rs
  * reads them as the skeleton's generated types). A record that finds the buffer
  * full is counted in `events_lost`, per CPU, and reported, never dropped silently.
  *

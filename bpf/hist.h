@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
-/* Log2 histograms with BCC's slots (common/src/hist.rs prints them): slot i holds
+/* Log2 histograms with BCC's slots (common/src/output/hist.rs prints them): slot i holds
  * [2^(i-1), 2^i - 1], slot 1 also holds 0, so slot = floor(log2 v) + 1; the last
  * slot, 63, also takes everything above (2^62 ns is 146 years). One row is 64
  * slots plus the total and count that funclatency's avg line needs. */

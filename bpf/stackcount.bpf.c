@@ -132,7 +132,7 @@ int stack_tracepoint(void *ctx)
  * tracepoint alike, so it needs no cookie (6.10+). Raw links detach without the
  * per-event RCU waits of perf events. The kernel stack taken here begins in this program
  * and bpf_trace_run*; user space leaves those frames out
- * (common/src/stacks.rs). */
+ * (common/src/data/stacks.rs). */
 SEC("raw_tp")
 int stack_raw_tp(void *ctx)
 {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /* Stack storage shared by the tools that record stacks: take_stack() copies the
  * current kernel or user stack and stores it by the 64-bit hash of its frames.
- * User space (common/src/stacks.rs) reads `stacks` by hash. */
+ * User space (common/src/data/stacks.rs) reads `stacks` by hash. */
 #ifndef TRACEKIT_STACKS_H
 #define TRACEKIT_STACKS_H
 

@@ -24,7 +24,7 @@ struct {
 
 /* Where a task keeps its TS_COMPAT flag: the byte offset of thread_info.status
  * in task_struct, found in the kernel's BTF by userspace and cached per boot
- * (common/src/features.rs); 0 when unknown. Not a CO-RE read: a relocation
+ * (common/src/kernel/features.rs); 0 when unknown. Not a CO-RE read: a relocation
  * would make libbpf parse the kernel's 5 MB BTF at every load of this object
  * (4 ms on hardware, about 90 ms under emulation, most of a syscall event
  * run's start-up there). */

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* urandomread: one record per read of random bytes, with the bits delivered.
  * Sources, each picked by user space from what the kernel accepts
- * (common/src/fixed.rs):
+ * (common/src/object/trials.rs):
  *
  * - reads of /dev/urandom and /dev/random: the random:urandom_read tracepoint
  *   where it exists (removed in Linux 5.18 and in the 5.4/5.10/5.15 stable

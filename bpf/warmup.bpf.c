@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
 /* warmup: loaded, never attached, by the thread that opens a tool's object
- * while the tool parses its options (common/src/ahead.rs). libbpf asks the
+ * while the tool parses its options (common/src/object/ahead.rs). libbpf asks the
  * kernel what it supports (BTF kinds, global data, mmapable arrays, program
  * names, map binding, arg:ctx tags, bpf_probe_read_kernel, and for
  * usdt.bpf.h's LINUX_HAS_BPF_COOKIE the attach cookie) once per process, in
  * about 15 syscalls; loading this object asks them all, so the tool's own load
  * finds the answers cached. That its program loads also answers tracekit's own
- * question of whether BPF may read kernel memory (common/src/features.rs). No
+ * question of whether BPF may read kernel memory (common/src/kernel/features.rs). No
  * CO-RE relocation: it never needs kernel BTF. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>

@@ -392,7 +392,7 @@ fn closed_stdout_ends_quietly() {
 fn closed_standard_descriptors_are_opened_on_dev_null() {
     // Started with stdin and stderr closed, the tool opens them on /dev/null
     // before anything else can take their numbers (a BPF map as fd 0, say), as
-    // Rust's start-up would: the tools have their own entry (common/src/entry.rs).
+    // Rust's start-up would: the tools have their own entry (common/src/run/entry.rs).
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(format!(

@@ -7,7 +7,7 @@
  * The tools are linked statically, so they have no dynamic linker to ask which
  * implementation an IFUNC (glibc's strlen, memcpy, ...) picks on this machine; this
  * small dynamically linked program, embedded in each tool and run from a memfd
- * (common/src/ifunc.rs), is a process that has one. RTLD_NOLOAD: only libraries
+ * (common/src/user/ifunc.rs), is a process that has one. RTLD_NOLOAD: only libraries
  * this program has loaded anyway (libc) are asked, so no library's constructors
  * run for the question. */
 #define _GNU_SOURCE

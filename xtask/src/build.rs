@@ -68,7 +68,7 @@ pub fn build_release(targets: &[&str]) -> Result<()> {
 /// are copied to target/release, where everything else looks for them. What a
 /// static tool cannot do itself, ask a dynamic linker which implementation an
 /// IFUNC (libc's strlen) picks, it asks of a small dynamic helper it embeds
-/// (common/src/ifunc.rs).
+/// (common/src/user/ifunc.rs).
 pub fn build_tools(tools: &[&str]) -> Result<()> {
     if tools.is_empty() {
         return Ok(());

@@ -185,7 +185,7 @@ fn check_static(bin: &Path, tool: &str, pkg: &Package) -> Result<()> {
 /// workload's 345 malloc and 690 strlen calls into the system's libc, with
 /// `-p`, ending with the summary when the workload exits. strlen is an IFUNC,
 /// which the static funccount resolves to this CPU's implementation by asking
-/// the dynamic helper it embeds (common/src/ifunc.rs).
+/// the dynamic helper it embeds (common/src/user/ifunc.rs).
 fn check_counts(funccount: &Path) -> Result<()> {
     use crate::bench::harness::{lines_of, wait_for, Workload};
     let root = crate::workspace_root();

@@ -142,7 +142,7 @@ pub struct CommonArgs {
     /// Serve HTTP on ADDR:PORT (:PORT binds 127.0.0.1): GET /metrics (Prometheus,
     /// cumulative), GET /summary (the --json object of the next summary), POST /stop
     /// (final summary, exit 0), POST /reset (zero the next summary); stackcount
-    /// also GET /stacks (folded). The man page's SERVICE MODE has the details
+    /// also GET /stacks (folded). SERVICE MODE in tracekit(7) has the details
     #[arg(long, value_name = "ADDR:PORT", value_parser = crate::serve::http::parse_listen)]
     pub listen: Option<std::net::SocketAddr>,
 
