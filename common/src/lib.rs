@@ -45,12 +45,13 @@ pub use stop::StopReason;
 // Floor 3: the kernel, user binaries, --listen.
 pub use kernel::access::NoKernelFunctions;
 pub use kernel::{btf, features, tracefs, tracepoints};
-pub use serve::http::Served;
+pub use serve::http::{Polled, Served};
 pub use serve::{metrics, tally};
 pub use user::elf::build_id;
 pub use user::targets::at_offset;
 
 // Floor 4: the plan, reading back what BPF recorded.
+pub use data::events::Streamed;
 pub use data::{counters, events, stacks, symbolize};
 pub use plan::{
     perf_syscalls, raw_attachable, syscall_event, Plan, Probe, RawTracepoints, Site, Skipped,

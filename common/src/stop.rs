@@ -259,25 +259,26 @@ impl Stop {
 
 impl Stop {
     /// Waits like [`Stop::wait_until`] while calling `poll(timeout)` (a ring buffer
-    /// poll, say) in slices short enough to notice a stop request promptly.
+    /// poll, say) in slices short enough to notice a stop request promptly; an
+    /// error of `poll`'s ends the wait with it.
     pub fn poll_until(
         &self,
         deadline: Option<Instant>,
-        mut poll: impl FnMut(Duration),
-    ) -> Option<StopReason> {
+        mut poll: impl FnMut(Duration) -> anyhow::Result<()>,
+    ) -> anyhow::Result<Option<StopReason>> {
         const SLICE: Duration = Duration::from_millis(100);
         loop {
             if let Some(r) = self.reason() {
-                return Some(r);
+                return Ok(Some(r));
             }
             let left = match deadline {
                 Some(d) => d.saturating_duration_since(Instant::now()),
                 None => SLICE,
             };
             if left.is_zero() {
-                return None;
+                return Ok(None);
             }
-            poll(left.min(SLICE));
+            poll(left.min(SLICE))?;
         }
     }
 }

@@ -17,7 +17,7 @@ use common::session::Session;
 use common::tally::{self, Cell, Tally};
 use common::trials::{self, Format, Group, Need, Selection, Variant};
 use common::warn;
-use common::Served;
+use common::{Schedule, Served, Streamed};
 use libbpf_rs::skel::{OpenSkel, Skel};
 use serde_json::json;
 use std::cell::RefCell;
@@ -199,7 +199,16 @@ fn run(mut args: Args, mut ahead: OpenAhead<skel::DisksnoopSkelBuilder>) -> Resu
         tally,
         names: disks::Names::load(),
     };
-    session.run_events_served(args.duration, &mut ev, Some(&mut served))?;
+    session.run(
+        Schedule {
+            interval: None,
+            duration: args.duration,
+        },
+        &mut Streamed {
+            events: &mut ev,
+            tool: &mut served,
+        },
+    )?;
     drop(ev);
     session.finish(true)
 }
@@ -286,6 +295,9 @@ impl Served for Disks {
     fn reset(&mut self) -> Result<()> {
         self.tally.borrow_mut().reset();
         Ok(())
+    }
+    fn prints_summaries(&self) -> bool {
+        false // each event is printed as it comes
     }
 }
 

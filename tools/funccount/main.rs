@@ -110,7 +110,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::FunccountSkelBuilder>) -> Result<(
         json: session.json,
         timestamp: args.summary.timestamp,
     };
-    session.run_served(schedule, &mut counts)?;
+    session.run(schedule, &mut counts)?;
     session.finish(false)
 }
 

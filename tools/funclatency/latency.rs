@@ -98,7 +98,7 @@ pub fn run(mut cfg: Config, ahead: Ahead) -> Result<()> {
         session: &session,
         missed_before: 0,
     };
-    session.run_served(cfg.schedule, &mut lat)?;
+    session.run(cfg.schedule, &mut lat)?;
     drop(lat);
     session.finish(cfg.banner.is_some())
 }

@@ -21,8 +21,8 @@ use common::symbolize::{Frame, Symbols};
 use common::warn;
 use common::ProbeSpec;
 use common::Schedule;
-use common::Served;
 use common::{emit, summary_record, timestamp};
+use common::{Polled, Served};
 use common::{RawTracepoints, Site};
 use libbpf_rs::skel::{OpenSkel, Skel};
 use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
@@ -248,15 +248,17 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
         lost_total: 0,
         run: BTreeMap::new(),
     };
-    session.run_polling_served(
+    session.run(
         schedule,
-        |t| {
-            let _ = rb.poll(t);
-            for pid in new_pids.borrow_mut().drain(..) {
-                symbols.borrow_mut().remember(pid);
-            }
+        &mut Polled {
+            tool: &mut st,
+            poll: |t| {
+                let _ = rb.poll(t);
+                for pid in new_pids.borrow_mut().drain(..) {
+                    symbols.borrow_mut().remember(pid);
+                }
+            },
         },
-        &mut st,
     )?;
     let folded_run = std::mem::take(&mut st.run);
     drop(st);

@@ -8,7 +8,7 @@
 //! let mut ev = Events::new(&skel.maps.events, &skel.maps.events_lost, |e: &types::event, out| {
 //!     writeln!(out, "...")?; Ok(())
 //! })?;
-//! session.run_events(duration, &mut ev)?;
+//! session.run(Schedule { interval: None, duration }, &mut Streamed { events: &mut ev, tool })?;
 //! ```
 
 use std::cell::RefCell;
@@ -22,6 +22,8 @@ use plain::Plain;
 use crate::data::counters::PerCpuCounters;
 use crate::diag::warn;
 use crate::output::emit;
+use crate::serve::http::Served;
+use crate::serve::metrics::Metrics;
 
 /// The ring buffer's size unless `TRACEKIT_RING_BYTES` says otherwise: 1 MiB
 /// holds ~16,000 records of 64 bytes, well over a second of a busy disk.
@@ -190,6 +192,49 @@ impl<'a> Events<'a> {
             warn(&format!("lost {} events in all", self.lost_total));
         }
         Ok(())
+    }
+}
+
+/// A per-event tool's run: `events` read while the run waits (lost records
+/// reported at most once a second, and once more at the end), `tool` serving
+/// `--listen` and printing each event as it comes.
+pub struct Streamed<'a, 'b> {
+    pub events: &'a mut Events<'b>,
+    pub tool: &'a mut dyn Served,
+}
+
+impl Served for Streamed<'_, '_> {
+    fn print(&mut self, last: bool) -> Result<()> {
+        self.tool.print(last)
+    }
+    fn metrics(&mut self, m: &mut Metrics) -> Result<()> {
+        self.tool.metrics(m)
+    }
+    fn summary(&mut self) -> Result<serde_json::Value> {
+        self.tool.summary()
+    }
+    fn reset(&mut self) -> Result<()> {
+        self.tool.reset()
+    }
+    fn folded(&mut self) -> Option<Result<String>> {
+        self.tool.folded()
+    }
+    fn polls(&self) -> bool {
+        true
+    }
+    fn poll(&mut self, timeout: Duration) -> Result<()> {
+        self.events.poll(timeout)?;
+        self.events.report_lost(false)
+    }
+    fn drain(&mut self) -> Result<()> {
+        self.events.drain()?;
+        self.events.report_lost(true)
+    }
+    fn lost(&self) -> Option<u64> {
+        Some(self.events.lost_total())
+    }
+    fn prints_summaries(&self) -> bool {
+        self.tool.prints_summaries()
     }
 }
 

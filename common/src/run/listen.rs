@@ -2,13 +2,11 @@
 //! requests between their waits (so map reads stay on the tool's thread), and
 //! the session's own health metrics. The HTTP server is [`crate::serve::http`].
 
-use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
 use crate::run::cli::CommonArgs;
-use crate::run::schedule::{self, Schedule};
 use crate::run::session::Session;
 use crate::serve::http::{Reply, Request, Route, Served, Server};
 use crate::serve::metrics::{self, Metrics};
@@ -34,56 +32,8 @@ pub(crate) fn bind(common: &CommonArgs) -> Result<Option<Server>> {
     Ok(Some(server))
 }
 
-/// `--listen`: the run loop answering requests while it waits.
+/// `--listen`: the session's answers to requests, and its health metrics.
 impl Session {
-    /// The summary loop of [`Session::run`], with `tool` printing the summaries
-    /// and, with `--listen`, answering requests between them.
-    pub fn run_served(&self, schedule: Schedule, tool: &mut dyn Served) -> Result<StopReason> {
-        let tool = RefCell::new(tool);
-        let Some(server) = &self.server else {
-            return self.run(schedule, |last| tool.borrow_mut().print(last));
-        };
-        schedule::run_loop_with(
-            self.tracing_since(),
-            schedule,
-            |deadline| {
-                self.stop.poll_until(deadline, |t| {
-                    if let Some(rq) = server.next(Some(t.min(SLICE))) {
-                        self.handle(rq, &mut **tool.borrow_mut(), None);
-                    }
-                })
-            },
-            |last| tool.borrow_mut().print(last),
-        )
-    }
-
-    /// [`Session::run_polling`] with `tool` printing the summaries and, with
-    /// `--listen`, answering requests between polls.
-    pub fn run_polling_served(
-        &self,
-        schedule: Schedule,
-        mut poll: impl FnMut(Duration),
-        tool: &mut dyn Served,
-    ) -> Result<StopReason> {
-        let tool = RefCell::new(tool);
-        let Some(server) = &self.server else {
-            return self.run_polling(schedule, poll, |last| tool.borrow_mut().print(last));
-        };
-        schedule::run_loop_with(
-            self.tracing_since(),
-            schedule,
-            |deadline| {
-                self.stop.poll_until(deadline, |t| {
-                    poll(t.min(SLICE));
-                    while let Some(rq) = server.next(None) {
-                        self.handle(rq, &mut **tool.borrow_mut(), None);
-                    }
-                })
-            },
-            |last| tool.borrow_mut().print(last),
-        )
-    }
-
     /// Whether `--listen` is serving (tools count what they serve only then).
     pub fn serving(&self) -> bool {
         self.server.is_some()

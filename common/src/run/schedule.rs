@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
-use crate::stop::{Stop, StopReason};
+#[cfg(test)]
+use crate::stop::Stop;
+use crate::stop::StopReason;
 
 /// When summaries are printed: every `interval`, and at the end of `duration`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -19,7 +21,9 @@ pub struct Schedule {
 ///
 /// Intervals and the duration count from `since`, when tracing began (the end of
 /// attaching): `-d 1` counts events for one second, not one second plus the time
-/// it took to print the banner.
+/// it took to print the banner. The session's loop is [`run_loop_with`]; this
+/// plain wait is the tests'.
+#[cfg(test)]
 pub fn run_loop(
     since: Instant,
     schedule: Schedule,
@@ -29,18 +33,18 @@ pub fn run_loop(
     run_loop_with(
         since,
         schedule,
-        |deadline| stop.wait_until(deadline),
+        |deadline| Ok(stop.wait_until(deadline)),
         summary,
     )
 }
 
 /// [`run_loop`] with the waiting done by `wait(deadline)`, which must return at the
-/// deadline (`None`) or on a stop request (its reason); tools use it to serve a
-/// ring buffer meanwhile (see [`Stop::poll_until`]).
+/// deadline (`None`) or on a stop request (its reason), or fail; the session uses
+/// it to serve a ring buffer and `--listen` meanwhile (see [`crate::stop::Stop::poll_until`]).
 pub fn run_loop_with(
     since: Instant,
     schedule: Schedule,
-    mut wait: impl FnMut(Option<Instant>) -> Option<StopReason>,
+    mut wait: impl FnMut(Option<Instant>) -> Result<Option<StopReason>>,
     mut summary: impl FnMut(bool) -> Result<()>,
 ) -> Result<StopReason> {
     let end = schedule.duration.map(|d| since + d);
@@ -50,7 +54,7 @@ pub fn run_loop_with(
             (Some(n), Some(e)) => Some(n.min(e)),
             (n, e) => n.or(e),
         };
-        if let Some(reason) = wait(wake) {
+        if let Some(reason) = wait(wake)? {
             summary(true)?;
             return Ok(reason);
         }

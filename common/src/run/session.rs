@@ -6,7 +6,7 @@
 //! // take the tool's skeleton (opened ahead) for s.plan, size its maps, load it
 //! s.attach(skel.object())?;
 //! s.announce(&args.patterns)?;
-//! s.run(schedule, |last| { ... print a summary ... })?;
+//! s.run(schedule, &mut tool)?; // tool: Served, which prints the summaries
 //! s.finish()
 //! ```
 
@@ -17,7 +17,6 @@ use anyhow::{bail, Result};
 use libbpf_rs::{Link, Object};
 
 use crate::attach::links::Attached;
-use crate::data::events::Events;
 use crate::kernel::tracefs;
 use crate::output;
 use crate::plan::{self, Plan, RawTracepoints};
@@ -146,30 +145,61 @@ impl Session {
             .unwrap_or_else(Instant::now)
     }
 
-    /// The summary loop (see [`schedule::run_loop`]).
-    pub fn run(
-        &self,
-        schedule: Schedule,
-        mut summary: impl FnMut(bool) -> Result<()>,
-    ) -> Result<StopReason> {
-        schedule::run_loop(self.tracing_since(), schedule, self.stop, |last| {
-            self.marks.borrow_mut().summary(|| summary(last))
-        })
-    }
-
-    /// The summary loop, calling `poll(timeout)` while waiting (a ring buffer).
-    pub fn run_polling(
-        &self,
-        schedule: Schedule,
-        mut poll: impl FnMut(std::time::Duration),
-        mut summary: impl FnMut(bool) -> Result<()>,
-    ) -> Result<StopReason> {
-        schedule::run_loop_with(
+    /// The run: summaries on `schedule` (`-i`, `-d`) printed by `tool` until a
+    /// signal, the duration's end, the `-p` process's exit or `POST /stop`. While
+    /// it waits it reads the tool's ring buffer, if it has one, and answers
+    /// `--listen` requests, on this thread, so map reads stay with the tool. Then
+    /// the tool drains what is still buffered. An error of the tool's (a closed
+    /// stdout) ends the run with it.
+    pub fn run(&self, schedule: Schedule, tool: &mut dyn Served) -> Result<StopReason> {
+        let tool = RefCell::new(tool);
+        let why = schedule::run_loop_with(
             self.tracing_since(),
             schedule,
-            |deadline: Option<Instant>| self.stop.poll_until(deadline, &mut poll),
-            |last| self.marks.borrow_mut().summary(|| summary(last)),
-        )
+            |deadline| self.wait(deadline, &tool),
+            |last| {
+                let mut tool = tool.borrow_mut();
+                if !tool.prints_summaries() {
+                    return Ok(());
+                }
+                self.marks.borrow_mut().summary(|| tool.print(last))
+            },
+        )?;
+        tool.borrow_mut().drain()?;
+        Ok(why)
+    }
+
+    /// Waits until `deadline` or a stop request, reading the tool's ring buffer
+    /// and answering `--listen` requests meanwhile.
+    fn wait(
+        &self,
+        deadline: Option<Instant>,
+        tool: &RefCell<&mut dyn Served>,
+    ) -> Result<Option<StopReason>> {
+        let polls = tool.borrow().polls();
+        let Some(server) = self.server.as_ref() else {
+            if !polls {
+                return Ok(self.stop.wait_until(deadline));
+            }
+            return self
+                .stop
+                .poll_until(deadline, |t| tool.borrow_mut().poll(t));
+        };
+        let slice = crate::run::listen::SLICE;
+        self.stop.poll_until(deadline, |t| {
+            let mut tool = tool.borrow_mut();
+            if polls {
+                tool.poll(t.min(slice))?;
+                while let Some(rq) = server.next(None) {
+                    let lost = tool.lost();
+                    self.handle(rq, &mut **tool, lost);
+                }
+            } else if let Some(rq) = server.next(Some(t.min(slice))) {
+                let lost = tool.lost();
+                self.handle(rq, &mut **tool, lost);
+            }
+            Ok(())
+        })
     }
 
     /// Prints `Detaching...` (unless `quiet`) and detaches everything; then,
@@ -203,10 +233,10 @@ impl Session {
 ///
 /// ```text
 /// let mut s = Session::fixed(&mut args.common, debug)?;
-/// let ((skel, links), choice) = fixed::choose(GROUPS, |sel| { ... })?;
+/// let ((skel, links), choice) = trials::choose(GROUPS, |sel| { ... })?;
 /// s.adopt(links)?;
 /// let mut ev = Events::new(...)?;
-/// s.run_events(duration, &mut ev)?;
+/// s.run(Schedule { interval: None, duration }, &mut Streamed { events: &mut ev, tool })?;
 /// s.finish(true)
 /// ```
 impl Session {
@@ -274,55 +304,5 @@ impl Session {
     /// Whether `--debug` was given.
     pub fn debug(&self) -> bool {
         self.debug
-    }
-
-    /// Serves `events` until a signal, the end of `duration`, or the `-p` process
-    /// exits; then handles the records still buffered and reports lost ones.
-    /// An error from a record's handler (a closed stdout) ends the run with it.
-    pub fn run_events(
-        &self,
-        duration: Option<std::time::Duration>,
-        events: &mut Events,
-    ) -> Result<StopReason> {
-        self.run_events_served(duration, events, None)
-    }
-
-    /// [`Session::run_events`] answering `--listen` requests from `tool`.
-    pub fn run_events_served(
-        &self,
-        duration: Option<std::time::Duration>,
-        events: &mut Events,
-        mut tool: Option<&mut dyn Served>,
-    ) -> Result<StopReason> {
-        // Shorter with a server: requests are answered between polls.
-        let slice = if self.server.is_some() {
-            crate::run::listen::SLICE
-        } else {
-            std::time::Duration::from_millis(100)
-        };
-        let end = duration.map(|d| self.tracing_since() + d);
-        let why = loop {
-            if let Some(r) = self.stop.reason() {
-                break r;
-            }
-            let left = match end {
-                Some(e) => e.saturating_duration_since(Instant::now()),
-                None => slice,
-            };
-            if left.is_zero() {
-                break StopReason::Duration;
-            }
-            events.poll(left.min(slice))?;
-            events.report_lost(false)?;
-            if let (Some(server), Some(tool)) = (&self.server, tool.as_deref_mut()) {
-                while let Some(rq) = server.next(None) {
-                    let lost = events.lost_total();
-                    self.handle(rq, tool, Some(lost));
-                }
-            }
-        };
-        events.drain()?;
-        events.report_lost(true)?;
-        Ok(why)
     }
 }

@@ -7,7 +7,7 @@
 //! Connections are read by their own threads (at most [`MAX_CONNECTIONS`], each
 //! with a deadline and a bounded request head); only a well-formed, authorised
 //! request reaches the tool's thread, which answers it between waits of its run
-//! loop ([`crate::run::session::Session::run_served`]). So a slow, hostile or broken
+//! loop ([`crate::run::session::Session::run`]). So a slow, hostile or broken
 //! client gets a 4xx (or 503) from its connection thread and never stops or
 //! slows the tracing. The parser is `httparse` (hyper's); tiny_http 0.12 was
 //! not used: it has no read timeouts, no bound on a header line, and a thread
@@ -63,6 +63,61 @@ pub trait Served {
     /// `GET /stacks`: folded stacks since the start (stackcount); None: 404.
     fn folded(&mut self) -> Option<Result<String>> {
         None
+    }
+    /// Whether the tool reads a ring buffer ([`Served::poll`]) while the run
+    /// waits; without one the run sleeps until its next summary or a stop.
+    fn polls(&self) -> bool {
+        false
+    }
+    /// Reads what BPF sent for at most `timeout`. An error (a closed stdout)
+    /// ends the run with it.
+    fn poll(&mut self, _timeout: Duration) -> Result<()> {
+        Ok(())
+    }
+    /// After the run: what is still buffered, and the final report of losses.
+    fn drain(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// Records lost so far (a ring buffer's), added to `/metrics`' lost records.
+    fn lost(&self) -> Option<u64> {
+        None
+    }
+    /// Whether the tool prints summaries; a per-event tool prints each event as
+    /// it comes, and its run has no summary to time or print.
+    fn prints_summaries(&self) -> bool {
+        true
+    }
+}
+
+/// A [`Served`] tool that reads its own ring buffer with `poll` while the run
+/// waits (stackcount's stacks, whose records need no per-event printing).
+pub struct Polled<'a, F: FnMut(Duration)> {
+    pub tool: &'a mut dyn Served,
+    pub poll: F,
+}
+
+impl<F: FnMut(Duration)> Served for Polled<'_, F> {
+    fn print(&mut self, last: bool) -> Result<()> {
+        self.tool.print(last)
+    }
+    fn metrics(&mut self, m: &mut Metrics) -> Result<()> {
+        self.tool.metrics(m)
+    }
+    fn summary(&mut self) -> Result<serde_json::Value> {
+        self.tool.summary()
+    }
+    fn reset(&mut self) -> Result<()> {
+        self.tool.reset()
+    }
+    fn folded(&mut self) -> Option<Result<String>> {
+        self.tool.folded()
+    }
+    fn polls(&self) -> bool {
+        true
+    }
+    fn poll(&mut self, timeout: Duration) -> Result<()> {
+        (self.poll)(timeout);
+        Ok(())
     }
 }
 
