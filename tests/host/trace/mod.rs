@@ -3,13 +3,11 @@
 //! every line is checked; -M, -A, -U, --json, and the grammar's errors. Kernel
 //! functions (BTF names, members, globs, -K) are tested in the guest (tests/guest.rs).
 
-mod util;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use util::*;
+use crate::util::*;
 
 const T: Duration = Duration::from_secs(60);
 

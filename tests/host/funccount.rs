@@ -1,14 +1,12 @@
 //! funccount on the host kernel: user functions, libc, tracepoints, USDT, the run
 //! loop and every error path. Kernel functions are tested in the guest (tests/guest.rs).
 
-mod util;
-
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use util::*;
+use crate::util::*;
 
 const T: Duration = Duration::from_secs(60);
 
@@ -428,7 +426,7 @@ fn mounts_tracefs_when_missing() {
 }
 
 fn fails_with(args: &[&str], message: &str) {
-    util::fails_with(&funccount(), args, message);
+    crate::util::fails_with(&funccount(), args, message);
 }
 
 #[test]

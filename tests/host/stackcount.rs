@@ -2,12 +2,10 @@
 //! folded output, flame graph SVG, a process that exits before the summary, and
 //! kernel stacks at a tracepoint. Kernel-function stacks: tests/guest.rs.
 
-mod util;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use util::*;
+use crate::util::*;
 
 const T: Duration = Duration::from_secs(60);
 const N: u64 = 1000;

@@ -3,6 +3,7 @@
 //! and runs this binary inside each with `--ignored`. Every tool adds its
 //! kernel-function tests here.
 
+#[path = "../util/mod.rs"]
 mod util;
 
 use std::path::PathBuf;

@@ -2,12 +2,10 @@
 //! `--help` offers (aliases too) has its entry in man/TOOL.8, and every entry there
 //! is an option the tool takes. Both are written by hand; this keeps them in step.
 
-mod util;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use util::*;
+use crate::util::*;
 
 const TOOLS: &[&str] = &[
     "funccount",

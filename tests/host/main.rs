@@ -1,0 +1,25 @@
+//! The host tests: one binary, a module per tool or per stage of the machinery
+//! the tools share, run against the host kernel (tracepoints, uprobes,
+//! uprobe_multi, USDT). A test goes under what it tests, not under the first
+//! tool that happened to need it. Kernel functions, which the host cannot
+//! trace, are tested in guest kernels (tests/guest).
+
+#[path = "../util/mod.rs"]
+mod util;
+
+// funccount's own output: counts, -i/-d, --json, and the -p/--cgroup/-c filters.
+mod funccount;
+// stackcount: user and kernel stacks, folded and SVG output, names after exit.
+mod stackcount;
+// funclatency: call timing in every attach mode, histograms, units, intervals.
+mod funclatency;
+// disksnoop: block requests of known count and size to a loop device.
+mod disksnoop;
+// urandomread: getrandom() calls of known count and size.
+mod urandomread;
+// trace: its probe grammar, user functions and USDT, and tracepoints.
+mod trace;
+// --listen, shared by the tools: /metrics, /summary, /stop, /reset over HTTP.
+mod serve;
+// Each tool's man page and --help name the same options.
+mod manpages;
