@@ -270,6 +270,9 @@ fn kernel_stacks_at_a_raw_tracepoint_begin_where_it_fired() {
     // alike. Its kernel stack, taken inside the BPF program that
     // bpf_trace_run2 runs, is shown from the function that fired the
     // tracepoint, as a perf event's is.
+    // A raw link is expected: raw_tracepoint_counted_exactly, which runs in this
+    // binary too, must not add its event named task_rename meanwhile.
+    let _lock = rename_event_lock(false);
     for env in ["TRACEKIT_NO_RAW_TP_COOKIE=0", "TRACEKIT_NO_RAW_TP_COOKIE=1"] {
         let args = ["--debug", "-K", "t:task:task_rename"];
         let out = stacks_with_env(env, &["rename", "345"], &args);
