@@ -3,6 +3,10 @@
 //! and runs this binary inside each with `--ignored`. Every tool adds its
 //! kernel-function tests here.
 
+// The guest runs only kernel-function tests, which use a part of the helpers
+// (no C programs built at test time, loop devices, uprobe events or code
+// checks): the rest is for the host tests, where all of util is used.
+#[allow(dead_code)]
 #[path = "../util/mod.rs"]
 mod util;
 
@@ -32,6 +36,30 @@ fn data_file(dir: &Scratch) -> PathBuf {
     let f = dir.0.join("data");
     std::fs::write(&f, vec![b'x'; 4096]).unwrap();
     f
+}
+
+/// The type (`BPF_LINK_TYPE_*`) of every BPF link in the system. Only the type is
+/// asked for, which every kernel fills (fuller queries fail on older kernels).
+fn bpf_link_types() -> Vec<u32> {
+    use libbpf_sys as sys;
+    let mut types = Vec::new();
+    let mut id = 0u32;
+    // SAFETY: plain bpf(2) wrappers with valid out-pointers; fds are closed here.
+    unsafe {
+        while sys::bpf_link_get_next_id(id, &mut id) == 0 {
+            let fd = sys::bpf_link_get_fd_by_id(id);
+            if fd < 0 {
+                continue; // gone meanwhile
+            }
+            let mut info: sys::bpf_link_info = std::mem::zeroed();
+            let mut len = std::mem::size_of_val(&info.type_) as u32 + 8; // type, id, prog_id
+            if sys::bpf_link_get_info_by_fd(fd, &mut info, &mut len) == 0 {
+                types.push(info.type_);
+            }
+            libc::close(fd);
+        }
+    }
+    types
 }
 
 /// (all BPF links, kprobe_multi links) in the system right now.
