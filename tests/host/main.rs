@@ -9,6 +9,16 @@ mod util;
 
 // funccount's own output: counts, -i/-d, --json, and the -p/--cgroup/-c filters.
 mod funccount;
+// Finding what to probe in binaries: libc, debug files, stripped, IFUNCs, paths.
+mod targets;
+// Loading and attaching: uprobe groups and multi links, refusals bisected,
+// raw tracepoints, syscall events, PID namespaces, maps a run does not need.
+mod attach;
+// A run from start to exit: signals, closed or full output, exiting targets,
+// the timing line, file-descriptor limits.
+mod lifecycle;
+// Refusals before tracing: bad patterns and numbers, permissions, attach modes.
+mod cli;
 // stackcount: user and kernel stacks, folded and SVG output, names after exit.
 mod stackcount;
 // funclatency: call timing in every attach mode, histograms, units, intervals.
