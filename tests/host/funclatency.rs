@@ -1,7 +1,7 @@
 //! funclatency on the host kernel: user functions through uprobe.session, the
 //! uprobe_multi pair and single uprobe pairs, with calls of known duration (the
 //! `latency` test program); output format, units, intervals, JSON and errors.
-//! Kernel functions and vfsreadlat are tested in the guest (tests/guest.rs).
+//! Kernel functions and vfsreadlat are tested in the guest (tests/guest/funclatency.rs).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

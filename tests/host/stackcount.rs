@@ -1,6 +1,6 @@
 //! stackcount on the host kernel: user stacks of a program with known call paths,
 //! folded output, flame graph SVG, a process that exits before the summary, and
-//! kernel stacks at a tracepoint. Kernel-function stacks: tests/guest.rs.
+//! kernel stacks at a tracepoint. Kernel-function stacks: tests/guest/stackcount.rs.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
