@@ -1,4 +1,4 @@
-//! HTTP for the `--listen` tests (tests/serve.rs and the guest): a tool started
+//! HTTP for the `--listen` tests (tests/host/serve.rs and the guest): a tool started
 //! with `--listen` and requests written by hand on a std TcpStream, so that
 //! malformed ones can be sent too and the guest needs no HTTP client.
 

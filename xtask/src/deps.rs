@@ -22,7 +22,7 @@ pub const BUILD: &[&str] = &[
 /// local function names, which user-function tests check with and without; binutils'
 /// objcopy strips a test binary; zlib1g is the Debian library the tests trace;
 /// iproute2 makes the network namespace and prometheus the server that scrape
-/// --listen in tests/serve.rs).
+/// --listen in tests/host/serve.rs).
 pub const TEST: &[&str] = &[
     "util-linux",
     "libc6-dbg",

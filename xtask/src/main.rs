@@ -188,7 +188,7 @@ fn test(args: &[String]) -> Result<()> {
 /// more when other work shares it; a hung guest still fails within this bound.
 const GUEST_TIMEOUT: Duration = Duration::from_secs(1200);
 
-/// Runs tests/guest.rs inside every guest kernel.
+/// Runs the guest tests (tests/guest/) inside every guest kernel.
 fn guest_tests(filter: &[String]) -> Result<()> {
     let exe = guest::test_executable("guest", false)?;
     let script = guest::write_test_script(&exe, filter)?;

@@ -1,15 +1,13 @@
 //! funclatency on the host kernel: user functions through uprobe.session, the
 //! uprobe_multi pair and single uprobe pairs, with calls of known duration (the
 //! `latency` test program); output format, units, intervals, JSON and errors.
-//! Kernel functions and vfsreadlat are tested in the guest (tests/guest.rs).
-
-mod util;
+//! Kernel functions and vfsreadlat are tested in the guest (tests/guest/funclatency.rs).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use util::*;
+use crate::util::*;
 
 const T: Duration = Duration::from_secs(60);
 
@@ -451,12 +449,12 @@ fn json_summary() {
 #[test]
 fn errors() {
     let bin = prog("latency").display().to_string();
-    util::fails_with(
+    crate::util::fails_with(
         &funclatency(),
         &[&format!("{bin}:no_such_fn")],
         &format!("no function in {bin} matches \"{bin}:no_such_fn\""),
     );
-    util::fails_with(
+    crate::util::fails_with(
         &funclatency(),
         &["t:sched:sched_switch"],
         "probe \"t:sched:sched_switch\": funclatency times functions (FUNC, LIB:FUNC, /PATH:FUNC), not tracepoints or USDT probes",
@@ -464,7 +462,7 @@ fn errors() {
     let mut c = std::process::Command::new("true").spawn().unwrap();
     let gone = c.id();
     c.wait().unwrap();
-    util::fails_with(
+    crate::util::fails_with(
         &funclatency(),
         &["-p", &gone.to_string(), &format!("{bin}:tk_sleep")],
         &format!("no process with PID {gone}"),

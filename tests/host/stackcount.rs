@@ -1,13 +1,11 @@
 //! stackcount on the host kernel: user stacks of a program with known call paths,
 //! folded output, flame graph SVG, a process that exits before the summary, and
-//! kernel stacks at a tracepoint. Kernel-function stacks: tests/guest.rs.
-
-mod util;
+//! kernel stacks at a tracepoint. Kernel-function stacks: tests/guest/stackcount.rs.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use util::*;
+use crate::util::*;
 
 const T: Duration = Duration::from_secs(60);
 const N: u64 = 1000;
@@ -272,6 +270,9 @@ fn kernel_stacks_at_a_raw_tracepoint_begin_where_it_fired() {
     // alike. Its kernel stack, taken inside the BPF program that
     // bpf_trace_run2 runs, is shown from the function that fired the
     // tracepoint, as a perf event's is.
+    // A raw link is expected: raw_tracepoint_counted_exactly, which runs in this
+    // binary too, must not add its event named task_rename meanwhile.
+    let _lock = rename_event_lock(false);
     for env in ["TRACEKIT_NO_RAW_TP_COOKIE=0", "TRACEKIT_NO_RAW_TP_COOKIE=1"] {
         let args = ["--debug", "-K", "t:task:task_rename"];
         let out = stacks_with_env(env, &["rename", "345"], &args);

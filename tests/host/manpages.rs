@@ -5,12 +5,10 @@
 //! be ones the tools take, its sections must be there, and every tool page must
 //! refer to it.
 
-mod util;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use util::*;
+use crate::util::*;
 
 const TOOLS: &[&str] = &[
     "funccount",

@@ -3,15 +3,13 @@
 //! client library): /metrics, /summary, POST /stop and /reset, refusals of bad,
 //! oversized, slow and non-loopback requests, and a real Prometheus server.
 
-mod util;
-
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use util::http::*;
-use util::*;
+use crate::util::http::*;
+use crate::util::*;
 
 const T: Duration = Duration::from_secs(60);
 
@@ -259,7 +257,7 @@ fn funclatency_histogram_counts_every_call() {
 
 #[test]
 fn listen_errors_are_one_line() {
-    let f = util::tool("funccount");
+    let f = crate::util::tool("funccount");
     for (args, msg) in [
         (
             vec!["--listen", "9435", "c:getpid"],

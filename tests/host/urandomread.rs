@@ -2,12 +2,10 @@
 //! cannot trace kernel functions, so /dev/urandom reads are not seen and the tool
 //! says so once; the guest tests cover them.
 
-mod util;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use util::*;
+use crate::util::*;
 
 const T: Duration = Duration::from_secs(120);
 

@@ -3,12 +3,10 @@
 //! this kernel accepts (tp_btf and raw_tp need kernel memory reads, which
 //! lockdown=confidentiality refuses; classic tracepoints always work).
 
-mod util;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
-use util::*;
+use crate::util::*;
 
 const T: Duration = Duration::from_secs(120);
 /// The requests the workload makes: 37 writes of 8 KiB, then 13 reads of 4 KiB.

@@ -1,0 +1,427 @@
+//! A run from start to exit, shared by the tools: signals (during the attach,
+//! the run and the detach), closed or full stdout and stderr, closed standard
+//! descriptors, a target that exits or is a zombie, the timing line, and
+//! file-descriptor limits. Driven by funccount.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::funccount::{fails_with, funccount, workload};
+use crate::util::*;
+
+const T: Duration = Duration::from_secs(60);
+
+#[test]
+fn timing_line_names_every_phase() {
+    let mut cmd = Command::new(funccount());
+    cmd.args(["-d", "0.2", "t:sched:sched_switch"])
+        .env("TRACEKIT_TIMING", "1");
+    // Waited for, not polled: the wall time is the run's.
+    let t0 = std::time::Instant::now();
+    let out = cmd.output().unwrap();
+    let wall = t0.elapsed().as_secs_f64() * 1000.0;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "stderr: {stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("timing: "))
+        .unwrap_or_else(|| panic!("no timing line in {stderr}"));
+    for phase in [
+        "exec ",
+        "options ",
+        "tables ",
+        "features ",
+        "load ",
+        "attach ",
+        "traced ",
+        "first summary ",
+        "detach ",
+        "; overhead ",
+    ] {
+        assert!(line.contains(phase), "{phase:?} missing: {line}");
+    }
+    // The phases are parts of the run: together no longer than it took from
+    // spawn to exit here (printed to 0.1 ms under 10 ms, else to 1 ms).
+    let ms = |name: &str| -> f64 {
+        let at = line.find(&format!("{name} ")).unwrap() + name.len() + 1;
+        line[at..].split(' ').next().unwrap().parse().unwrap()
+    };
+    let (traced, overhead) = (ms("traced"), ms("overhead"));
+    assert!(traced >= 200.0, "{line}");
+    assert!(traced + overhead <= wall + 1.0, "{line}, in {wall:.1} ms");
+    // Without TRACEKIT_TIMING or --debug: no timing line.
+    let out = run(&funccount(), &["-d", "0.1", "t:sched:sched_switch"], T);
+    assert!(!out.stderr.contains("timing:"), "{}", out.stderr);
+}
+
+#[test]
+fn sigterm_prints_the_summary_and_exits_zero() {
+    let w = Workload::start(&workload(), &["getppid", "321", "--hold"]);
+    let pid = w.pid.to_string();
+    let mut t = spawn(&funccount(), &["-p", &pid, "t:syscalls:sys_enter_getppid"]);
+    t.wait_ready();
+    w.go();
+    // The workload holds after its calls; give them time to complete, then stop us.
+    std::thread::sleep(Duration::from_millis(300));
+    t.signal(libc::SIGTERM);
+    let out = t.finish(T);
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert_eq!(
+        last_table(&out.stdout),
+        rows(&[("syscalls:sys_enter_getppid", 321)])
+    );
+    assert!(out.stdout.ends_with("Detaching...\n"));
+    w.go();
+}
+
+/// Reads a one-probe run's first line, its banner (tracing has begun), and
+/// closes the pipe it came through.
+fn read_banner(child: &mut std::process::Child) {
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("Tracing 1 functions for"), "{first}");
+}
+
+#[test]
+fn closed_stdout_ends_quietly() {
+    // As `funccount -i 0.2 ... | head -1`: the reader goes away after one line.
+    let mut child = Command::new(funccount())
+        .args(["-i", "0.2", "t:sched:sched_switch"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    read_banner(&mut child);
+    let out = child.wait_with_output().unwrap(); // stdout is closed by now
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
+
+#[test]
+fn closed_standard_descriptors_are_opened_on_dev_null() {
+    // Started with stdin and stderr closed, the tool opens them on /dev/null
+    // before anything else can take their numbers (a BPF map as fd 0, say), as
+    // Rust's start-up would: the tools have their own entry (common/src/run/entry.rs).
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec {} -d 1 t:task:task_rename <&- 2>&-",
+            funccount().display()
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    read_banner(&mut child);
+    for fd in [0, 2] {
+        let target = std::fs::read_link(format!("/proc/{}/fd/{fd}", child.id())).unwrap();
+        assert_eq!(target, Path::new("/dev/null"), "fd {fd}");
+    }
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+#[test]
+fn a_closed_pipe_ends_the_run() {
+    // `funccount ... | head -1` takes the banner; nobody reads the summary.
+    let (code, err) = exit_after_head_1(&funccount(), &["t:syscalls:sys_enter_acct"], T);
+    assert_eq!((code, err.as_str()), (0, ""));
+}
+
+#[test]
+fn a_signal_during_the_detach_of_a_run_that_ended_is_answered() {
+    // A run ended by -d had no stop request: the first SIGTERM during its
+    // detach (2 s: syscall events as perf events each wait out an RCU grace
+    // period) was taken as one, silently; the man page says it is told.
+    let mut cmd = Command::new(funccount());
+    cmd.env("TRACEKIT_PERF_SYSCALLS", "1")
+        .args(["-d", "0.2", "t:syscalls:sys_enter_get*"]);
+    let mut t = spawn_cmd(cmd);
+    t.wait_line(|l| l.starts_with("Detaching"), T);
+    t.signal(libc::SIGTERM);
+    let out = t.finish(T);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert_eq!(
+        out.stderr,
+        "funccount: detaching is in progress; it is not interrupted, so no probe is left behind\n"
+    );
+}
+
+#[test]
+fn pid_of_a_zombie() {
+    // A child that exited, under a parent that never reaps it: the error said
+    // it "exited while the probes were being attached". The parent is this
+    // test, which reaps it only at the end (a shell parent could reap it
+    // before its exec: a CI run saw the zombie vanish).
+    let mut child = Command::new("true").spawn().unwrap();
+    let zombie = child.id();
+    let state = || {
+        let stat = std::fs::read_to_string(format!("/proc/{zombie}/stat")).unwrap_or_default();
+        stat.rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().next().map(str::to_string))
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while state().as_deref() != Some("Z") && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(state().as_deref(), Some("Z"));
+    fails_with(
+        &["-p", &zombie.to_string(), "c:getpid"],
+        &format!(
+            "no process with PID {zombie}: it has exited (a zombie its parent has not reaped)"
+        ),
+    );
+    let _ = child.wait();
+}
+
+#[test]
+fn pid_that_exits_during_the_attach() {
+    // A process that lives 20 ms, past funccount's start-up but not its attach
+    // of all of libc: the probes after its exit fail (ESRCH), and the error says
+    // it exited (it named the first function skipped for another reason).
+    let mut exited_during = 0;
+    for _ in 0..5 {
+        let mut c = Command::new("sleep").arg("0.02").spawn().unwrap();
+        let pid = c.id().to_string();
+        let reaper = std::thread::spawn(move || c.wait());
+        let out = run(&funccount(), &["-p", &pid, "c:*"], T);
+        reaper.join().unwrap().unwrap();
+        if out.code() == 0 {
+            continue; // it exited after the attach: an empty summary
+        }
+        assert_eq!(out.code(), 1, "{}", out.stderr);
+        let during = format!(
+            "funccount: error: no process with PID {pid}: it exited while the probes were being \
+             attached\n"
+        );
+        let before = format!("funccount: error: no process with PID {pid}\n");
+        // After the notes of IFUNCs sharing their code, the error.
+        let last = out.stderr.lines().last().unwrap_or("").to_string() + "\n";
+        assert!(last == during || last == before, "{}", out.stderr);
+        exited_during += (last == during) as u32;
+    }
+    assert!(
+        exited_during > 0,
+        "the process never exited during the attach"
+    );
+}
+
+#[test]
+fn unwritable_stderr_is_not_a_crash() {
+    // An error, and a warning on a successful run, with stderr on a full device.
+    for (args, code) in [
+        (vec!["nosuchlib:foo"], 1),
+        (vec!["-d", "0.2", "-p", "1", "t:sched:sched_switch"], 0),
+    ] {
+        let st = Command::new(funccount())
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open("/dev/full")
+                    .unwrap(),
+            )
+            .status()
+            .unwrap();
+        assert_eq!(st.code(), Some(code), "{args:?}");
+    }
+}
+
+#[test]
+fn full_stdout_says_what_failed() {
+    // --help and --version too (clap said nothing and exited 0).
+    for args in [
+        &["--help"][..],
+        &["-V"],
+        &["-d", "0.2", "t:sched:sched_switch"],
+    ] {
+        full_stdout(args);
+    }
+}
+
+fn full_stdout(args: &[&str]) {
+    let out = Command::new(funccount())
+        .args(args)
+        .stdout(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .unwrap(),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "funccount: error: writing the output: No space left on device (os error 28)\n"
+    );
+}
+
+#[test]
+fn second_signal_during_detach_leaves_no_breakpoint() {
+    // Single uprobes on 100 functions of a process that keeps running; a second
+    // SIGINT right after "Detaching..." must not cut the detach short: the
+    // process' code must be the file's again, and every link of the tool gone.
+    // Single perf-event uprobes take about 100 ms each to detach, so there the
+    // second signal lands in the middle of it; tracefs uprobe groups are checked too.
+    for perf_uprobes in ["1", "0"] {
+        let dir = Scratch::new();
+        let bin = build_many_functions(&dir, 100);
+        let p = CProg::start(&bin);
+        let pid = p.pid.to_string();
+        let spec = format!("{}:fn_*", bin.display());
+        let mut cmd = Command::new(funccount());
+        cmd.env("TRACEKIT_PERF_UPROBES", perf_uprobes).args([
+            "--attach-mode",
+            "single",
+            "-p",
+            &pid,
+            &spec,
+        ]);
+        let mut t = spawn_cmd(cmd);
+        t.wait_ready();
+        assert_eq!(code_bytes_changed(p.pid, &bin), 100, "one int3 per probe");
+        let links = bpf_link_ids_of(t.pid());
+        assert!(!links.is_empty());
+        t.signal(libc::SIGINT);
+        t.wait_line(|l| l == "Detaching...", T);
+        t.signal(libc::SIGINT);
+        t.signal(libc::SIGTERM);
+        let out = t.finish(Duration::from_secs(300));
+        assert_eq!(
+            code_bytes_changed(p.pid, &bin),
+            0,
+            "breakpoints left behind"
+        );
+        assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+        let left: Vec<u32> = links
+            .into_iter()
+            .filter(|id| bpf_link_exists(*id))
+            .collect();
+        assert!(left.is_empty(), "links left: {left:?}");
+    }
+}
+
+#[test]
+fn too_few_file_descriptors_fail_before_attaching() {
+    // `ulimit -n 40` sets the hard limit too, so it cannot be raised: the run must
+    // fail before attaching anything, saying how many descriptors it needs.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 40 && exec {} -d 5 't:sched:*'",
+            funccount().display()
+        ))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    let need: usize = stderr
+        .strip_prefix("funccount: error: this run needs ")
+        .and_then(|r| r.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(need > 40, "{stderr}");
+    let probes = stderr
+        .split(" file descriptors (")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert_eq!(
+        stderr,
+        format!(
+            "funccount: error: this run needs {need} file descriptors ({probes} for its probes), \
+             over the open-file limit of 40: raise it with `ulimit -n {need}` (or `prlimit \
+             --nofile={need}`), or trace fewer probes\n"
+        )
+    );
+}
+
+#[test]
+fn soft_file_limit_is_raised_to_the_hard_limit() {
+    // A low soft limit under a high hard one is no obstacle: it is raised.
+    let w = Workload::start(&workload(), &["getppid", "100"]);
+    let pid = w.pid.to_string();
+    let mut t = Command::new("sh");
+    t.arg("-c").arg(format!(
+        "ulimit -S -n 20 && exec {} -p {pid} 't:sched:*' t:syscalls:sys_enter_getppid",
+        funccount().display()
+    ));
+    let mut t = spawn_cmd(t);
+    t.wait_ready();
+    w.go();
+    let out = t.finish(T);
+    assert!(w.wait().success());
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert!(
+        last_table(&out.stdout).contains(&("syscalls:sys_enter_getppid".to_string(), 100)),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn ctrl_c_while_attaching_stops_and_detaches_promptly() {
+    // SIGINT as soon as the plan is printed (before the BPF object is loaded):
+    // attaching stops short of the whole set, everything attached is detached and
+    // the summary printed, all within seconds.
+    let mut t = spawn(&funccount(), &["-D", "t:*:*"]);
+    let matched: usize = t
+        .wait_line(|l| l.starts_with("pattern \"t:*:*\": "), T)
+        .split(": ")
+        .nth(1)
+        .and_then(|n| n.split(' ').next()?.parse().ok())
+        .unwrap();
+    t.wait_line(|l| l.starts_with(&format!("  probe {}: ", matched - 1)), T);
+    t.signal(libc::SIGINT);
+    let sent = std::time::Instant::now();
+    let links = bpf_link_ids_of(t.pid());
+    let out = t.finish(T);
+    let took = sent.elapsed();
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    let attached: usize = out
+        .stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("attached: ")?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("{}", out.stderr));
+    assert!(attached < matched, "{attached} of {matched} attached");
+    assert!(out.stdout.ends_with("Detaching...\n"), "{}", out.stdout);
+    let left: Vec<u32> = links
+        .into_iter()
+        .filter(|id| bpf_link_exists(*id))
+        .collect();
+    assert!(left.is_empty(), "links left: {left:?}");
+}
+
+#[test]
+fn a_signal_while_attaching_says_how_far_it_got() {
+    // Ctrl-C 20 ms into attaching ~2,300 tracepoints (which takes far longer):
+    // no "Tracing 0 functions ... Hit Ctrl-C to end", but how many were attached.
+    let t = spawn(&funccount(), &["t:*:*"]);
+    std::thread::sleep(Duration::from_millis(20));
+    t.signal(libc::SIGINT);
+    let out = t.finish(T);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert!(!out.stdout.contains("Tracing"), "{}", out.stdout);
+    let line = out
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("funccount: stopped by a signal while attaching: "))
+        .unwrap_or_else(|| panic!("{}", out.stderr));
+    let (n, m) = line
+        .strip_suffix(" probes were attached")
+        .and_then(|r| r.split_once(" of "))
+        .unwrap_or_else(|| panic!("{line}"));
+    let (n, m): (usize, usize) = (n.parse().unwrap(), m.parse().unwrap());
+    assert!(n < m && m > 1000, "{line}");
+}
