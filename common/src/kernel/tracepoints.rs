@@ -177,3 +177,124 @@ pub fn syscall_nr(event_name: &str) -> Option<u32> {
         None
     }
 }
+
+/// A tracepoint's record layout, from tracefs `events/C/E/format`: the one
+/// parser of these files. Programs for classic tracepoints read fixed offsets
+/// checked against it (so they need no kernel BTF), and trace types its
+/// fields from the declarations.
+#[derive(Debug, Clone, Default)]
+pub struct Format {
+    pub fields: Vec<Field>,
+}
+
+/// One field of a [`Format`] (the `common_` ones included).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Field {
+    /// The declaration's last word without `[..]`: "nr_sector", "rwbs".
+    pub name: String,
+    /// The whole C declaration: "unsigned int nr_sector", "char rwbs[10]",
+    /// "__data_loc char[] name".
+    pub decl: String,
+    pub offset: u32,
+    pub size: u32,
+    pub signed: bool,
+}
+
+impl Format {
+    /// Reads `category:event`'s format (mounting tracefs if needed).
+    pub fn read(category: &str, event: &str) -> Result<Format> {
+        let path = crate::kernel::tracefs::tracefs()?
+            .join("events")
+            .join(category)
+            .join(event)
+            .join("format");
+        let text = fs::read_to_string(&path).with_context(|| {
+            if path.exists() {
+                format!("reading {}", path.display())
+            } else {
+                format!("no tracepoint {category}:{event} ({})", path.display())
+            }
+        })?;
+        Ok(Format::parse(&text))
+    }
+
+    /// Parses the text of a `format` file; lines that are not fields are skipped.
+    pub fn parse(text: &str) -> Format {
+        let mut fields = Vec::new();
+        for line in text.lines() {
+            let (mut decl, mut off, mut size, mut signed) = (None, None, None, false);
+            for part in line.trim().split(';') {
+                let part = part.trim();
+                if let Some(d) = part.strip_prefix("field:") {
+                    decl = Some(d.trim().to_string());
+                } else if let Some(v) = part.strip_prefix("offset:") {
+                    off = v.parse::<u32>().ok();
+                } else if let Some(v) = part.strip_prefix("size:") {
+                    size = v.parse::<u32>().ok();
+                } else if let Some(v) = part.strip_prefix("signed:") {
+                    signed = v == "1";
+                }
+            }
+            let (Some(decl), Some(offset), Some(size)) = (decl, off, size) else {
+                continue;
+            };
+            // "unsigned int nr_sector" or "char rwbs[10]": the last word, without [..].
+            let Some(last) = decl.split_whitespace().last() else {
+                continue;
+            };
+            let name = last.split('[').next().unwrap_or(last).to_string();
+            fields.push(Field {
+                name,
+                decl,
+                offset,
+                size,
+                signed,
+            });
+        }
+        Format { fields }
+    }
+
+    /// (offset, size) of `field`.
+    pub fn field(&self, field: &str) -> Option<(u32, u32)> {
+        self.fields
+            .iter()
+            .find(|f| f.name == field)
+            .map(|f| (f.offset, f.size))
+    }
+
+    /// Fails unless `field` lies at `offset` with `size` bytes, as the programs read it.
+    pub fn expect(&self, field: &str, offset: u32, size: u32) -> Result<()> {
+        match self.field(field) {
+            Some((o, s)) if o == offset && s == size => Ok(()),
+            Some((o, s)) => {
+                bail!("tracepoint field {field} is {s} bytes at offset {o}, not {size} at {offset}")
+            }
+            None => bail!("tracepoint has no field {field}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_format() {
+        let f = Format::parse(
+            "name: block_rq_issue\nID: 2104\nformat:\n\
+             \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+             \tfield:dev_t dev;\toffset:8;\tsize:4;\tsigned:0;\n\
+             \tfield:char rwbs[10];\toffset:34;\tsize:10;\tsigned:0;\n\
+             \tfield:__data_loc char[] cmd;\toffset:60;\tsize:4;\tsigned:0;\n\n\
+             print fmt: \"%d\", REC->dev\n",
+        );
+        assert_eq!(f.field("dev"), Some((8, 4)));
+        assert_eq!(f.field("rwbs"), Some((34, 10)));
+        assert_eq!(f.field("cmd"), Some((60, 4)));
+        assert!(f.expect("dev", 8, 4).is_ok());
+        assert_eq!(
+            f.expect("rwbs", 32, 8).unwrap_err().to_string(),
+            "tracepoint field rwbs is 10 bytes at offset 34, not 8 at 32"
+        );
+    }
+}

@@ -11,7 +11,6 @@
 //! are tried with it in one trial first: on most kernels it is the only one.
 
 use std::fmt::Write as _;
-use std::fs;
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{Link, Object, OpenObject};
@@ -295,78 +294,6 @@ fn one_reason(e: &anyhow::Error) -> String {
     escape(format!("{e:#}"))
 }
 
-/// A classic tracepoint's record layout, from tracefs `events/C/E/format`: per
-/// field, its offset and size. Programs for classic tracepoints read fixed
-/// offsets checked against it, so they need no kernel BTF.
-#[derive(Debug, Clone, Default)]
-pub struct Format {
-    fields: Vec<(String, u32, u32)>,
-}
-
-impl Format {
-    /// Reads `category:event`'s format (mounting tracefs if needed).
-    pub fn read(category: &str, event: &str) -> Result<Format> {
-        let path = crate::kernel::tracefs::tracefs()?
-            .join("events")
-            .join(category)
-            .join(event)
-            .join("format");
-        let text = fs::read_to_string(&path).with_context(|| {
-            if path.exists() {
-                format!("reading {}", path.display())
-            } else {
-                format!("no tracepoint {category}:{event} ({})", path.display())
-            }
-        })?;
-        Ok(Format::parse(&text))
-    }
-
-    fn parse(text: &str) -> Format {
-        let mut fields = Vec::new();
-        for line in text.lines() {
-            let mut name = None;
-            let (mut off, mut size) = (None, None);
-            for part in line.trim().split(';') {
-                let part = part.trim();
-                if let Some(decl) = part.strip_prefix("field:") {
-                    // "unsigned int nr_sector" or "char rwbs[10]": the last word, without [..].
-                    name = decl
-                        .split_whitespace()
-                        .last()
-                        .map(|w| w.split('[').next().unwrap_or(w).to_string());
-                } else if let Some(v) = part.strip_prefix("offset:") {
-                    off = v.parse().ok();
-                } else if let Some(v) = part.strip_prefix("size:") {
-                    size = v.parse().ok();
-                }
-            }
-            if let (Some(n), Some(o), Some(s)) = (name, off, size) {
-                fields.push((n, o, s));
-            }
-        }
-        Format { fields }
-    }
-
-    /// (offset, size) of `field`.
-    pub fn field(&self, field: &str) -> Option<(u32, u32)> {
-        self.fields
-            .iter()
-            .find(|(n, _, _)| n == field)
-            .map(|(_, o, s)| (*o, *s))
-    }
-
-    /// Fails unless `field` lies at `offset` with `size` bytes, as the programs read it.
-    pub fn expect(&self, field: &str, offset: u32, size: u32) -> Result<()> {
-        match self.field(field) {
-            Some((o, s)) if o == offset && s == size => Ok(()),
-            Some((o, s)) => {
-                bail!("tracepoint field {field} is {s} bytes at offset {o}, not {size} at {offset}")
-            }
-            None => bail!("tracepoint has no field {field}"),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -485,25 +412,5 @@ mod tests {
             (Some("tracepoint"), Some("tracepoint"))
         );
         assert_eq!(c.why_not(0), "tp_btf: btf_b refused");
-    }
-
-    #[test]
-    fn parses_a_format() {
-        let f = Format::parse(
-            "name: block_rq_issue\nID: 2104\nformat:\n\
-             \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
-             \tfield:dev_t dev;\toffset:8;\tsize:4;\tsigned:0;\n\
-             \tfield:char rwbs[10];\toffset:34;\tsize:10;\tsigned:0;\n\
-             \tfield:__data_loc char[] cmd;\toffset:60;\tsize:4;\tsigned:0;\n\n\
-             print fmt: \"%d\", REC->dev\n",
-        );
-        assert_eq!(f.field("dev"), Some((8, 4)));
-        assert_eq!(f.field("rwbs"), Some((34, 10)));
-        assert_eq!(f.field("cmd"), Some((60, 4)));
-        assert!(f.expect("dev", 8, 4).is_ok());
-        assert_eq!(
-            f.expect("rwbs", 32, 8).unwrap_err().to_string(),
-            "tracepoint field rwbs is 10 bytes at offset 34, not 8 at 32"
-        );
     }
 }
