@@ -21,8 +21,8 @@ use common::symbolize::{Frame, Symbols};
 use common::warn;
 use common::ProbeSpec;
 use common::Schedule;
+use common::Served;
 use common::{emit, summary_record, timestamp};
-use common::{Polled, Served};
 use common::{RawTracepoints, Site};
 use libbpf_rs::skel::{OpenSkel, Skel};
 use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
@@ -248,18 +248,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
         lost_total: 0,
         run: BTreeMap::new(),
     };
-    session.run(
-        schedule,
-        &mut Polled {
-            tool: &mut st,
-            poll: |t| {
-                let _ = rb.poll(t);
-                for pid in new_pids.borrow_mut().drain(..) {
-                    symbols.borrow_mut().remember(pid);
-                }
-            },
-        },
-    )?;
+    session.run(schedule, &mut st)?;
     let folded_run = std::mem::take(&mut st.run);
     drop(st);
     session.finish(args.folded)?;
@@ -304,8 +293,13 @@ struct Stacks<'a> {
 }
 
 impl Stacks<'_> {
-    fn consume_ring(&self) {
-        let _ = self.rb.consume();
+    /// Handles what the ring holds now (`timeout` zero) or within `timeout`: the
+    /// memory maps of processes BPF saw start, snapshotted before they can exit.
+    fn read_ring(&self, timeout: Duration) {
+        let _ = match timeout.is_zero() {
+            true => self.rb.consume(),
+            false => self.rb.poll(timeout),
+        };
         for pid in self.new_pids.borrow_mut().drain(..) {
             self.symbols.borrow_mut().remember(pid);
         }
@@ -314,7 +308,7 @@ impl Stacks<'_> {
     /// Moves what the maps counted since the last drain into `pending` (at a
     /// summary, or a /reset).
     fn collect(&mut self) -> Result<()> {
-        self.consume_ring();
+        self.read_ring(Duration::ZERO);
         let (entries, expired) = drain(
             self.skel,
             &self.symbols.borrow(),
@@ -340,7 +334,7 @@ impl Stacks<'_> {
 
     /// What the maps hold now, read without clearing them (a request).
     fn peek(&self) -> Result<Vec<(Key, u64)>> {
-        self.consume_ring();
+        self.read_ring(Duration::ZERO);
         Ok(drain(
             self.skel,
             &self.symbols.borrow(),
@@ -370,6 +364,13 @@ impl Stacks<'_> {
 }
 
 impl Served for Stacks<'_> {
+    fn polls(&self) -> bool {
+        true
+    }
+    fn poll(&mut self, timeout: Duration) -> Result<()> {
+        self.read_ring(timeout);
+        Ok(())
+    }
     fn print(&mut self, last: bool) -> Result<()> {
         self.collect()?;
         let entries = Self::sorted(std::mem::take(&mut self.pending));

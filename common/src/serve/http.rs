@@ -89,38 +89,6 @@ pub trait Served {
     }
 }
 
-/// A [`Served`] tool that reads its own ring buffer with `poll` while the run
-/// waits (stackcount's stacks, whose records need no per-event printing).
-pub struct Polled<'a, F: FnMut(Duration)> {
-    pub tool: &'a mut dyn Served,
-    pub poll: F,
-}
-
-impl<F: FnMut(Duration)> Served for Polled<'_, F> {
-    fn print(&mut self, last: bool) -> Result<()> {
-        self.tool.print(last)
-    }
-    fn metrics(&mut self, m: &mut Metrics) -> Result<()> {
-        self.tool.metrics(m)
-    }
-    fn summary(&mut self) -> Result<serde_json::Value> {
-        self.tool.summary()
-    }
-    fn reset(&mut self) -> Result<()> {
-        self.tool.reset()
-    }
-    fn folded(&mut self) -> Option<Result<String>> {
-        self.tool.folded()
-    }
-    fn polls(&self) -> bool {
-        true
-    }
-    fn poll(&mut self, timeout: Duration) -> Result<()> {
-        (self.poll)(timeout);
-        Ok(())
-    }
-}
-
 /// `--listen ADDR:PORT`: `:PORT` binds 127.0.0.1; ADDR may be a name
 /// (`localhost:9435`) or an IPv6 address in brackets (`[::1]:9435`).
 pub fn parse_listen(s: &str) -> std::result::Result<SocketAddr, String> {
