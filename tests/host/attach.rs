@@ -698,8 +698,8 @@ fn a_tracepoint_the_kernel_refuses_says_why() {
     // the words for a kernel function.
     fails_with(
         &["t:ftrace:print"],
-        "nothing could be attached: ftrace:print: the kernel refused it (EINVAL): BPF cannot \
+        "nothing could be attached: ftrace:print (the kernel refused it (EINVAL): BPF cannot \
          attach to ftrace's own events or to events defined in tracefs (kprobe, uprobe, \
-         synthetic)",
+         synthetic))",
     );
 }

@@ -316,6 +316,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
         all[..nplan].to_vec(),
         order[..nplan].iter().map(|&i| raw[i]).collect(),
         raw_how,
+        vec![None; nplan],
     );
     let tp_progs = tracepoint_programs(&all[nplan..], nplan, &compiled, &formats, kernel_reads)?;
     if args.verbose {

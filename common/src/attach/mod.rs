@@ -271,9 +271,12 @@ fn attach_all(plan: &Plan, obj: &Object, stop: &Stop) -> Result<Attached> {
         bail!("no process with PID {pid}: it exited while the probes were being attached");
     }
     if out.probes_attached() == 0 && !stop.is_set() {
-        match out.skipped.first() {
-            Some(s) => bail!("nothing could be attached: {}: {}", s.label, s.reason),
-            None => bail!("nothing to attach"),
+        match out.skipped.is_empty() {
+            false => bail!(
+                "nothing could be attached: {}",
+                report::listed(&out.skipped)
+            ),
+            true => bail!("nothing to attach"),
         }
     }
     Ok(out)
@@ -295,6 +298,8 @@ fn attach_tracepoints(
     let mut raw = Vec::new();
     let mut clones = Vec::new();
     let mut perf = Vec::new();
+    // Tracepoints whose tool names their program (trace: one per record shape).
+    let mut named: BTreeMap<&str, Vec<(usize, &str, &str, &str)>> = BTreeMap::new();
     let cookie_program = progs.get(&ProgKind::RawTracepoint);
     // Probe i on the nth clone of the cookie-less program when slots[n] is i
     // (slots ascending).
@@ -314,6 +319,11 @@ fn attach_tracepoints(
         });
         if let Some((exit, nr)) = sys {
             syscalls.push(links::SyscallSite { probe: i, nr, exit });
+        } else if let (Some(name), false) = (plan.tracepoint_program(i), raw_ok) {
+            named
+                .entry(name)
+                .or_default()
+                .push((i, t.category.as_str(), t.event.as_str(), label));
         } else if cookie_program.is_some() && raw_ok {
             raw.push((i, t, label));
         } else if let Ok(slot) = slots.binary_search(&i) {
@@ -371,6 +381,16 @@ fn attach_tracepoints(
         let refused = links::raw_tracepoint_clones(prog, slot_map, &sites, stop, out);
         perf.extend(refused.into_iter().map(|k| clones[k].1));
     }
+    for (name, sites) in &named {
+        if stop.is_set() {
+            break;
+        }
+        let prog = obj
+            .progs_mut()
+            .find(|p| p.name().to_str() == Some(name))
+            .with_context(|| format!("internal error: no program {name}"))?;
+        links::tracepoints(&prog, sites, stop, out);
+    }
     if !perf.is_empty() {
         let sites: Vec<(usize, &str, &str, &str)> = perf
             .iter()
@@ -401,7 +421,11 @@ pub fn attach_and_report(plan: &Plan, obj: &Object, stop: &Stop, debug: bool) ->
     if debug {
         crate::diag::stderr(&attached.describe());
     }
-    if let Some(w) = attached.skipped_warning() {
+    let noun = match plan.only_tracepoints() {
+        true => "tracepoint",
+        false => "probe",
+    };
+    if let Some(w) = crate::attach::report::skipped_warning(noun, &attached.skipped) {
         warn(&w);
     }
     Ok(attached)

@@ -45,11 +45,6 @@ impl Attached {
         }
         s
     }
-
-    /// A one-line warning about skipped probes, if any.
-    pub fn skipped_warning(&self) -> Option<String> {
-        skipped_warning("probe", &self.skipped)
-    }
 }
 
 /// A one-line warning about `skipped` sites (`noun`s: probes, tracepoints), if
@@ -59,6 +54,17 @@ pub fn skipped_warning(noun: &str, skipped: &[Skipped]) -> Option<String> {
     if skipped.is_empty() {
         return None;
     }
+    Some(format!(
+        "skipped {} {noun}{} that could not be attached: {}",
+        skipped.len(),
+        if skipped.len() == 1 { "" } else { "s" },
+        listed(skipped)
+    ))
+}
+
+/// `skipped` as warnings and errors list them: the first few with their
+/// reasons, then how many more, which the tool's debug option lists.
+pub fn listed(skipped: &[Skipped]) -> String {
     const SHOWN: usize = 5;
     let mut list: Vec<String> = skipped.iter().take(SHOWN).map(Skipped::to_string).collect();
     if skipped.len() > SHOWN {
@@ -68,10 +74,5 @@ pub fn skipped_warning(noun: &str, skipped: &[Skipped]) -> Option<String> {
             crate::diag::debug_flag()
         ));
     }
-    Some(format!(
-        "skipped {} {noun}{} that could not be attached: {}",
-        skipped.len(),
-        if skipped.len() == 1 { "" } else { "s" },
-        list.join(", ")
-    ))
+    list.join(", ")
 }

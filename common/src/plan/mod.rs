@@ -112,6 +112,10 @@ pub struct Plan {
     pub(crate) raw_attachable: Vec<bool>,
     /// What the tool's raw tracepoint program needs ([`Options::raw_tracepoints`]).
     pub(crate) raw_tracepoints: RawTracepoints,
+    /// Per probe, the perf-event tracepoint program that serves it by name,
+    /// where a tool has one per record shape (trace); else empty, and its
+    /// tracepoints take the object's one `tp` program.
+    pub(crate) tracepoint_programs: Vec<Option<String>>,
 }
 
 impl Plan {
@@ -208,6 +212,7 @@ impl Plan {
             kernel_by_name: by_name,
             raw_attachable,
             raw_tracepoints: opts.raw_tracepoints,
+            tracepoint_programs: Vec::new(),
             probes,
             matches,
             pid: opts.pid,
@@ -220,20 +225,45 @@ impl Plan {
         Ok((plan, indexes))
     }
 
-    /// Replaces the probes, for a tool that attaches some of a plan's probes
-    /// itself and leaves the rest to it (trace). `raw[i]`: whether tracepoint i
-    /// may be a raw tracepoint link (its name checked with
-    /// [`raw_attachable`]), its program told which probe
-    /// fired as `how` says.
-    pub fn set_probes(&mut self, probes: Vec<Probe>, raw: Vec<bool>, how: RawTracepoints) {
+    /// Replaces the probes, for a tool that orders them itself and serves its
+    /// tracepoints with a program per record shape (trace). `raw[i]`: whether
+    /// tracepoint i may be a raw tracepoint link (its name checked with
+    /// [`raw_attachable`]), its program told which probe fired as `how` says.
+    /// `programs[i]`: the perf-event program, by name, for tracepoint i when it
+    /// is not a raw link.
+    pub fn set_probes(
+        &mut self,
+        probes: Vec<Probe>,
+        raw: Vec<bool>,
+        how: RawTracepoints,
+        programs: Vec<Option<String>>,
+    ) {
         assert_eq!(probes.len(), raw.len(), "one flag per probe");
+        assert_eq!(
+            probes.len(),
+            programs.len(),
+            "one program (or none) per probe"
+        );
         self.raw_tracepoints = if raw.contains(&true) {
             how
         } else {
             RawTracepoints::No
         };
         self.raw_attachable = raw;
+        self.tracepoint_programs = programs;
         self.probes = probes;
+    }
+
+    /// The program named for probe `i` ([`Plan::set_probes`]), if any.
+    pub(crate) fn tracepoint_program(&self, i: usize) -> Option<&str> {
+        self.tracepoint_programs.get(i)?.as_deref()
+    }
+
+    /// Whether every probe is a tracepoint (what warnings call the sites).
+    pub(crate) fn only_tracepoints(&self) -> bool {
+        self.probes
+            .iter()
+            .all(|p| matches!(p.site, Site::Tracepoint(_)))
     }
 
     /// What `-D` prints before attaching: matches, sources, modes, every probe.
