@@ -45,7 +45,7 @@ pub use stop::StopReason;
 // Floor 3: the kernel, user binaries, --listen.
 pub use kernel::access::NoKernelFunctions;
 pub use kernel::{btf, features, tracefs, tracepoints};
-pub use serve::http::Served;
+pub use serve::http::{Served, Unserved};
 pub use serve::{metrics, tally};
 pub use user::elf::build_id;
 pub use user::targets::at_offset;

@@ -7,7 +7,6 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
@@ -21,9 +20,9 @@ use common::spec::{ProbeSpec, Source};
 use common::tracepoints::Tracepoint;
 use common::Matcher;
 use common::Skipped;
-use common::StopReason;
 use common::{escape, warn};
 use common::{syscall_event, Hooks, Plan, RawTracepoints, Site};
+use common::{Schedule, StopReason, Streamed, Unserved};
 use libbpf_rs::skel::{OpenSkel, Skel};
 use libbpf_rs::{MapCore, MapFlags};
 use serde_json::json;
@@ -608,7 +607,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     let mut done = false;
     let lost_total;
     {
-        let mut ev = Events::new_raw(&skel.maps.events, &skel.maps.events_lost, |data, out| {
+        let ev = Events::new_raw(&skel.maps.events, &skel.maps.events_lost, |data, out| {
             received += 1;
             // Records without strings or stacks end after their last value.
             if done || data.len() < EV_VALS {
@@ -655,27 +654,17 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
             }
             Ok(())
         })?;
-        let mut lost_seen = 0;
-        let mut last_lost = Instant::now();
-        let mut report = |ev: &mut Events, force: bool| -> Result<()> {
-            if !force && last_lost.elapsed() < Duration::from_secs(1) {
-                return Ok(());
-            }
-            last_lost = Instant::now();
-            let n = ev.lost()?;
-            if n > 0 {
-                lost_seen += n;
-                common::stderr(&format!("Possibly lost {n} samples\n"));
-            }
-            Ok(())
-        };
-        while stop.reason().is_none() {
-            ev.poll(Duration::from_millis(100))?;
-            report(&mut ev, false)?;
-        }
-        ev.drain()?;
-        report(&mut ev, true)?;
-        lost_total = lost_seen;
+        // -M ends the run as a signal would; trace prints no summaries, and
+        // reports lost records as BCC's trace does.
+        let mut ev = ev.in_bccs_words();
+        session.run(
+            Schedule::default(),
+            &mut Streamed {
+                events: &mut ev,
+                tool: &mut Unserved,
+            },
+        )?;
+        lost_total = ev.lost_total();
     }
     if args.aggregate {
         let mut rows: Vec<(String, u64)> = aggregate.into_iter().collect();

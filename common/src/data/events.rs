@@ -69,6 +69,8 @@ pub struct Events<'a> {
     lost_total: u64,
     ring: u32,
     last_report: Instant,
+    /// trace's words for lost records are BCC's trace's ([`Events::in_bccs_words`]).
+    bccs_words: bool,
 }
 
 impl<'a> Events<'a> {
@@ -122,6 +124,7 @@ impl<'a> Events<'a> {
             lost_total: 0,
             ring: ring.max_entries(),
             last_report: Instant::now(),
+            bccs_words: false,
         })
     }
 
@@ -161,6 +164,13 @@ impl<'a> Events<'a> {
         Ok(())
     }
 
+    /// Reports lost records as BCC's trace does ("Possibly lost N samples", on a
+    /// line of its own, and no total at the end), which scripts written for it read.
+    pub fn in_bccs_words(mut self) -> Self {
+        self.bccs_words = true;
+        self
+    }
+
     /// Records lost (the buffer was full) since the previous call.
     pub fn lost(&mut self) -> Result<u64> {
         let n = self.lost.deltas()?.iter().sum::<u64>();
@@ -181,6 +191,12 @@ impl<'a> Events<'a> {
         }
         self.last_report = Instant::now();
         let n = self.lost()?;
+        if self.bccs_words {
+            if n > 0 {
+                crate::diag::stderr(&format!("Possibly lost {n} samples\n"));
+            }
+            return Ok(());
+        }
         if n > 0 {
             warn(&format!(
                 "lost {n} event{}: the {} KiB ring buffer was full (the reader fell behind)",

@@ -89,6 +89,28 @@ pub trait Served {
     }
 }
 
+/// The [`Served`] side of a tool that does not serve `--listen` (refused by
+/// [`check_tool`]) and prints each event as it comes (trace).
+pub struct Unserved;
+
+impl Served for Unserved {
+    fn print(&mut self, _last: bool) -> Result<()> {
+        Ok(())
+    }
+    fn metrics(&mut self, _m: &mut Metrics) -> Result<()> {
+        Ok(())
+    }
+    fn summary(&mut self) -> Result<serde_json::Value> {
+        Ok(serde_json::Value::Null)
+    }
+    fn reset(&mut self) -> Result<()> {
+        Ok(())
+    }
+    fn prints_summaries(&self) -> bool {
+        false
+    }
+}
+
 /// `--listen ADDR:PORT`: `:PORT` binds 127.0.0.1; ADDR may be a name
 /// (`localhost:9435`) or an IPv6 address in brackets (`[::1]:9435`).
 pub fn parse_listen(s: &str) -> std::result::Result<SocketAddr, String> {
