@@ -53,9 +53,7 @@ pub use user::targets::at_offset;
 // Floor 4: the plan, reading back what BPF recorded.
 pub use data::events::Streamed;
 pub use data::{counters, events, stacks, symbolize};
-pub use plan::{
-    perf_syscalls, raw_attachable, syscall_event, Plan, Probe, RawTracepoints, Site, Skipped,
-};
+pub use plan::{perf_syscalls, raw_attachable, syscall_event, Plan, Probe, RawTracepoints, Site};
 
 // Floor 5: the object before load.
 pub use object::ahead::{self, OpenAhead};
@@ -64,9 +62,6 @@ pub use object::ahead::{self, OpenAhead};
 pub use object::configure as configure_plan;
 pub use object::trials;
 pub use object::{raw_tp_clones, Filter, ProgKind, SyscallGlobals, RAW_TP_CLONES};
-
-// Floor 6: attach.
-pub use attach::report::skipped_warning;
 
 // Floor 7: the run.
 pub use run::cli;

@@ -15,11 +15,9 @@ use common::cli::CommonArgs;
 use common::counters::PerCpuCounters;
 use common::events::{self, Events};
 use common::session::{How, Session};
-use common::skipped_warning;
 use common::spec::{ProbeSpec, Source};
 use common::tracepoints::Tracepoint;
 use common::Matcher;
-use common::Skipped;
 use common::{escape, warn};
 use common::{syscall_event, Hooks, Plan, RawTracepoints, Site};
 use common::{Schedule, StopReason, Streamed, Unserved};
@@ -311,13 +309,19 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
         c.probe = new_index[c.probe];
     }
     let all: Vec<common::Probe> = order.iter().map(|&i| probes[i].clone()).collect();
-    session.plan.set_probes(
-        all[..nplan].to_vec(),
-        order[..nplan].iter().map(|&i| raw[i]).collect(),
-        raw_how,
-        vec![None; nplan],
-    );
     let tp_progs = tracepoint_programs(&all[nplan..], nplan, &compiled, &formats, kernel_reads)?;
+    // Every probe goes to the plan, which attaches the tracepoints this run
+    // serves with a program per record shape by that program's name.
+    let mut programs = vec![None; all.len()];
+    for (i, name) in &tp_progs {
+        programs[*i] = Some(name.clone());
+    }
+    session.plan.set_probes(
+        all.clone(),
+        order.iter().map(|&i| raw[i]).collect(),
+        raw_how,
+        programs,
+    );
     if args.verbose {
         for (id, c) in compiled.iter().enumerate() {
             // compile::specs_of's choice: a lone spec's fast predicate on a register.
@@ -412,12 +416,6 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
         .specs
         .set_max_entries(compiled.len().max(1) as u32)?;
     open.maps.probes.set_max_entries(all.len().max(1) as u32)?;
-    for mut prog in open.open_object_mut().progs_mut() {
-        let name = prog.name().to_string_lossy().into_owned();
-        if name.starts_with("trace_tp_") {
-            prog.set_autoload(tp_progs.iter().any(|(_, n)| *n == name));
-        }
-    }
     open.maps
         .stats
         .set_max_entries((2 * compiled.len()).max(1) as u32)?;
@@ -478,55 +476,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
             _ => p.label.clone(),
         })
         .collect();
-    let mut attached = 0;
-    if nplan > 0 {
-        attached = session.attach(skel.object())?;
-    }
-    let mut links = Vec::new();
-    // A tracepoint the kernel refuses (ftrace's own events, a kprobe event
-    // defined in tracefs) is skipped with the reason, as the plan's are.
-    let mut refused = Vec::new();
-    for (i, name) in &tp_progs {
-        let Site::Tracepoint(t) = &all[*i].site else {
-            continue;
-        };
-        let prog = skel
-            .object()
-            .progs_mut()
-            .find(|p| p.name().to_string_lossy() == name.as_str())
-            .with_context(|| format!("internal error: no program {name}"))?;
-        let link = prog.attach_tracepoint_with_opts(
-            libbpf_rs::TracepointCategory::Custom(t.category.clone()),
-            &t.event,
-            libbpf_rs::TracepointOpts {
-                cookie: *i as u64,
-                ..Default::default()
-            },
-        );
-        match link {
-            Ok(link) => links.push(link),
-            Err(e) => {
-                let why = match common::errno::errno_of(&e) {
-                    Some(errno) => common::errno::tracepoint_errno_reason(errno),
-                    None => e.to_string(),
-                };
-                refused.push(Skipped {
-                    label: t.name(),
-                    reason: why,
-                });
-            }
-        }
-    }
-    if !refused.is_empty() && attached + links.len() == 0 {
-        let list: Vec<String> = refused.iter().map(Skipped::to_string).collect();
-        bail!("nothing could be attached: {}", list.join(", "));
-    }
-    if let Some(w) = skipped_warning("tracepoint", &refused) {
-        warn(&w);
-    }
-    if !links.is_empty() {
-        session.adopt(links)?;
-    }
+    session.attach(skel.object())?;
     if args.verbose {
         let mut s = String::new();
         for p in &all[..nplan] {
@@ -548,9 +498,10 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
                 };
             }
         }
+        let skipped = session.attached().map_or(&[][..], |a| &a.skipped[..]);
         for (i, name) in &tp_progs {
             let label = &all[*i].label;
-            let _ = match refused.iter().find(|k| &k.label == label) {
+            let _ = match skipped.iter().find(|k| &k.label == label) {
                 Some(k) => writeln!(
                     s,
                     "tracepoint {label}: program {name}, skipped: {}",

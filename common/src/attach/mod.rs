@@ -138,6 +138,10 @@ fn attach_all(plan: &Plan, obj: &Object, stop: &Stop) -> Result<Attached> {
     // The loaded ones: a kind the plan did not load is not attached.
     let mut progs: BTreeMap<ProgKind, ProgramMut> = BTreeMap::new();
     for p in obj.progs_mut().filter(|p| p.autoload()) {
+        // Programs a plan names are attached by name (attach_tracepoints).
+        if p.name().to_str().is_some_and(|n| plan.names_program(n)) {
+            continue;
+        }
         if let Some(kind) = p.section().to_str().and_then(ProgKind::of) {
             progs.insert(kind, p);
         }
@@ -317,13 +321,13 @@ fn attach_tracepoints(
                 &ProgKind::SyscallEnter
             })
         });
-        if let Some((exit, nr)) = sys {
-            syscalls.push(links::SyscallSite { probe: i, nr, exit });
-        } else if let (Some(name), false) = (plan.tracepoint_program(i), raw_ok) {
+        if let (Some(name), false) = (plan.tracepoint_program(i), raw_ok) {
             named
                 .entry(name)
                 .or_default()
                 .push((i, t.category.as_str(), t.event.as_str(), label));
+        } else if let Some((exit, nr)) = sys {
+            syscalls.push(links::SyscallSite { probe: i, nr, exit });
         } else if cookie_program.is_some() && raw_ok {
             raw.push((i, t, label));
         } else if let Ok(slot) = slots.binary_search(&i) {

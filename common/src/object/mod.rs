@@ -280,6 +280,18 @@ pub fn configure(plan: &Plan, obj: &mut OpenObject) -> Result<()> {
     let present = ProgKind::in_object(obj);
     let mut need = prog_kinds(plan);
     need.extend(raw_tracepoint_kinds(plan, |k| present.contains(&k)));
+    // A plan that names its tracepoints' programs (trace) loads those of the
+    // object's tracepoint programs, and no other.
+    let named: HashSet<&str> = plan
+        .tracepoint_programs
+        .iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    let by_name = !plan.tracepoint_programs.is_empty();
+    if by_name {
+        need.retain(|k| *k != ProgKind::Tracepoint || !named.is_empty());
+    }
     let mut have = HashSet::new();
     // A trampoline is bound to its function when it is loaded.
     let target = plan.probes.iter().find_map(|p| match &p.site {
@@ -290,7 +302,10 @@ pub fn configure(plan: &Plan, obj: &mut OpenObject) -> Result<()> {
         let Some(kind) = prog.section().to_str().and_then(ProgKind::of) else {
             continue;
         };
-        let on = need.contains(&kind);
+        let on = match (by_name, kind) {
+            (true, ProgKind::Tracepoint) => prog.name().to_str().is_some_and(|n| named.contains(n)),
+            _ => need.contains(&kind),
+        };
         prog.set_autoload(on);
         if on {
             have.insert(kind);
@@ -403,11 +418,15 @@ pub(crate) fn raw_tracepoint_kinds(
     present: impl Fn(ProgKind) -> bool,
 ) -> Vec<ProgKind> {
     let mut kinds = Vec::new();
+    // Tracepoints whose program the plan names take none of these links.
     let tps = || {
-        plan.probes.iter().filter_map(|p| match &p.site {
-            Site::Tracepoint(t) => Some(t),
-            _ => None,
-        })
+        plan.probes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| match &p.site {
+                Site::Tracepoint(t) if plan.tracepoint_program(i).is_none() => Some(t),
+                _ => None,
+            })
     };
     let syscalls = |exit: bool| syscall_events(plan).any(|x| x == exit);
     let (enter, exit) = (syscalls(false), syscalls(true));
@@ -455,10 +474,16 @@ pub fn has_syscall_events(plan: &Plan) -> bool {
 /// an exit (`sys_exit_*`); none with TRACEKIT_PERF_SYSCALLS=1 (perf events).
 fn syscall_events(plan: &Plan) -> impl Iterator<Item = bool> + '_ {
     let raw = !crate::plan::perf_syscalls();
-    plan.probes.iter().filter_map(move |p| match &p.site {
-        Site::Tracepoint(t) if raw => syscall_event(t).map(|(exit, _)| exit),
-        _ => None,
-    })
+    // Those whose program the plan names are perf events.
+    plan.probes
+        .iter()
+        .enumerate()
+        .filter_map(move |(i, p)| match &p.site {
+            Site::Tracepoint(t) if raw && plan.tracepoint_program(i).is_none() => {
+                syscall_event(t).map(|(exit, _)| exit)
+            }
+            _ => None,
+        })
 }
 
 /// Whether the syscall exit link needs sys_enter to remember syscall numbers

@@ -259,6 +259,11 @@ impl Plan {
         self.tracepoint_programs.get(i)?.as_deref()
     }
 
+    /// Whether the plan names program `name` for some tracepoint.
+    pub(crate) fn names_program(&self, name: &str) -> bool {
+        self.tracepoint_programs.iter().flatten().any(|n| n == name)
+    }
+
     /// Whether every probe is a tracepoint (what warnings call the sites).
     pub(crate) fn only_tracepoints(&self) -> bool {
         self.probes
