@@ -120,6 +120,65 @@ pub enum Expr {
     Call(String, Vec<Expr>),
 }
 
+/// An expression as the user wrote it (approximately), for messages.
+impl fmt::Display for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Expr::Num(v) => write!(f, "{v}"),
+            Expr::Str(s) => write!(f, "\"{}\"", String::from_utf8_lossy(s)),
+            Expr::Ident(n) => f.write_str(n),
+            Expr::Var(v) => write!(f, "${v}"),
+            Expr::Member { base, name, arrow } => {
+                write!(f, "{base}{}{name}", if *arrow { "->" } else { "." })
+            }
+            Expr::Index(b, i) => write!(f, "{b}[{i}]"),
+            Expr::User(b) => write!(f, "{b}@user"),
+            Expr::Unary(op, x) => write!(
+                f,
+                "{}{}",
+                match op {
+                    UnOp::Not => "!",
+                    UnOp::Neg => "-",
+                    UnOp::BitNot => "~",
+                    UnOp::Deref => "*",
+                },
+                Operand(x, u8::MAX)
+            ),
+            // Operands in parentheses where the parser would group them otherwise
+            // (it groups equal operators from the left).
+            Expr::Binary(op, l, r) => {
+                let prec = op.precedence();
+                write!(
+                    f,
+                    "{} {} {}",
+                    Operand(l, prec),
+                    op.symbol(),
+                    Operand(r, prec + 1)
+                )
+            }
+            Expr::Cast(t, x) => write!(f, "({t}){}", Operand(x, u8::MAX)),
+            Expr::Call(n, a) => write!(
+                f,
+                "{n}({})",
+                a.iter().map(Expr::to_string).collect::<Vec<_>>().join(", ")
+            ),
+        }
+    }
+}
+
+/// An operand of an operator binding at the given precedence, as shown: a
+/// binary expression binding less tightly goes in parentheses.
+struct Operand<'a>(&'a Expr, u8);
+
+impl fmt::Display for Operand<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Expr::Binary(op, ..) if op.precedence() < self.1 => write!(f, "({})", self.0),
+            e => write!(f, "{e}"),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {
     Num(u64),
@@ -722,5 +781,19 @@ mod tests {
         assert_eq!(s[1].0.base, "char");
         assert_eq!(s[2].1, "len");
         assert!(parse_signature("sk").is_err());
+    }
+
+    #[test]
+    fn shown_expressions_group_as_parsed() {
+        for text in [
+            "arg1 - (arg2 - arg3)",
+            "arg1 - arg2 - arg3",
+            "(arg1 + 1) * -(arg2 | 4) == ~(u32)(arg3 >> 2)",
+            "arg1 == 1 && (arg2 == 2 || arg3)",
+        ] {
+            let e = parse(text).unwrap();
+            assert_eq!(e.to_string(), text);
+            assert_eq!(parse(&e.to_string()).unwrap(), e);
+        }
     }
 }

@@ -393,7 +393,8 @@ mod tests {
 /// answer every one with a one-line error or a program, never a panic or a hang.
 #[cfg(test)]
 mod fuzz {
-    use crate::compile::{compile, tp_fields, Ctx, SiteCtx};
+    use crate::compile::{compile, Ctx, SiteCtx};
+    use crate::tp_format::tp_fields;
     use std::sync::mpsc::channel;
     use std::time::Duration;
 

@@ -26,13 +26,16 @@ use libbpf_rs::{MapCore, MapFlags};
 use serde_json::json;
 
 mod compile;
+mod desugar;
 mod expr;
 mod format;
 mod grammar;
 mod render;
+mod tp_format;
 
 use compile::{Ctx, Program, SiteCtx};
 use grammar::Kind;
+use tp_format::{format_of, TpField};
 
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/trace.skel.rs"));
@@ -256,7 +259,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     // (attach cookies): the plan's probes first, then the tracepoints attached
     // here.
     let kernel_reads = common::features::kernel_reads();
-    let mut formats: HashMap<String, Vec<compile::TpField>> = HashMap::new();
+    let mut formats: HashMap<String, Vec<TpField>> = HashMap::new();
     let probes = std::mem::take(&mut session.plan.probes);
     let mut compiled = compile_all(
         &probes,
@@ -292,7 +295,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
             let rebuilt = kernel_reads
                 && !common::perf_syscalls()
                 && syscall_event(t).is_some_and(|(exit, _)| {
-                    format_of(t, &mut formats).is_ok_and(|f| compile::syscall_record(f, exit))
+                    format_of(t, &mut formats).is_ok_and(|f| tp_format::syscall_record(f, exit))
                 });
             here[i] = !rebuilt && !raw[i];
         }
@@ -807,7 +810,7 @@ fn compile_all(
     parsed: &[grammar::Probe],
     args: &Args,
     kernel_reads: bool,
-    formats: &mut HashMap<String, Vec<compile::TpField>>,
+    formats: &mut HashMap<String, Vec<TpField>>,
 ) -> Result<Vec<Compiled>> {
     let needs_btf = all.iter().any(|p| matches!(p.site, Site::Kernel(_)));
     let kbtf = if needs_btf {
@@ -860,7 +863,7 @@ fn compile_all(
                 },
             };
             if args.all_args && p.format.is_none() {
-                render::all_args(&mut p, &site, kbtf.as_ref());
+                desugar::all_args(&mut p, &site, kbtf.as_ref());
             }
             let ctx = Ctx {
                 site,
@@ -880,25 +883,6 @@ fn compile_all(
     Ok(out)
 }
 
-/// A tracepoint's fields, from its format file (read once per run).
-fn format_of<'a>(
-    t: &Tracepoint,
-    formats: &'a mut HashMap<String, Vec<compile::TpField>>,
-) -> Result<&'a [compile::TpField]> {
-    let key = t.name();
-    if !formats.contains_key(&key) {
-        let path = common::tracefs::tracefs()?
-            .join("events")
-            .join(&t.category)
-            .join(&t.event)
-            .join("format");
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {}", path.display()))?;
-        formats.insert(key.clone(), compile::tp_fields(&text));
-    }
-    Ok(&formats[&key])
-}
-
 /// The program each tracepoint in `tps` (probes `first`...) is attached to:
 /// with kernel reads the one that copies what the probes read; without them,
 /// the one that reads the largest prefix the record has (bpf/trace.bpf.c).
@@ -906,7 +890,7 @@ fn tracepoint_programs(
     tps: &[common::Probe],
     first: usize,
     compiled: &[Compiled],
-    formats: &HashMap<String, Vec<compile::TpField>>,
+    formats: &HashMap<String, Vec<TpField>>,
     kernel_reads: bool,
 ) -> Result<Vec<(usize, String)>> {
     const CLASSES: &[u32] = &[
