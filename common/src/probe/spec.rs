@@ -93,9 +93,9 @@ fn parse(raw: &str, regex: bool) -> Result<ProbeSpec> {
         ["", _] => {
             bail!("missing library or executable before ':' (use p::FUNC for kernel functions)")
         }
-        [lib, func] => (User(lib), *func),
+        [lib, func] => (Source::user(lib), *func),
         ["p", "", func] => (Source::Kernel, *func),
-        ["p", lib, func] => (User(lib), *func),
+        ["p", lib, func] => (Source::user(lib), *func),
         ["t", cat, event] => {
             if cat.is_empty() || event.is_empty() {
                 bail!("a tracepoint needs both parts: t:CATEGORY:EVENT");
@@ -124,10 +124,12 @@ fn parse(raw: &str, regex: bool) -> Result<ProbeSpec> {
     })
 }
 
-#[allow(non_snake_case)]
-fn User(lib: &str) -> Source {
-    Source::User {
-        target: lib.to_string(),
+impl Source {
+    /// A user-space source: functions of `lib` (a path or a library name).
+    pub fn user(lib: &str) -> Source {
+        Source::User {
+            target: lib.to_string(),
+        }
     }
 }
 
@@ -153,11 +155,14 @@ mod tests {
     #[test]
     fn user_forms() {
         let s = p("c:malloc");
-        assert_eq!(s.source, User("c"));
+        assert_eq!(s.source, Source::user("c"));
         assert!(s.matcher.is_match("malloc"));
-        assert_eq!(p("p:c:malloc").source, User("c"));
-        assert_eq!(p("/usr/bin/bash:readline").source, User("/usr/bin/bash"));
-        assert_eq!(p("./test:read*").source, User("./test"));
+        assert_eq!(p("p:c:malloc").source, Source::user("c"));
+        assert_eq!(
+            p("/usr/bin/bash:readline").source,
+            Source::user("/usr/bin/bash")
+        );
+        assert_eq!(p("./test:read*").source, Source::user("./test"));
     }
 
     #[test]
