@@ -192,7 +192,7 @@ pub struct Format {
 pub struct Field {
     /// The declaration's last word without `[..]`: "nr_sector", "rwbs".
     pub name: String,
-    /// The whole C declaration: "unsigned int nr_sector", "char rwbs[10]",
+    /// The whole C declaration: "unsigned int nr_sector", "char rwbs\[10\]",
     /// "__data_loc char[] name".
     pub decl: String,
     pub offset: u32,

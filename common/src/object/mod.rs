@@ -41,7 +41,7 @@ pub enum ProgKind {
     /// Raw tracepoint links without a cookie (before Linux 6.10): the object's
     /// `SEC("raw_tracepoint")` program, cloned per probe at attach (from the
     /// instructions libbpf loaded it with), the nth clone counting the
-    /// probe its `raw_tp_probes[n]` global names ([`Plan::raw_tp_clones`]).
+    /// probe its `raw_tp_probes[n]` global names ([`raw_tp_clones`]).
     RawTracepointClone,
     /// The raw `sys_enter` / `sys_exit` tracepoints serving every
     /// syscalls:sys_enter_* / sys_exit_* event (`SEC("raw_tp/sys_enter")`, ...).

@@ -38,7 +38,7 @@ pub fn run_loop(
     )
 }
 
-/// [`run_loop`] with the waiting done by `wait(deadline)`, which must return at the
+/// The summary loop (`run_loop` in the tests) with the waiting done by `wait(deadline)`, which must return at the
 /// deadline (`None`) or on a stop request (its reason), or fail; the session uses
 /// it to serve a ring buffer and `--listen` meanwhile (see [`crate::stop::Stop::poll_until`]).
 pub fn run_loop_with(
