@@ -41,6 +41,20 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/trace.skel.rs"));
 }
 
+// SAFETY: C structs of integers (bpf/trace/abi.h), valid for any bit pattern,
+// every byte of which is a field: the header names its padding, and
+// libbpf-cargo names any other as a `__pad_*` field.
+unsafe impl plain::Plain for skel::types::spec {}
+unsafe impl plain::Plain for skel::types::specs_of {}
+unsafe impl plain::Plain for skel::types::tk_event_head {}
+
+/// A skeleton type's bytes, as a map update takes them.
+fn bytes_of<T: plain::Plain>(v: &T) -> &[u8] {
+    // SAFETY: a Plain type has no byte that is not a field (see above), so
+    // every byte is initialized.
+    unsafe { plain::as_bytes(v) }
+}
+
 const EXAMPLES: &str = r#"Examples:
   trace do_sys_open                        # trace the open syscall's kernel function
   trace 'do_sys_open "%s", arg2@user'      # with the file name
@@ -184,10 +198,6 @@ fn main() {
 /// The ring buffer's size unless -b or `TRACEKIT_RING_BYTES` says otherwise.
 const TRACE_RING_BYTES: u32 = 16 << 20;
 
-/// The header fields of `struct tk_event` (bpf/trace.bpf.c).
-const EV_TAIL: usize = 192;
-const EV_VALS: usize = 64;
-
 /// One compiled program and what renders its records.
 struct Compiled {
     probe: usize,
@@ -243,11 +253,12 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
         },
     )?;
     for (i, l) in per_probe.iter().enumerate() {
-        if l.len() > 4 {
+        if l.len() > compile::MAX_SPECS {
             bail!(
-                "{} probes on {}: at most 4 per function, event or USDT probe",
+                "{} probes on {}: at most {} per function, event or USDT probe",
                 l.len(),
-                session.plan.probes[i].label
+                session.plan.probes[i].label,
+                compile::MAX_SPECS
             );
         }
     }
@@ -395,16 +406,12 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
         // One probe: every hit is of probe 0, no attach cookie to read.
         rodata.one_probe = all.len() == 1;
         if let Some((g, ret)) = lone_gate {
-            rodata.gate_at = if ret { 2 } else { 1 };
-            rodata.the_gate = skel::types::gate {
-                reg: g.reg,
-                shift: g.shift,
-                sign: g.sign,
-                op: g.op,
-                keep: g.keep,
-                pad: [0; 3],
-                imm: g.imm,
+            rodata.gate_at = if ret {
+                compile::GATE_RETURN
+            } else {
+                compile::GATE_ENTRY
             };
+            rodata.the_gate = g;
         }
         // %U values, and the stack frames the kernel could not give by build
         // ID, are symbolized with the process's map, taken at its first
@@ -421,7 +428,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     open.maps.probes.set_max_entries(all.len().max(1) as u32)?;
     open.maps
         .stats
-        .set_max_entries((2 * compiled.len()).max(1) as u32)?;
+        .set_max_entries((compile::STATS * compiled.len()).max(1) as u32)?;
     // Threads in a traced call at once: trace's frames are 7x funclatency's
     // (saved arguments), so fewer of them. Session programs save the arguments
     // there too (configure() sizes it for funclatency's, which keep only a time
@@ -435,24 +442,12 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     }
     open.maps.events.set_max_entries(ring)?;
     let skel = open.load().context("loading the BPF programs")?;
-    for (name, bpf, here) in [
-        ("spec", skel.maps.specs.value_size(), compile::SPEC_BYTES),
-        (
-            "specs_of",
-            skel.maps.probes.value_size(),
-            compile::SPECS_OF_BYTES,
-        ),
-    ] {
-        if bpf as usize != here {
-            bail!("internal error: struct {name} is {bpf} bytes in BPF, {here} here");
-        }
-    }
     for (id, c) in compiled.iter().enumerate() {
         skel.maps
             .specs
             .update(
                 &(id as u32).to_ne_bytes(),
-                &c.prog.to_bytes(),
+                bytes_of(&c.prog.to_spec()),
                 MapFlags::ANY,
             )
             .context("writing the probe programs")?;
@@ -467,7 +462,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
         let v = compile::specs_of(l, &progs);
         skel.maps
             .probes
-            .update(&(i as u32).to_ne_bytes(), &v, MapFlags::ANY)
+            .update(&(i as u32).to_ne_bytes(), bytes_of(&v), MapFlags::ANY)
             .context("writing the probe table")?;
     }
 
@@ -564,7 +559,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
         let ev = Events::new_raw(&skel.maps.events, &skel.maps.events_lost, |data, out| {
             received += 1;
             // Records without strings or stacks end after their last value.
-            if done || data.len() < EV_VALS {
+            if done || data.len() < render::VALS_AT {
                 return Ok(());
             }
             let h = render::Header::decode(data);
@@ -577,13 +572,13 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
                 }
             }
             let mut vals = [0u64; compile::MAX_VALS];
-            for (k, v) in data[EV_VALS..data.len().min(EV_TAIL)]
+            for (k, v) in data[render::VALS_AT..data.len().min(render::TAIL_AT)]
                 .chunks_exact(8)
                 .enumerate()
             {
                 vals[k] = u64::from_ne_bytes(v.try_into().expect("8 bytes"));
             }
-            let tail = data.get(EV_TAIL..).unwrap_or(&[]);
+            let tail = data.get(render::TAIL_AT..).unwrap_or(&[]);
             let msg = r.message(&c.parsed, &c.prog, &h, &vals, tail);
             if let Some(f) = &args.msg_filter {
                 if !msg.text.contains(f.as_str()) {
@@ -666,8 +661,15 @@ fn report_unpaired(map: &dyn MapCore, verbose: bool) -> Result<()> {
 }
 
 /// bpf/trace.bpf.c's PAIR_DEPTH: the calls of one thread whose entries are kept
-/// for their returns.
-const PAIR_DEPTH: u32 = 16;
+/// for their returns, as many as bpf/pairing.h's `thread_calls` has frames.
+const PAIR_DEPTH: usize = frames_of(|t| t.frames);
+
+/// The length of the skeleton's `thread_calls.frames`.
+const fn frames_of<const N: usize>(
+    _: fn(skel::types::thread_calls) -> [skel::types::frame; N],
+) -> usize {
+    N
+}
 
 /// What makes two --json events identical for -A: the event without its time
 /// (and CPU, unless -C asks for it), as text does.
@@ -931,16 +933,17 @@ fn tracepoint_programs(
 /// -v: per program, hits seen in the kernel and dropped by the predicate, and
 /// the records that reached user space.
 fn report_stats(map: &dyn MapCore, compiled: &[Compiled], received: u64) -> Result<()> {
-    let mut c = PerCpuCounters::new(map, 2 * compiled.len().max(1))?;
+    let mut c = PerCpuCounters::new(map, compile::STATS * compiled.len().max(1))?;
     let t = c.totals()?;
     let mut s = format!("trace: {received} records reached user space\n");
+    // Each spec's counters: [0] hits kept, [1] hits its predicate dropped.
     for (id, p) in compiled.iter().enumerate() {
+        let (kept, dropped) = (t[compile::STATS * id], t[compile::STATS * id + 1]);
         let _ = writeln!(
             s,
-            "trace: program {id} (\"{}\"): {} hits, {} dropped by the predicate in the kernel",
+            "trace: program {id} (\"{}\"): {} hits, {dropped} dropped by the predicate in the kernel",
             escape(&p.parsed.text),
-            t[2 * id] + t[2 * id + 1],
-            t[2 * id + 1],
+            kept + dropped,
         );
     }
     common::stderr(&s);

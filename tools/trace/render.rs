@@ -5,16 +5,27 @@
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
+use std::mem::offset_of;
 
 use common::events::Clock;
 use common::symbolize::{Frame, Symbols, UserFrame};
 use serde_json::{json, Value as Json};
 
-use crate::compile::{Program, Slot};
+use plain::Plain;
+
+use crate::compile::{Program, Slot, MAX_VALS};
 use crate::format::Value;
 use crate::grammar::Probe;
+use crate::skel::types as abi;
 
-/// The header of a record (`struct tk_event`).
+/// Where a record's values start (`struct tk_event`): after its header.
+pub const VALS_AT: usize = offset_of!(abi::tk_event, vals);
+/// Where its strings and stacks start, after MAX_VALS values.
+pub const TAIL_AT: usize = offset_of!(abi::tk_event, tail);
+const _: () = assert!(VALS_AT == size_of::<abi::tk_event_head>());
+const _: () = assert!(TAIL_AT - VALS_AT == 8 * MAX_VALS);
+
+/// The header of a record (`struct tk_event_head`).
 pub struct Header {
     pub ts: u64,
     pub tgid: u32,
@@ -28,25 +39,23 @@ pub struct Header {
     pub comm: String,
 }
 
-fn u32_at(d: &[u8], o: usize) -> u32 {
-    u32::from_ne_bytes(d[o..o + 4].try_into().expect("4 bytes"))
-}
-
 impl Header {
     /// Decodes a record of at least the header's size.
     pub fn decode(d: &[u8]) -> Header {
-        let comm = &d[48..64];
+        let mut h = abi::tk_event_head::default();
+        h.copy_from_bytes(d).expect("a record holds its header");
+        let comm: Vec<u8> = h.comm.iter().map(|&c| c as u8).collect();
         let comm = &comm[..comm.iter().position(|&c| c == 0).unwrap_or(16)];
         Header {
-            ts: u64::from_ne_bytes(d[0..8].try_into().expect("8 bytes")),
-            spec: u32_at(d, 12),
-            tgid: u32_at(d, 16),
-            tid: u32_at(d, 20),
-            uid: u32_at(d, 24),
-            cpu: u32_at(d, 28),
-            str_bytes: u32_at(d, 32),
-            kstack: u32_at(d, 36) as i32,
-            ustack: u32_at(d, 40) as i32,
+            ts: h.ts,
+            spec: h.spec,
+            tgid: h.tgid,
+            tid: h.tid,
+            uid: h.uid,
+            cpu: h.cpu,
+            str_bytes: h.str_bytes,
+            kstack: h.kstack,
+            ustack: h.ustack,
             comm: String::from_utf8_lossy(comm).into_owned(),
         }
     }

@@ -1,26 +1,39 @@
-//! A compiled probe as the BPF side's tables: `struct spec` per program and
-//! `struct specs_of` per probe (bpf/trace.bpf.c), with the flags only the
-//! encoding adds (F_IDS, F_FAST_*, F_GATE, F_ENTRY_ARGS).
+//! A compiled probe as the BPF side's tables, in the skeleton's types
+//! (bpf/trace/abi.h): `struct spec` per program and `struct specs_of` per
+//! probe, with the flags only the encoding adds (F_IDS, F_FAST_*, F_GATE,
+//! F_ENTRY_ARGS).
 
 use super::isa::*;
-
-/// Bytes of `struct spec` in bpf/trace.bpf.c.
-pub const SPEC_BYTES: usize = 32 + 8 + 8 + 16 + MAX_VALS * 8 + MAX_INSNS * 16 + LITS + LIT_MAX;
-
-/// Bytes of `struct specs_of` in bpf/trace.bpf.c (its `struct gate` last).
-pub const SPECS_OF_BYTES: usize = 32 + 24;
+use crate::skel::types as abi;
 
 impl Operand {
-    fn to_bytes(self, b: &mut Vec<u8>) {
-        b.extend_from_slice(&[self.src, self.size, self.sign, self.val]);
-        b.extend_from_slice(&self.a.to_ne_bytes());
+    fn to_abi(self) -> abi::tk_operand {
+        abi::tk_operand {
+            src: self.src,
+            size: self.size,
+            sign: self.sign,
+            val: self.val,
+            a: self.a,
+        }
+    }
+}
+
+impl Insn {
+    fn to_abi(self) -> abi::tk_insn {
+        abi::tk_insn {
+            op: self.op,
+            size: self.size,
+            b: self.b,
+            pad: 0,
+            a: self.a,
+            imm: self.imm,
+        }
     }
 }
 
 impl Program {
     /// The program as the BPF side's `struct spec`.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(SPEC_BYTES);
+    pub fn to_spec(&self) -> abi::spec {
         let mut flags = self.flags;
         if self
             .insns
@@ -41,46 +54,42 @@ impl Program {
             .filter(|s| matches!(s, Slot::Val(_)))
             .count();
         let fast = self.fast_vals.as_deref().unwrap_or(&[]);
-        for v in [
-            flags,
-            self.insns.len() as u32,
-            self.usdt_mask,
-            self.rec_words,
-            self.str_bytes,
-            self.pred_len as u32,
-            nvals as u32,
-            fast.len() as u32,
-        ] {
-            b.extend_from_slice(&v.to_ne_bytes());
-        }
         let p = self.fast_pred.unwrap_or(FastPred {
             x: Operand::default(),
             ops: [(NO_OP, 0); 2],
         });
-        p.x.to_bytes(&mut b);
-        b.extend_from_slice(&[p.ops[0].0, p.ops[1].0, 0, 0, 0, 0, 0, 0]);
-        b.extend_from_slice(&p.ops[0].1.to_ne_bytes());
-        b.extend_from_slice(&p.ops[1].1.to_ne_bytes());
-        for k in 0..MAX_VALS {
-            fast.get(k).copied().unwrap_or_default().to_bytes(&mut b);
+        let mut s = abi::spec {
+            flags,
+            ninsns: self.insns.len() as u32,
+            usdt_mask: self.usdt_mask,
+            rec_words: self.rec_words,
+            str_bytes: self.str_bytes,
+            body: self.pred_len as u32,
+            nvals: nvals as u32,
+            nfast: fast.len() as u32,
+            pred: p.x.to_abi(),
+            pop: [p.ops[0].0, p.ops[1].0],
+            pimm: [p.ops[0].1, p.ops[1].1],
+            ..abi::spec::default()
+        };
+        // Each at most its array's length: gen.rs's limits.
+        for (to, o) in s.fast.iter_mut().zip(fast) {
+            *to = o.to_abi();
         }
-        for i in 0..MAX_INSNS {
-            let x = self.insns.get(i).copied().unwrap_or_default();
-            b.extend_from_slice(&[x.op, x.size, x.b, 0]);
-            b.extend_from_slice(&x.a.to_ne_bytes());
-            b.extend_from_slice(&x.imm.to_ne_bytes());
+        for (to, i) in s.insns.iter_mut().zip(&self.insns) {
+            *to = i.to_abi();
         }
-        let mut lits = self.lits.clone();
-        lits.resize(LITS + LIT_MAX, 0);
-        b.extend_from_slice(&lits);
-        b
+        for (to, &b) in s.lits.iter_mut().zip(&self.lits) {
+            *to = b as i8;
+        }
+        s
     }
 }
 
 /// The BPF side's `struct specs_of` for a probe served by the specs `ids`
 /// (their programs `progs`): what a hit must gather for them, and the gate of
 /// a lone spec whose predicate is decided on one register.
-pub fn specs_of(ids: &[u32], progs: &[&Program]) -> Vec<u8> {
+pub fn specs_of(ids: &[u32], progs: &[&Program]) -> abi::specs_of {
     let mut flags = progs.iter().fold(0, |f, p| f | p.flags);
     let usdt = progs.iter().fold(0, |m, p| m | p.usdt_mask);
     let words = progs.iter().map(|p| p.rec_words).max().unwrap_or(0);
@@ -94,20 +103,19 @@ pub fn specs_of(ids: &[u32], progs: &[&Program]) -> Vec<u8> {
     if progs.iter().any(|p| p.reads_entry_args()) {
         flags |= F_ENTRY_ARGS;
     }
-    let g = gate.unwrap_or_default();
-    let mut v = Vec::with_capacity(SPECS_OF_BYTES);
-    v.extend_from_slice(&(ids.len() as u32).to_ne_bytes());
-    for k in 0..4 {
-        v.extend_from_slice(&ids.get(k).copied().unwrap_or(0).to_ne_bytes());
+    let mut s = abi::specs_of {
+        n: ids.len() as u32,
+        flags,
+        usdt_mask: usdt,
+        rec_words: words,
+        gate: gate.unwrap_or_default(),
+        ..abi::specs_of::default()
+    };
+    // At most MAX_SPECS: main.rs refuses more.
+    for (to, &id) in s.spec.iter_mut().zip(ids) {
+        *to = id;
     }
-    for x in [flags, usdt, words] {
-        v.extend_from_slice(&x.to_ne_bytes());
-    }
-    // struct gate: reg, shift, sign, op, keep, pad[3], imm[2].
-    v.extend_from_slice(&[g.reg, g.shift, g.sign, g.op, g.keep, 0, 0, 0]);
-    v.extend_from_slice(&g.imm[0].to_ne_bytes());
-    v.extend_from_slice(&g.imm[1].to_ne_bytes());
-    v
+    s
 }
 
 #[cfg(test)]
@@ -119,7 +127,7 @@ mod tests {
     fn returns_keep_their_entry_only_to_read_its_arguments() {
         let flags = |spec: &str| {
             let p = user(spec).unwrap();
-            u32::from_ne_bytes(specs_of(&[0], &[&p])[20..24].try_into().unwrap()) & F_ENTRY_ARGS
+            specs_of(&[0], &[&p]).flags & F_ENTRY_ARGS
         };
         for spec in [
             "r:c:read \"%d\", arg3",
@@ -143,9 +151,6 @@ mod tests {
             user("r:c:read \"%d\", arg1").unwrap(),
         );
         let both = specs_of(&[0, 1], &[&a, &b]);
-        assert_eq!(
-            u32::from_ne_bytes(both[20..24].try_into().unwrap()) & F_ENTRY_ARGS,
-            F_ENTRY_ARGS
-        );
+        assert_eq!(both.flags & F_ENTRY_ARGS, F_ENTRY_ARGS);
     }
 }

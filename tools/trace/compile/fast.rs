@@ -1,7 +1,7 @@
 //! The straight-line shapes: a predicate that is one operand and at most two
 //! operations with a constant (`FastPred`), values that are plain copies, and
 //! the gate a lone spec's fast predicate on one register makes. The BPF side
-//! runs these without its interpreter (bpf/trace.bpf.c fast_pred(), fast_val(),
+//! runs these without its interpreter (bpf/trace/vm.h fast_pred(), fast_val(),
 //! gate_keeps()): a few branches, where the interpreter's 25-way operation would
 //! multiply the paths the verifier walks.
 
@@ -120,7 +120,7 @@ pub(super) fn fast_vals(mut insns: &[Insn]) -> Option<Vec<Operand>> {
 
 impl Program {
     /// The fast predicate, when a hit can be decided on one register read from
-    /// the context before anything else (bpf/trace.bpf.c's F_GATE): an
+    /// the context before anything else (bpf/trace/abi.h F_GATE): an
     /// argument (not through a syscall wrapper's inner registers), or retval
     /// at a return.
     pub fn gate(&self) -> Option<Gate> {
@@ -138,6 +138,7 @@ impl Program {
             sign: u8::from(p.x.sign != 0),
             op: p.ops[0].0,
             keep: p.ops[1].0,
+            pad: [0; 3],
             imm: [p.ops[0].1, p.ops[1].1],
         })
     }
@@ -146,7 +147,7 @@ impl Program {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compile::encode::{specs_of, SPECS_OF_BYTES, SPEC_BYTES};
+    use crate::compile::encode::specs_of;
     use crate::compile::testing::user;
 
     #[test]
@@ -186,10 +187,7 @@ mod tests {
         // interpreter (the values still copy), and the spec says it reads ids.
         let p = user("c:read ($uid == 0) \"%d\", arg1").unwrap();
         assert!(p.fast_pred.is_none() && p.fast_vals.is_some());
-        assert_ne!(
-            u32::from_ne_bytes(p.to_bytes()[0..4].try_into().unwrap()) & F_IDS,
-            0
-        );
+        assert_ne!(p.to_spec().flags & F_IDS, 0);
         // Three operations, STRCMP, strings and arithmetic in values: no fast path.
         assert!(user("c:read (arg1 + 1 + 2 == 3)")
             .unwrap()
@@ -204,23 +202,22 @@ mod tests {
         let p = user("c:read").unwrap();
         assert!(p.fast_pred.is_none());
         assert_eq!(p.fast_vals, Some(vec![]));
-        assert_eq!(p.to_bytes().len(), SPEC_BYTES);
     }
 
     #[test]
     fn gate_for_a_lone_spec_on_one_register() {
-        let flags = |b: &[u8]| u32::from_ne_bytes(b[20..24].try_into().unwrap());
+        let gate = |g: Gate| [g.reg, g.shift, g.sign, g.op, g.keep];
         let p = user("c:read (arg2 % 1000 == 0) \"%d\", arg1").unwrap();
         let b = specs_of(&[3], &[&p]);
-        assert_eq!(b.len(), SPECS_OF_BYTES);
-        assert_eq!(flags(&b) & F_GATE, F_GATE);
-        assert_eq!(&b[32..37], &[1, 0, 0, B_MOD as u8, CMP_EQ]);
-        assert_eq!(i64::from_ne_bytes(b[40..48].try_into().unwrap()), 1000);
+        assert_eq!((b.n, b.spec), (1, [3, 0, 0, 0]));
+        assert_eq!(b.flags & F_GATE, F_GATE);
+        assert_eq!(gate(b.gate), [1, 0, 0, B_MOD as u8, CMP_EQ]);
+        assert_eq!(b.gate.imm[0], 1000);
         // A signed narrowing cast is the gate's too.
         let p = user("c:read ((short)arg1 < 0)").unwrap();
         assert_eq!(
-            &specs_of(&[0], &[&p])[32..37],
-            &[0, 48, 1, NO_OP, CMP_SIGNED | CMP_LT]
+            gate(specs_of(&[0], &[&p]).gate),
+            [0, 48, 1, NO_OP, CMP_SIGNED | CMP_LT]
         );
         // retval at a return; an entry argument at a return (saved at entry).
         let r = user("r:c:read (retval == 7)").unwrap();
@@ -228,14 +225,14 @@ mod tests {
         let r = user("r:c:read (arg1 == 7)").unwrap();
         assert_eq!(r.gate().map(|g| g.reg), Some(0));
         // Not for two specs, a predicate off the fast shape, or ids.
-        assert_eq!(flags(&specs_of(&[0, 1], &[&p, &p])) & F_GATE, 0);
+        assert_eq!(specs_of(&[0, 1], &[&p, &p]).flags & F_GATE, 0);
         for spec in [
             "c:read (arg1 == 1 && arg2 == 2)",
             "c:read ($pid == 1)",
             "c:read",
         ] {
             let q = user(spec).unwrap();
-            assert_eq!(flags(&specs_of(&[0], &[&q])) & F_GATE, 0, "{spec}");
+            assert_eq!(specs_of(&[0], &[&q]).flags & F_GATE, 0, "{spec}");
         }
     }
 }

@@ -694,7 +694,7 @@ impl<'a> Gen<'a> {
                     });
                 }
                 self.prog.usdt_mask |= 1 << (n - 1);
-                // Read extended as the note says (bpf/trace.bpf.c usdt_arg()),
+                // Read extended as the note says (bpf/trace/vm.h usdt_arg()),
                 // typed so: a signed argument compares signed.
                 let ty = match types.get(n as usize - 1) {
                     Some(Some((bytes, signed))) => Ty::Int {

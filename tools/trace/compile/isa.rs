@@ -1,92 +1,63 @@
-//! The bytecode bpf/trace.bpf.c interprets, as user space builds it: limits,
+//! The bytecode bpf/trace/vm.h interprets, as user space builds it: limits,
 //! opcodes, operand spaces and flags; an instruction (`Insn`), a plain operand
 //! (`Operand`), the fast predicate and gate descriptions, and one compiled probe
 //! (`Program`), with its -v listing.
 //!
-//! The numbers are the BPF side's (bpf/trace.bpf.c): keep them in step.
+//! The numbers are bpf/trace/abi.h's, read from the skeleton (skel::types):
+//! none is written here.
 
-pub const MAX_INSNS: usize = 128;
-pub const MAX_VALS: usize = 16;
-pub const EVAL_STACK: usize = 16;
-pub const REC_MAX: u32 = 512;
-pub const LIT_MAX: usize = 128;
-pub const LITS: usize = 256;
-pub const STR_AREA: u32 = 4096;
+use crate::skel::types as abi;
 
-pub(super) const IN_RETVAL: u32 = 6;
-pub(super) const IN_TID: u32 = 7;
-pub(super) const IN_TGID: u32 = 8;
-pub(super) const IN_UID: u32 = 9;
-pub(super) const IN_GID: u32 = 10;
-pub(super) const IN_CPU: u32 = 11;
-pub(super) const IN_USDT0: u32 = 12;
-pub(super) const USDT_ARGS: u32 = 12;
+/// Constants of bpf/trace/abi.h as the skeleton has them (`abi::<enum>::<NAME>`),
+/// narrowed to the width user space stores them in: a name the header no longer
+/// has, or a value that does not fit, fails to compile.
+macro_rules! from_abi {
+    ($vis:vis $enum:ident as $t:ty: $($name:ident),+ $(,)?) => {
+        $($vis const $name: $t = {
+            let v = abi::$enum::$name.0;
+            assert!(
+                v as u64 <= <$t>::MAX as u64,
+                concat!("bpf/trace/abi.h: ", stringify!($name), " does not fit")
+            );
+            v as $t
+        };)+
+    };
+}
 
-pub(super) const OP_CONST: u8 = 1;
-pub(super) const OP_IN: u8 = 2;
-pub(super) const OP_REC: u8 = 3;
-pub(super) const OP_LOAD: u8 = 4;
-pub(super) const OP_BIN: u8 = 5;
-pub(super) const OP_UN: u8 = 6;
-pub(super) const OP_CAST: u8 = 7;
-pub(super) const OP_FILTER: u8 = 8;
-pub(super) const OP_VAL: u8 = 9;
-pub(super) const OP_STR: u8 = 10;
-pub(super) const OP_STRCMP: u8 = 11;
+from_abi!(pub tk_limit as usize: MAX_INSNS, MAX_VALS, MAX_SPECS, EVAL_STACK, LIT_MAX, LITS, STATS);
+from_abi!(pub tk_limit as u32: REC_MAX, STR_AREA);
 
-pub(super) const SPACE_USER: u8 = 0;
-pub(super) const SPACE_KERNEL: u8 = 1;
-pub(super) const SPACE_REC: u8 = 2;
-pub(super) const SPACE_DATALOC: u8 = 3;
-pub(super) const SIGNED: u8 = 0x10;
-/// OP_STRCMP under -B: the literal's bytes against the bytes read, as they are.
-pub(super) const RAW: u8 = 0x20;
+// Inputs: the argument registers 0..5, then these.
+from_abi!(pub(super) input as u32: IN_RETVAL, IN_TID, IN_TGID, IN_UID, IN_GID, IN_CPU, IN_USDT0);
+pub(super) const USDT_ARGS: u32 = abi::input::IN_USDT_LAST.0 - IN_USDT0 + 1;
 
-pub(super) const B_ADD: u32 = 0;
-pub(super) const B_SUB: u32 = 1;
-pub(super) const B_MUL: u32 = 2;
-pub(super) const B_DIV: u32 = 3;
-pub(super) const B_MOD: u32 = 4;
-pub(super) const B_SDIV: u32 = 5;
-pub(super) const B_SMOD: u32 = 6;
-pub(super) const B_AND: u32 = 7;
-pub(super) const B_OR: u32 = 8;
-pub(super) const B_XOR: u32 = 9;
-pub(super) const B_SHL: u32 = 10;
-pub(super) const B_SHR: u32 = 11;
-pub(super) const B_SAR: u32 = 12;
-pub(super) const B_EQ: u32 = 13;
-pub(super) const B_NE: u32 = 14;
-pub(super) const B_LTU: u32 = 15;
-pub(super) const B_LEU: u32 = 16;
-pub(super) const B_GTU: u32 = 17;
-pub(super) const B_GEU: u32 = 18;
-pub(super) const B_LTS: u32 = 19;
-pub(super) const B_LES: u32 = 20;
-pub(super) const B_GTS: u32 = 21;
-pub(super) const B_GES: u32 = 22;
-pub(super) const B_LAND: u32 = 23;
-pub(super) const B_LOR: u32 = 24;
+from_abi!(pub(super) op as u8: OP_CONST, OP_IN, OP_REC, OP_LOAD, OP_BIN, OP_UN, OP_CAST,
+    OP_FILTER, OP_VAL, OP_STR, OP_STRCMP);
 
-pub(super) const U_NOT: u32 = 0;
-pub(super) const U_NEG: u32 = 1;
-pub(super) const U_BNOT: u32 = 2;
+from_abi!(pub(super) space as u8: SPACE_USER, SPACE_KERNEL, SPACE_REC, SPACE_DATALOC);
+// Or-ed with a space in an instruction's `b`; RAW: OP_STRCMP under -B, the
+// literal's bytes against the bytes read, as they are.
+from_abi!(pub(super) insn_flag as u8: SIGNED, RAW);
 
-/// Spec flags (bpf/trace.bpf.c).
-pub const F_RETURN: u32 = 1;
-pub const F_SYSCALL: u32 = 2;
-pub const F_IDS: u32 = 4;
-pub const F_FAST_PRED: u32 = 8;
-pub const F_FAST_VALS: u32 = 16;
-/// `struct specs_of` only: its `gate` decides a function hit before anything else.
-pub const F_GATE: u32 = 32;
-/// `struct specs_of` only: a return spec reads the entry's arguments, so the
-/// entry is kept for its return (else the return is not paired with it).
-pub const F_ENTRY_ARGS: u32 = 64;
+from_abi!(pub(super) bin as u32: B_ADD, B_SUB, B_MUL, B_DIV, B_MOD, B_SDIV, B_SMOD, B_AND,
+    B_OR, B_XOR, B_SHL, B_SHR, B_SAR, B_EQ, B_NE, B_LTU, B_LEU, B_GTU, B_GEU, B_LTS, B_LES,
+    B_GTS, B_GES, B_LAND, B_LOR);
+from_abi!(pub(super) un as u32: U_NOT, U_NEG, U_BNOT);
 
-pub(super) const OPD_IN: u8 = 1;
-pub(super) const OPD_REC: u8 = 2;
-pub(super) const NO_OP: u8 = 0xff;
+// Spec flags. F_GATE and F_ENTRY_ARGS are `struct specs_of`'s only: its `gate`
+// decides a function hit before anything else; a return spec reads the entry's
+// arguments, so the entry is kept for its return (else the return is not
+// paired with it).
+from_abi!(pub spec_flag as u32: F_RETURN, F_SYSCALL, F_IDS, F_FAST_PRED, F_FAST_VALS, F_GATE,
+    F_ENTRY_ARGS);
+
+from_abi!(pub(super) operand_src as u8: OPD_IN, OPD_REC);
+// A fast predicate's arithmetic step: none.
+from_abi!(pub(super) fast_op as u8: NO_OP);
+// Outcomes a fast comparison keeps (bpf/trace/vm.h keeps()).
+from_abi!(pub(super) cmp_keep as u8: CMP_LT, CMP_EQ, CMP_GT, CMP_SIGNED);
+// Where a one-probe run's gate applies (the_gate in .rodata).
+from_abi!(pub gate_site as u8: GATE_ENTRY, GATE_RETURN);
 
 /// A plain value the BPF side reads without its interpreter (`struct tk_operand`):
 /// an input or a record field, truncated or extended to `size` bytes.
@@ -150,27 +121,12 @@ pub struct Program {
     pub fast_vals: Option<Vec<Operand>>,
 }
 
-/// `struct gate` (bpf/trace.bpf.c): a fast predicate on one register, the
-/// operand's narrowing as a shift.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Gate {
-    /// Argument 0..5, or IN_RETVAL.
-    pub reg: u8,
-    /// 64 - 8 * size for a narrowing cast, else 0.
-    pub shift: u8,
-    pub sign: u8,
-    pub op: u8,
-    pub keep: u8,
-    pub imm: [i64; 2],
-}
+/// `struct gate`, as the skeleton has it: a fast predicate on one register
+/// (`reg`: argument 0..5, or IN_RETVAL), the operand's narrowing as a shift
+/// (`shift`: 64 - 8 * size for a narrowing cast, else 0).
+pub type Gate = abi::gate;
 
-/// Outcomes of a fast comparison (bpf/trace.bpf.c fast_pred()).
-pub(super) const CMP_LT: u8 = 1;
-pub(super) const CMP_EQ: u8 = 2;
-pub(super) const CMP_GT: u8 = 4;
-pub(super) const CMP_SIGNED: u8 = 8;
-
-/// Inputs only gathered for a hit the predicate keeps (bpf/trace.bpf.c emit()).
+/// Inputs only gathered for a hit the predicate keeps (bpf/trace/vm.h spec_run()).
 pub(super) fn late_input(a: u32) -> bool {
     (IN_TID..=IN_CPU).contains(&a)
 }
@@ -205,7 +161,7 @@ impl Program {
                 i.a, i.size, i.b, i.imm
             ));
         }
-        // What runs without the interpreter (bpf/trace.bpf.c emit()).
+        // What runs without the interpreter (bpf/trace/vm.h spec_run()).
         let fast: Vec<&str> = [
             self.fast_pred.map(|_| "predicate"),
             self.fast_vals.as_ref().map(|_| "values"),

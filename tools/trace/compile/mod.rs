@@ -1,8 +1,8 @@
-//! From a parsed probe to the bytecode bpf/trace.bpf.c interprets: names bound
+//! From a parsed probe to the bytecode bpf/trace/vm.h interprets: names bound
 //! to registers, BTF types, tracepoint fields or USDT arguments; member paths
 //! resolved to offsets; the predicate, then one store per format argument.
 //!
-//! Limits (bpf/trace.bpf.c has the same constants): 128 instructions and a
+//! Limits (bpf/trace/abi.h): 128 instructions and a
 //! 16-deep value stack per probe, 16 arguments, 4096 bytes of strings per record.
 //! Every refusal names the part of the expression it cannot do.
 //!
@@ -21,7 +21,7 @@ mod gen;
 mod isa;
 pub(crate) mod types;
 
-pub use encode::{specs_of, SPECS_OF_BYTES, SPEC_BYTES};
+pub use encode::specs_of;
 pub use isa::*;
 
 use gen::Gen;
