@@ -6,6 +6,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::fs::File;
+use std::mem::offset_of;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -459,7 +460,7 @@ fn one_pattern(args: &Args) -> Result<String> {
     }
 }
 
-/// Counts key as written by bpf/stackcount.bpf.c (`struct stack_key`).
+/// A counts key (bpf/stackcount.bpf.c's `struct stack_key`), decoded.
 struct RawKey {
     tgid: u32,
     /// Stack hashes, 0 for none.
@@ -468,15 +469,27 @@ struct RawKey {
     comm: String,
 }
 
+// SAFETY: a C struct of integers and bytes, valid for any bit pattern.
+unsafe impl plain::Plain for skel::types::stack_key {}
+
+// common::stacks::read takes `struct stack` (bpf/stacks.h) by these offsets:
+// a change there that it does not follow fails to compile here.
+const _: () = {
+    use skel::types::stack;
+    assert!(offset_of!(stack, depth) == 0 && offset_of!(stack, first) == 4);
+    assert!(offset_of!(stack, ip) == 8);
+};
+
+/// A key as the skeleton's `stack_key`; None for a key too short to be one.
 fn parse_key(k: &[u8]) -> Option<RawKey> {
-    let u64_at =
-        |i: usize| -> Option<u64> { Some(u64::from_ne_bytes(k.get(i..i + 8)?.try_into().ok()?)) };
-    let comm = k.get(24..40)?;
+    let mut key = skel::types::stack_key::default();
+    plain::Plain::copy_from_bytes(&mut key, k).ok()?;
+    let comm: Vec<u8> = key.comm.iter().map(|&c| c as u8).collect();
     let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
     Some(RawKey {
-        tgid: u32::from_ne_bytes(k.get(..4)?.try_into().ok()?),
-        kernel: u64_at(8)?,
-        user: u64_at(16)?,
+        tgid: key.tgid,
+        kernel: key.kernel_stack,
+        user: key.user_stack,
         comm: String::from_utf8_lossy(&comm[..end]).into_owned(),
     })
 }

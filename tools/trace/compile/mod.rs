@@ -12,8 +12,14 @@
 
 use common::btf::{Kbtf, Proto, Ty};
 
+use std::collections::HashMap;
+
+use anyhow::{anyhow, Result};
+use common::Site;
+use common::{escape, warn};
+
 use crate::grammar::{Kind, Probe};
-use crate::tp_format::TpField;
+use crate::tp_format::{format_of, TpField};
 
 mod encode;
 mod fast;
@@ -57,6 +63,94 @@ pub struct Ctx<'a> {
     pub str_size: u32,
     /// -B: STRCMP literals are byte lists (`{0x6C, 0x00}`).
     pub bin_cmp: bool,
+}
+
+/// One compiled program and what renders its records.
+pub struct Compiled {
+    pub probe: usize,
+    pub prog: Program,
+    /// The probe as compiled (with --args' format).
+    pub parsed: Probe,
+}
+
+/// Compiles every (site, probe) pair; identical programs of one probe share.
+pub fn compile_all(
+    all: &[common::Probe],
+    per_probe: &[Vec<usize>],
+    parsed: &[Probe],
+    args: &crate::Args,
+    kernel_reads: bool,
+    formats: &mut HashMap<String, Vec<TpField>>,
+) -> Result<Vec<Compiled>> {
+    let needs_btf = all.iter().any(|p| matches!(p.site, Site::Kernel(_)));
+    let kbtf = if needs_btf {
+        match common::btf::Kbtf::load() {
+            Ok(b) => Some(b),
+            Err(e) => {
+                warn(&format!("{e:#}: only arg1..arg6 are known"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let mut out = Vec::new();
+    for (i, specs) in per_probe.iter().enumerate() {
+        let probe = &all[i];
+        for &s in specs {
+            let mut p = parsed[s].clone();
+            let text = p.text.clone();
+            let bad = |e: String| anyhow!("bad probe \"{}\": {}: {e}", escape(&text), probe.label);
+            let site = match &probe.site {
+                Site::Kernel(f) => {
+                    let syscall = f.name.starts_with("__x64_sys_");
+                    let proto = kbtf.as_ref().and_then(|b| {
+                        if syscall {
+                            let n = &f.name["__x64_sys_".len()..];
+                            b.func(&format!("__do_sys_{n}"))
+                                .or_else(|| b.func(&format!("__se_sys_{n}")))
+                        } else {
+                            b.func(&f.name)
+                        }
+                    });
+                    SiteCtx::Kernel {
+                        func: &f.name,
+                        proto,
+                        syscall,
+                    }
+                }
+                Site::User { .. } => SiteCtx::User,
+                Site::Tracepoint(t) => {
+                    format_of(t, formats)?;
+                    SiteCtx::Tracepoint {
+                        fields: &formats[&t.name()],
+                        syscalls: t.category == "syscalls",
+                    }
+                }
+                Site::Usdt { probe, .. } => SiteCtx::Usdt {
+                    args: probe.args,
+                    types: &probe.types,
+                },
+            };
+            if args.all_args && p.format.is_none() {
+                crate::desugar::all_args(&mut p, &site, kbtf.as_ref());
+            }
+            let ctx = Ctx {
+                site,
+                btf: kbtf.as_ref(),
+                kernel_reads,
+                str_size: args.string_size,
+                bin_cmp: args.bin_cmp,
+            };
+            let prog = compile(&p, &ctx).map_err(bad)?;
+            out.push(Compiled {
+                probe: i,
+                prog,
+                parsed: p,
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// Compiles `probe` for one site.
