@@ -29,10 +29,7 @@ fn count_reads(n: u64, extra: &[&str]) -> (Output, usize) {
     let mut t = spawn(&funccount(), &args);
     t.wait_ready();
     let multi = bpf_links().1;
-    w.go();
-    let out = t.finish(T);
-    assert!(w.wait().success());
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = t.finish_after(w, T);
     (out, multi)
 }
 

@@ -21,10 +21,7 @@ fn trace_writes(n: u64, args: &[&str]) -> (Output, Vec<(String, String)>) {
     all.extend_from_slice(args);
     let mut t = spawn(&trace_tool(), &all);
     t.wait_line(|l| l.starts_with("PID "), T);
-    w.go();
-    let out = t.finish(T);
-    assert!(w.wait().success());
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = t.finish_after(w, T);
     let events = out
         .stdout
         .lines()

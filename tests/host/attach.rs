@@ -30,11 +30,7 @@ fn single_uprobes_count_the_same() {
     let spec = format!("{}:tk_*", bin.display());
     let mut t = spawn(&funccount(), &["--attach-mode", "single", "-D", &spec]);
     t.wait_ready();
-    w.go();
-    assert!(w.wait().success());
-    t.signal(libc::SIGINT);
-    let out = t.finish(T);
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = t.stop_after(w, libc::SIGINT, T);
     assert!(
         out.stderr
             .contains("attach mode: user functions: single uprobes (3 functions)"),
@@ -151,7 +147,7 @@ fn refused_function_is_skipped_from_uprobe_groups() {
 fn trace_refused(args: &[&str]) -> Output {
     let dir = Scratch::new();
     let bin = build_c(&dir, "refused");
-    let mut p = CProg::start(&bin);
+    let p = CProg::start(&bin);
     let pid = p.pid.to_string();
     let spec = format!("{}:tk_*", bin.display());
     // The kernel's own refusal is what these tests exercise: funccount's check of
@@ -168,10 +164,7 @@ fn trace_refused(args: &[&str]) -> Output {
     all.extend_from_slice(args);
     let mut t = spawn(std::path::Path::new("env"), &all);
     t.wait_ready();
-    p.go();
-    let out = t.finish(T);
-    assert!(p.wait().success());
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = t.finish_after(p, T);
     assert_eq!(
         last_table(&out.stdout),
         rows(&[("tk_one", 10), ("tk_two", 20), ("tk_three", 30)])
@@ -415,7 +408,7 @@ fn many_single_uprobes_count_exactly_in_groups() {
     // events are gone afterwards.
     let dir = Scratch::new();
     let bin = build_many_functions(&dir, 1500);
-    let mut p = CProg::start(&bin);
+    let p = CProg::start(&bin);
     let pid = p.pid.to_string();
     let spec = format!("{}:fn_*", bin.display());
     let mut t = spawn(
@@ -435,10 +428,7 @@ fn many_single_uprobes_count_exactly_in_groups() {
         1500,
         "{events}"
     );
-    p.go();
-    let out = t.finish(T);
-    assert!(p.wait().success());
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = t.finish_after(p, T);
     let table = last_table(&out.stdout);
     let want: Vec<(String, u64)> = (0..1500).map(|i| (format!("fn_{i:04}"), 1)).collect();
     let mut got = table.clone();

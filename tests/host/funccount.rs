@@ -34,11 +34,7 @@ fn user_function_counted_exactly() {
     let spec = format!("{}:tk_alpha", bin.display());
     let mut t = spawn(&funccount(), &[&spec]);
     t.wait_ready();
-    w.go();
-    assert!(w.wait().success());
-    t.signal(libc::SIGINT);
-    let out = t.finish(T);
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = t.stop_after(w, libc::SIGINT, T);
     assert_eq!(last_table(&out.stdout), rows(&[("tk_alpha", 1234)]));
     assert!(out.stdout.contains(&format!(
         "Tracing 1 functions for \"{spec}\"... Hit Ctrl-C to end."
@@ -54,11 +50,7 @@ fn user_glob_counts_each_function() {
     let spec = format!("{}:tk_*", bin.display());
     let mut t = spawn(&funccount(), &[&spec]);
     t.wait_ready();
-    w.go();
-    assert!(w.wait().success());
-    t.signal(libc::SIGTERM);
-    let out = t.finish(T);
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = t.stop_after(w, libc::SIGTERM, T);
     assert_eq!(
         last_table(&out.stdout),
         rows(&[("tk_alpha", 500), ("tk_beta", 1000), ("tk_gamma", 1500)])
@@ -76,10 +68,7 @@ fn pid_filter_counts_only_that_process() {
     t.wait_ready();
     other.go();
     assert!(other.wait().success());
-    w.go();
-    let out = t.finish(T);
-    assert!(w.wait().success());
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = t.finish_after(w, T);
     assert_eq!(
         last_table(&out.stdout),
         rows(&[("tk_alpha", 100), ("tk_beta", 200), ("tk_gamma", 300)])
@@ -287,10 +276,7 @@ fn thread_id_is_resolved_to_its_process() {
         &["-p", &tid_s, "t:syscalls:sys_enter_getppid"],
     );
     t.wait_ready();
-    w.go();
-    let out = t.finish(T);
-    assert!(w.wait().success());
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = t.finish_after(w, T);
     assert_eq!(
         last_table(&out.stdout),
         rows(&[("syscalls:sys_enter_getppid", 345)])

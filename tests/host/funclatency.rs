@@ -341,11 +341,7 @@ fn the_entry_point_is_not_timed() {
     );
     t.wait_ready();
     let w = Workload::start(&bin, &["plain", "7"]);
-    w.go();
-    assert!(w.wait().success(), "the workload failed");
-    t.signal(libc::SIGINT);
-    let out = t.finish(T);
-    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let out = t.stop_after(w, libc::SIGINT, T);
     assert!(out.stderr.contains(why), "{}", out.stderr);
     assert_eq!(
         timed_per_function(&out.stdout),

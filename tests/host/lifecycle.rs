@@ -352,10 +352,7 @@ fn soft_file_limit_is_raised_to_the_hard_limit() {
     ));
     let mut t = spawn_cmd(t);
     t.wait_ready();
-    w.go();
-    let out = t.finish(T);
-    assert!(w.wait().success());
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = t.finish_after(w, T);
     assert!(
         last_table(&out.stdout).contains(&("syscalls:sys_enter_getppid".to_string(), 100)),
         "{}",

@@ -49,7 +49,7 @@ pub fn kill(pid: u32, sig: i32) {
 
 /// The workload test program, started and waiting for SIGUSR1.
 pub struct Workload {
-    child: Child,
+    child: Reaped,
     pub pid: u32,
 }
 
@@ -74,7 +74,10 @@ impl Workload {
             .unwrap();
         assert_eq!(line.trim(), "ready", "workload did not start");
         let pid = child.id();
-        Workload { child, pid }
+        Workload {
+            child: Reaped(child),
+            pid,
+        }
     }
 
     /// Tells it to do its work (or, with --hold after the work, to exit).
@@ -82,15 +85,42 @@ impl Workload {
         kill(self.pid, libc::SIGUSR1);
     }
 
-    pub fn wait(mut self) -> ExitStatus {
-        self.child.wait().unwrap()
+    pub fn wait(self) -> ExitStatus {
+        self.child.wait()
     }
 }
 
-impl Drop for Workload {
+/// A test program a tool traces, told to go once the tool is attached: one
+/// [`Running::finish_after`] for the workload (SIGUSR1) and C programs (stdin).
+pub trait Traced {
+    fn go(&mut self);
+    fn wait(self) -> ExitStatus;
+}
+
+impl Traced for Workload {
+    fn go(&mut self) {
+        Workload::go(self)
+    }
+
+    fn wait(self) -> ExitStatus {
+        Workload::wait(self)
+    }
+}
+
+/// A child killed and reaped on drop, so that a failing test leaves no test
+/// program running: what [`Workload`] and [`CProg`] hold.
+pub struct Reaped(pub Child);
+
+impl Reaped {
+    pub fn wait(mut self) -> ExitStatus {
+        self.0.wait().unwrap()
+    }
+}
+
+impl Drop for Reaped {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -216,6 +246,27 @@ impl Running {
             stderr,
         }
     }
+
+    /// Lets `w` run (the tool attached), and returns the tool's output once both
+    /// have exited with success: how a run with -p ends, with its process.
+    pub fn finish_after(self, mut w: impl Traced, timeout: Duration) -> Output {
+        w.go();
+        let out = self.finish(timeout);
+        assert!(w.wait().success(), "the traced program failed");
+        assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+        out
+    }
+
+    /// Lets `w` run to its exit (the tool attached), then stops the tool with
+    /// `sig` and returns its output, asserting both succeeded: a run without -p.
+    pub fn stop_after(self, mut w: impl Traced, sig: i32, timeout: Duration) -> Output {
+        w.go();
+        assert!(w.wait().success(), "the traced program failed");
+        self.signal(sig);
+        let out = self.finish(timeout);
+        assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+        out
+    }
 }
 
 /// Runs `tool -p PID args` on workload `w`: waits until the tool has attached, lets
@@ -228,17 +279,7 @@ pub fn trace_workload(tool: &Path, w: Workload, args: &[&str], timeout: Duration
 /// [`trace_workload`] with the tool started by a command prefix (`cmd[0]` runs
 /// `cmd[1..]`, the last of which is the tool), e.g. [`without_debug_files`].
 pub fn trace_workload_via(cmd: &[&str], w: Workload, args: &[&str], timeout: Duration) -> Output {
-    let pid = w.pid.to_string();
-    let mut all: Vec<&str> = cmd[1..].to_vec();
-    all.extend(["-p", pid.as_str()]);
-    all.extend_from_slice(args);
-    let mut t = spawn(Path::new(cmd[0]), &all);
-    t.wait_ready();
-    w.go();
-    let out = t.finish(timeout);
-    assert!(w.wait().success(), "the workload failed");
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    out
+    trace_workload_until(cmd, w, args, |l| l.starts_with("Tracing"), timeout)
 }
 
 /// Runs a tool to completion.
@@ -277,11 +318,7 @@ pub fn trace_workload_until(
     all.extend_from_slice(args);
     let mut t = spawn(Path::new(cmd[0]), &all);
     t.wait_line(ready, Duration::from_secs(60));
-    w.go();
-    let out = t.finish(timeout);
-    assert!(w.wait().success(), "the workload failed");
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    out
+    t.finish_after(w, timeout)
 }
 
 /// Waits until process `pid` is stopped (state T in /proc/PID/stat); panics

@@ -75,10 +75,7 @@ fn run_on_via(
         |l| l.starts_with("PID ") || l.starts_with("TIME ") || l.starts_with("Tracing "),
         T,
     );
-    w.go();
-    let out = t.finish(T);
-    assert!(w.wait().success(), "the traced program failed");
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = t.finish_after(w, T);
     out
 }
 

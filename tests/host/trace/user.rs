@@ -259,10 +259,7 @@ fn sym_file_list_names_frames_of_a_stripped_program() {
         args.push("c:snprintf");
         let mut t = spawn(&trace(), &args);
         t.wait_line(|l| l.starts_with("PID "), T);
-        w.go();
-        let out = t.finish(T);
-        assert!(w.wait().success(), "the program failed");
-        assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+        let out = t.finish_after(w, T);
         let lines: Vec<&str> = out.stdout.lines().collect();
         assert_eq!(
             lines[2], "        snprintf+0x0 [libc.so.6]",
