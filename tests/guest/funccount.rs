@@ -151,11 +151,7 @@ fn thousands_of_functions_attach_count_and_detach() {
         "nothing counted:\n{}",
         out.stdout
     );
-    let attached = out
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("attached: "))
-        .expect("attached line");
+    let attached = attached_line(&out.stderr);
     let skipped: usize = attached
         .split(", ")
         .last()

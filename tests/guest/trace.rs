@@ -35,19 +35,6 @@ fn trace_writes(n: u64, args: &[&str]) -> (Output, Vec<(String, String)>) {
     (out, events)
 }
 
-/// -v's count of the records that reached user space.
-fn trace_records(stderr: &str) -> u64 {
-    stderr
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("trace: ")?
-                .strip_suffix(" records reached user space")?
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no record count in:\n{stderr}"))
-}
-
 #[test]
 #[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
 fn trace_kernel_arguments_by_btf_name_members_and_retval() {
@@ -207,11 +194,7 @@ fn trace_kernel_glob_in_one_link() {
         "{}",
         out.stdout
     );
-    let attached = out
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("attached: "))
-        .unwrap_or_else(|| panic!("{}", out.stderr));
+    let attached = attached_line(&out.stderr);
     let probes: usize = attached
         .strip_prefix("attached: ")
         .and_then(|r| r.split(' ').next()?.parse().ok())

@@ -96,11 +96,7 @@ fn refused_function_is_skipped_and_the_rest_stay_in_uprobe_multi() {
     // any uprobe_multi link holding it. Only it is skipped: the others are counted
     // exactly, in uprobe_multi links (no single uprobes).
     let out = trace_refused(&[]);
-    let attached = out
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("attached: "))
-        .unwrap_or_else(|| panic!("{}", out.stderr));
+    let attached = attached_line(&out.stderr);
     // "attached: 3 probes, N links (...)": how many links the bisection made.
     let links: usize = attached
         .split(", ")

@@ -74,20 +74,8 @@ fn direct_io_requests_exactly() {
 
 /// JSON, one object per request: exact sizes, sectors, issuer and positive latency.
 fn check_json(out: &Output, disk: &str, pid: u32) {
-    let recs: Vec<serde_json::Value> = out
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
-    let got: Vec<(String, u64)> = recs
-        .iter()
-        .map(|r| {
-            (
-                r["type"].as_str().unwrap().to_string(),
-                r["bytes"].as_u64().unwrap(),
-            )
-        })
-        .collect();
+    let recs = json_lines(&out.stdout);
+    let got = disksnoop_sizes(&recs);
     assert_eq!(got, expected(), "stdout:\n{}", out.stdout);
     let mut sector = 0;
     for r in &recs {

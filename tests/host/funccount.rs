@@ -211,11 +211,7 @@ fn counts_reset_each_interval() {
 #[test]
 fn json_output_parses() {
     let out = count_with_pid(&["getpid", "64"], &["--json", "-i", "5", "c:getpid"]);
-    let objs: Vec<serde_json::Value> = out
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
+    let objs = json_lines(&out.stdout);
     let last = objs.last().expect("a JSON summary");
     assert_eq!(last["final"], true);
     assert_eq!(

@@ -1,5 +1,5 @@
 //! Reading the tools' output: funccount tables, stackcount stacks, `--debug`
-//! lines, lost-event warnings and ready lines.
+//! and `-v` lines, JSON lines, lost-event warnings and ready lines.
 
 use super::Output;
 
@@ -88,4 +88,47 @@ pub fn lost_reported(stderr: &str) -> u64 {
                 .flatten()
         })
         .sum()
+}
+
+/// `-v`'s count of the records that reached user space (trace).
+pub fn trace_records(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("trace: ")?
+                .strip_suffix(" records reached user space")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no record count in:\n{stderr}"))
+}
+
+/// The `--debug` line `attached: N probes, M links (...)`.
+pub fn attached_line(stderr: &str) -> &str {
+    stderr
+        .lines()
+        .find(|l| l.starts_with("attached: "))
+        .unwrap_or_else(|| panic!("no attached line in:\n{stderr}"))
+}
+
+/// The objects of a `--json` run's stdout, one a line (a line that is not JSON
+/// fails the test).
+pub fn json_lines(stdout: &str) -> Vec<serde_json::Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// disksnoop's JSON records as (type, bytes), in order: what its tests on both
+/// kernels compare with the requests they made.
+pub fn disksnoop_sizes(recs: &[serde_json::Value]) -> Vec<(String, u64)> {
+    recs.iter()
+        .map(|r| {
+            (
+                r["type"].as_str().unwrap().to_string(),
+                r["bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect()
 }

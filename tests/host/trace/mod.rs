@@ -193,11 +193,7 @@ fn dash_c_is_bcc_cgroup_path() {
 fn json_one_typed_object_per_event() {
     let spec = format!("{}:tt_args \"%d %s\", arg1, arg3", bin());
     let out = run_on("calls", 5, &["--json", &spec]);
-    let objs: Vec<serde_json::Value> = out
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
+    let objs = json_lines(&out.stdout);
     assert_eq!(objs.len(), 6, "{}", out.stdout);
     // The last one says the run ended, and that nothing was lost.
     assert_eq!(
