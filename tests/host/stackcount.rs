@@ -464,34 +464,7 @@ fn libc_frames_are_named_as_bcc_names_them() {
 fn too_few_file_descriptors_fail_before_attaching() {
     // Without this check stackcount attached what fit, traced, and then died at
     // the summary for want of descriptors to symbolize with, losing every stack.
-    let out = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "ulimit -n 40 && exec {} -D 5 't:sched:*'",
-            stackcount().display()
-        ))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
-    let need = stderr
-        .strip_prefix("stackcount: error: this run needs ")
-        .and_then(|r| r.split(' ').next())
-        .unwrap_or_else(|| panic!("{stderr}"));
-    let probes = stderr
-        .split(" file descriptors (")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .unwrap_or_else(|| panic!("{stderr}"));
-    assert_eq!(
-        stderr,
-        format!(
-            "stackcount: error: this run needs {need} file descriptors ({probes} for its probes), \
-             over the open-file limit of 40: raise it with `ulimit -n {need}` (or `prlimit \
-             --nofile={need}`), or trace fewer probes\n"
-        )
-    );
+    refused_for_want_of_descriptors(&stackcount(), "-D 5 't:sched:*'");
 }
 
 #[test]

@@ -302,6 +302,40 @@ pub fn fails_with(tool_bin: &Path, args: &[&str], message: &str) {
     assert_eq!(out.stdout, "");
 }
 
+/// Runs `tool args` (words for sh) under `ulimit -n 40`, which sets the hard
+/// limit too, and asserts that it fails before attaching with exactly the
+/// message saying how many descriptors it needs; returns that number. For each
+/// tool that needs a descriptor per probe.
+pub fn refused_for_want_of_descriptors(tool: &Path, args: &str) -> usize {
+    let name = tool.file_name().unwrap().to_str().unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -n 40 && exec {} {args}", tool.display()))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    let need: usize = stderr
+        .strip_prefix(&format!("{name}: error: this run needs "))
+        .and_then(|r| r.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let probes = stderr
+        .split(" file descriptors (")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert_eq!(
+        stderr,
+        format!(
+            "{name}: error: this run needs {need} file descriptors ({probes} for its probes), \
+             over the open-file limit of 40: raise it with `ulimit -n {need}` (or `prlimit \
+             --nofile={need}`), or trace fewer probes\n"
+        )
+    );
+    need
+}
+
 /// [`trace_workload_via`] for tools whose start line is a column header: waits
 /// for a line satisfying `ready`, lets the workload run, and returns the tool's
 /// output once both have exited with success.

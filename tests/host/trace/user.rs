@@ -205,11 +205,16 @@ fn returns_after_calls_left_by_longjmp() {
     }
 }
 
-/// The frame below `main` in a -U stack of `traced` is libc's, named: the
-/// static release tool, which maps no libc of its own, left it unknown once
-/// the process had exited.
-fn assert_libc_frame_named(stdout: &str) {
+/// The callers of tt_args in a -U stack of `traced` are named: its fourth line
+/// is tt_caller, and the frame below `main` is libc's (the static release tool,
+/// which maps no libc of its own, left that one unknown once the process had
+/// exited).
+fn assert_callers_named(stdout: &str) {
     let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines[3].starts_with("        tt_caller+0x") && lines[3].ends_with(" [traced]"),
+        "{stdout}"
+    );
     let after_main = lines
         .iter()
         .position(|l| l.starts_with("        main+0x"))
@@ -235,12 +240,7 @@ fn user_stack_named_after_the_process_exits() {
         "{}",
         out.stdout
     );
-    assert!(
-        lines[3].starts_with("        tt_caller+0x") && lines[3].ends_with(" [traced]"),
-        "{}",
-        out.stdout
-    );
-    assert_libc_frame_named(&out.stdout);
+    assert_callers_named(&out.stdout);
 }
 
 #[test]
@@ -321,12 +321,7 @@ fn user_stack_named_when_the_process_exited_before_its_record_was_read() {
         out.stdout
     );
     assert_eq!(lines[2], "        tt_args+0x0 [traced]", "{}", out.stdout);
-    assert!(
-        lines[3].starts_with("        tt_caller+0x") && lines[3].ends_with(" [traced]"),
-        "{}",
-        out.stdout
-    );
-    assert_libc_frame_named(&out.stdout);
+    assert_callers_named(&out.stdout);
 }
 
 #[test]
