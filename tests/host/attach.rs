@@ -25,9 +25,7 @@ fn count_with_env(env: &[&str], wargs: &[&str], args: &[&str]) -> Output {
 #[test]
 fn single_uprobes_count_the_same() {
     let dir = Scratch::new();
-    let bin = dir.copy(&workload());
-    let w = Workload::start(&bin, &["funcs", "300"]);
-    let spec = format!("{}:tk_*", bin.display());
+    let (w, spec) = private_workload(&dir, &workload(), &["funcs", "300"], "tk_*");
     let mut t = spawn(&funccount(), &["--attach-mode", "single", "-D", &spec]);
     t.wait_ready();
     let out = t.stop_after(w, libc::SIGINT, T);

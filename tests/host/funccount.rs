@@ -29,9 +29,7 @@ pub(crate) fn count_with_pid(wargs: &[&str], args: &[&str]) -> Output {
 fn user_function_counted_exactly() {
     // A private copy of the binary: only this test's process runs it, so no -p.
     let dir = Scratch::new();
-    let bin = dir.copy(&workload());
-    let w = Workload::start(&bin, &["funcs", "1234"]);
-    let spec = format!("{}:tk_alpha", bin.display());
+    let (w, spec) = private_workload(&dir, &workload(), &["funcs", "1234"], "tk_alpha");
     let mut t = spawn(&funccount(), &[&spec]);
     t.wait_ready();
     let out = t.stop_after(w, libc::SIGINT, T);
@@ -45,9 +43,7 @@ fn user_function_counted_exactly() {
 #[test]
 fn user_glob_counts_each_function() {
     let dir = Scratch::new();
-    let bin = dir.copy(&workload());
-    let w = Workload::start(&bin, &["funcs", "500"]);
-    let spec = format!("{}:tk_*", bin.display());
+    let (w, spec) = private_workload(&dir, &workload(), &["funcs", "500"], "tk_*");
     let mut t = spawn(&funccount(), &[&spec]);
     t.wait_ready();
     let out = t.stop_after(w, libc::SIGTERM, T);

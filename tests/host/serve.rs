@@ -39,9 +39,7 @@ fn json_counts(v: &serde_json::Value) -> Vec<(String, u64)> {
 /// 2N, tk_gamma 3N), after the workload ran.
 fn funccount_after_work(n: u64, extra: &[&str]) -> (Served, Scratch) {
     let dir = Scratch::new();
-    let bin = dir.copy(&prog("workload"));
-    let w = Workload::start(&bin, &["funcs", &n.to_string()]);
-    let spec = format!("{}:tk_*", bin.display());
+    let (w, spec) = private_workload(&dir, &prog("workload"), &["funcs", &n.to_string()], "tk_*");
     let mut args = vec!["--listen", "127.0.0.1:0"];
     args.extend_from_slice(extra);
     args.push(&spec);
@@ -121,9 +119,7 @@ fn interval_printing_does_not_reset_the_metrics() {
 #[test]
 fn bad_requests_get_4xx_and_counts_stay_exact() {
     let dir = Scratch::new();
-    let bin = dir.copy(&prog("workload"));
-    let w = Workload::start(&bin, &["funcs", "1000"]);
-    let spec = format!("{}:tk_alpha", bin.display());
+    let (w, spec) = private_workload(&dir, &prog("workload"), &["funcs", "1000"], "tk_alpha");
     let s = Served::start("funccount", &["--listen", ":0", &spec]);
     let a = s.local();
 
@@ -180,9 +176,7 @@ fn funclatency_histogram_counts_every_call() {
     // A private copy: only this workload's calls are timed (no -p, which
     // would end the run when the workload exits).
     let dir = Scratch::new();
-    let bin = dir.copy(&prog("latency"));
-    let w = Workload::start(&bin, &["sleep", "6"]);
-    let spec = format!("{}:tk_sleep", bin.display());
+    let (w, spec) = private_workload(&dir, &prog("latency"), &["sleep", "6"], "tk_sleep");
     let s = Served::start("funclatency", &["--listen", ":0", &spec]);
     w.go();
     // Scrape while the calls are being made, then after.

@@ -47,6 +47,20 @@ pub fn kill(pid: u32, sig: i32) {
     unsafe { libc::kill(pid as i32, sig) };
 }
 
+/// A workload started from a private copy of `bin` in `dir` (uprobes on the copy
+/// see this test's process only, so the tool needs no -p), and the spec of the
+/// copy's `func` (`COPY:func`).
+pub fn private_workload(
+    dir: &Scratch,
+    bin: &Path,
+    args: &[&str],
+    func: &str,
+) -> (Workload, String) {
+    let copy = dir.copy(bin);
+    let w = Workload::start(&copy, args);
+    (w, format!("{}:{func}", copy.display()))
+}
+
 /// The workload test program, started and waiting for SIGUSR1.
 pub struct Workload {
     child: Reaped,

@@ -299,9 +299,7 @@ fn user_stack_named_when_the_process_exited_before_its_record_was_read() {
     // build ID and file offset, still get their names. A private copy: other
     // tests' processes call tt_args too.
     let dir = Scratch::new();
-    let copy = dir.copy(&traced());
-    let w = Workload::start(&copy, &["calls", "1"]);
-    let spec = format!("{}:tt_args", copy.display());
+    let (w, spec) = private_workload(&dir, &traced(), &["calls", "1"], "tt_args");
     let mut t = spawn(&trace(), &["-U", "-M", "1", &spec]);
     t.wait_line(|l| l.starts_with("PID "), T);
     t.signal(libc::SIGSTOP);
