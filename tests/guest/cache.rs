@@ -67,11 +67,9 @@ fn fentry_is_decided_from_the_cached_table_without_a_trial_attach() {
     let file = data_file(&dir);
     let w = Workload::start(&prog("workload"), &["read", "200", file.to_str().unwrap()]);
     let out = trace_workload_via(&via, w, &["-D", "--attach-mode", "fentry", "vfs_read"], T);
-    assert!(
-        out.stderr
-            .contains("attach mode: kernel functions: fentry + fexit (1 functions"),
-        "{}",
-        out.stderr
+    assert_contains(
+        &out.stderr,
+        "attach mode: kernel functions: fentry + fexit (1 functions",
     );
     assert_eq!(hist_total(&out.stdout), 200, "{}", out.stdout);
     // A table without vfs_read is taken at its word: the name is refused from

@@ -50,11 +50,7 @@ fn disksnoop_virtio_disk_exactly_by_request() {
         } else {
             variant
         };
-        assert!(
-            out.stderr.contains(&format!("block requests: {expect} (")),
-            "{}",
-            out.stderr
-        );
+        assert_contains(&out.stderr, &format!("block requests: {expect} ("));
         assert_eq!(
             out.stderr.contains("paired by (device, sector)"),
             expect == "tracepoint",

@@ -49,32 +49,21 @@ fn vfs_read_counted_exactly() {
     if expect_kprobe_multi() {
         // Every vfs_* function in one kprobe_multi link.
         assert_eq!(multi, 1, "kprobe_multi links while attached");
-        assert!(
-            out.stderr
-                .contains("attach mode: kernel functions: kprobe_multi ("),
-            "{}",
-            out.stderr
-        );
-        assert!(
-            out.stderr
-                .contains(", 1 links (1 kprobe_multi, 0 uprobe_multi), 0 skipped"),
-            "{}",
-            out.stderr
+        assert_contains(&out.stderr, "attach mode: kernel functions: kprobe_multi (");
+        assert_contains(
+            &out.stderr,
+            ", 1 links (1 kprobe_multi, 0 uprobe_multi), 0 skipped",
         );
     } else {
         // No kprobe_multi: the fallback says so and counts the same.
         assert_eq!(multi, 0);
-        assert!(
-            out.stderr
-                .contains("funccount: kprobe_multi is not available on this kernel ("),
-            "{}",
-            out.stderr
+        assert_contains(
+            &out.stderr,
+            "funccount: kprobe_multi is not available on this kernel (",
         );
-        assert!(
-            out.stderr
-                .contains("attach mode: kernel functions: single kprobes ("),
-            "{}",
-            out.stderr
+        assert_contains(
+            &out.stderr,
+            "attach mode: kernel functions: single kprobes (",
         );
     }
     assert_nothing_left("a -p run ending with its process");
@@ -86,11 +75,9 @@ fn single_kprobes_count_the_same() {
     let (out, multi) = count_reads(2000, &["--attach-mode", "single"]);
     assert_eq!(vfs_read_count(&out), 2000);
     assert_eq!(multi, 0, "no kprobe_multi link in single mode");
-    assert!(
-        out.stderr
-            .contains("attach mode: kernel functions: single kprobes ("),
-        "{}",
-        out.stderr
+    assert_contains(
+        &out.stderr,
+        "attach mode: kernel functions: single kprobes (",
     );
     assert_nothing_left("a single-kprobe run");
 }
@@ -165,12 +152,7 @@ fn thousands_of_functions_attach_count_and_detach() {
         out.stderr
     );
     if skipped > 0 {
-        assert!(
-            out.stderr
-                .contains(&format!("funccount: skipped {skipped} probe")),
-            "{}",
-            out.stderr
-        );
+        assert_contains(&out.stderr, &format!("funccount: skipped {skipped} probe"));
     }
     eprintln!(
         "{pattern}: {n} functions, {skipped} skipped, {:?} in all",
@@ -241,13 +223,7 @@ fn kernel_function_errors() {
     if !expect_kprobe_multi() {
         let out = run(&funccount(), &["*"], T);
         assert_eq!(out.code(), 1, "{}", out.stderr);
-        assert!(
-            out.stderr.contains(
-                " kernel functions would need one kprobe each (no kprobe_multi on this kernel), over the limit of 5000: "
-            ),
-            "{}",
-            out.stderr
-        );
+        assert_contains(&out.stderr, " kernel functions would need one kprobe each (no kprobe_multi on this kernel), over the limit of 5000: ");
     }
     // A deny-listed function this kernel lists as traceable.
     let aff = tracefs_file("available_filter_functions");

@@ -118,11 +118,9 @@ fn trace_kernel_predicate_filters_in_the_kernel_with_stacks() {
         out.stdout
     );
     assert_eq!(trace_records(&out.stderr), 2, "{}", out.stderr);
-    assert!(
-        out.stderr
-            .contains(": 10 hits, 8 dropped by the predicate in the kernel"),
-        "{}",
-        out.stderr
+    assert_contains(
+        &out.stderr,
+        ": 10 hits, 8 dropped by the predicate in the kernel",
     );
     // -K: each event's kernel stack, from the probed function to the syscall entry.
     let stack: Vec<&str> = out

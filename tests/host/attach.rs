@@ -29,19 +29,12 @@ fn single_uprobes_count_the_same() {
     let mut t = spawn(&funccount(), &["--attach-mode", "single", "-D", &spec]);
     t.wait_ready();
     let out = t.stop_after(w, libc::SIGINT, T);
-    assert!(
-        out.stderr
-            .contains("attach mode: user functions: single uprobes (3 functions)"),
-        "{}",
-        out.stderr
+    assert_contains(
+        &out.stderr,
+        "attach mode: user functions: single uprobes (3 functions)",
     );
     // The three functions' page offsets differ: one tracefs uprobe group.
-    assert!(
-        out.stderr
-            .contains("attached: 3 probes, 1 links (0 kprobe_multi, 0 uprobe_multi), 0 skipped\nuprobes: 3 in 1 tracefs uprobe group, 0 as single perf-event uprobes\n"),
-        "{}",
-        out.stderr
-    );
+    assert_contains(&out.stderr, "attached: 3 probes, 1 links (0 kprobe_multi, 0 uprobe_multi), 0 skipped\nuprobes: 3 in 1 tracefs uprobe group, 0 as single perf-event uprobes\n");
     assert_eq!(
         last_table(&out.stdout),
         rows(&[("tk_alpha", 300), ("tk_beta", 600), ("tk_gamma", 900)])
@@ -76,16 +69,8 @@ fn kernel_functions_on_a_kernel_without_kprobes() {
     }
     let out = run(&funccount(), &["vfs_read"], T);
     assert_eq!(out.code(), 1);
-    assert!(
-        out.stderr.starts_with("funccount: error: kernel functions cannot be traced here: it was built without kprobes (CONFIG_KPROBES is not set)"),
-        "{}",
-        out.stderr
-    );
-    assert!(
-        out.stderr.ends_with("tracepoints (t:CATEGORY:EVENT), user functions (LIBRARY:FUNCTION) and USDT probes (u:LIBRARY:PROBE) still work\n"),
-        "{}",
-        out.stderr
-    );
+    assert_starts_with(&out.stderr, "funccount: error: kernel functions cannot be traced here: it was built without kprobes (CONFIG_KPROBES is not set)");
+    assert_ends_with(&out.stderr, "tracepoints (t:CATEGORY:EVENT), user functions (LIBRARY:FUNCTION) and USDT probes (u:LIBRARY:PROBE) still work\n");
 }
 
 #[test]
@@ -127,12 +112,11 @@ fn refused_function_is_skipped_from_uprobe_groups() {
                 .ok()
         })
         .unwrap_or_else(|| panic!("{}", out.stderr));
-    assert!(
-        out.stderr.contains(&format!(
+    assert_contains(
+        &out.stderr,
+        &format!(
             "attached: 3 probes, {groups} links (0 kprobe_multi, 0 uprobe_multi), 1 skipped\n"
-        )),
-        "{}",
-        out.stderr
+        ),
     );
 }
 
@@ -163,13 +147,7 @@ fn trace_refused(args: &[&str]) -> Output {
         last_table(&out.stdout),
         rows(&[("tk_one", 10), ("tk_two", 20), ("tk_three", 30)])
     );
-    assert!(
-        out.stderr.contains(
-            "  skipped tk_refused: the kernel refuses to single-step its first instruction (ENOTSUPP)\n"
-        ),
-        "{}",
-        out.stderr
-    );
+    assert_contains(&out.stderr, "  skipped tk_refused: the kernel refuses to single-step its first instruction (ENOTSUPP)\n");
     out
 }
 
@@ -440,12 +418,11 @@ fn many_single_uprobes_count_exactly_in_groups() {
         })
         .unwrap_or_else(|| panic!("{}", out.stderr));
     assert!(groups > 1, "{}", out.stderr);
-    assert!(
-        out.stderr.contains(&format!(
+    assert_contains(
+        &out.stderr,
+        &format!(
             "attached: 1500 probes, {groups} links (0 kprobe_multi, 0 uprobe_multi), 0 skipped\n"
-        )),
-        "{}",
-        out.stderr
+        ),
     );
     let events = uprobe_events();
     assert!(!events.contains(&group), "{events}");

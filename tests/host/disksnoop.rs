@@ -119,11 +119,7 @@ fn every_program_set_gives_the_same_lines() {
         let var = format!("TRACEKIT_PROGRAMS={variant}");
         let (out, lo, pid) = snoop(&[&var], &["--json", "--debug"]);
         check_json(&out, lo.name(), pid);
-        assert!(
-            out.stderr.contains(&format!("block requests: {variant} (")),
-            "{}",
-            out.stderr
-        );
+        assert_contains(&out.stderr, &format!("block requests: {variant} ("));
         let approximate = out.stderr.contains("paired by (device, sector)");
         assert_eq!(approximate, variant == "tracepoint", "{}", out.stderr);
         // The note is said once.
@@ -243,11 +239,9 @@ fn bad_disk_names_are_one_line_errors() {
         assert_eq!(out.code(), 1, "{bad}: {}", out.stderr);
         assert_eq!(out.stdout, "");
         assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
-        assert!(
-            out.stderr
-                .starts_with(&format!("disksnoop: error: no disk named '{bad}' (disks: ")),
-            "{}",
-            out.stderr
+        assert_starts_with(
+            &out.stderr,
+            &format!("disksnoop: error: no disk named '{bad}' (disks: "),
         );
     }
 }

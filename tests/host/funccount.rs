@@ -151,11 +151,7 @@ fn several_patterns_in_one_run() {
     );
     // The workload makes no getppid/getpid calls in "funcs" mode: zero rows hidden.
     assert_eq!(last_table(&out.stdout), rows(&[("tk_beta", 80)]));
-    assert!(
-        out.stdout.contains("Tracing 3 functions for"),
-        "{}",
-        out.stdout
-    );
+    assert_contains(&out.stdout, "Tracing 3 functions for");
 }
 
 #[test]
@@ -214,11 +210,7 @@ fn json_output_parses() {
         last["counts"],
         serde_json::json!([{ "func": "getpid", "count": 64 }])
     );
-    assert!(
-        out.stderr.contains("Tracing 1 functions for \"c:getpid\""),
-        "{}",
-        out.stderr
-    );
+    assert_contains(&out.stderr, "Tracing 1 functions for \"c:getpid\"");
 }
 
 /// Asserts that funccount `args` exits 1 with exactly `funccount: error: message`.

@@ -55,11 +55,9 @@ fn without_the_kernel_btf_calls_are_timed_without_sessions() {
     let spec = format!("{}:tk_recurse", prog("latency").display());
     let w = Workload::start(&prog("latency"), &["recurse", "10"]);
     let out = trace_workload_via(&via, w, &["-D", &spec], T);
-    assert!(
-        out.stderr
-            .contains("attach mode: user functions: uprobe_multi + uretprobe_multi (1 functions)"),
-        "{}",
-        out.stderr
+    assert_contains(
+        &out.stderr,
+        "attach mode: user functions: uprobe_multi + uretprobe_multi (1 functions)",
     );
     assert_eq!(buckets(&out.stdout), vec![(67108864, 134217727, 30)]);
     let out = Command::new(via[0])
@@ -435,11 +433,7 @@ fn json_summary() {
         serde_json::json!([{"low": 65536, "high": 131071, "count": 12}])
     );
     assert!(last["total_ns"].as_u64().unwrap() >= 12 * 70_000_000);
-    assert!(
-        out.stderr.starts_with("Tracing 1 functions for"),
-        "{}",
-        out.stderr
-    );
+    assert_starts_with(&out.stderr, "Tracing 1 functions for");
 }
 
 #[test]

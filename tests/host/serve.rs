@@ -440,11 +440,7 @@ fn post_from_another_host_needs_the_token() {
     assert_eq!(codes, [401, 401, 200, 200]);
     let out = s.run.finish(T);
     assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    assert!(
-        out.stderr.contains("need the --listen-token"),
-        "{}",
-        out.stderr
-    );
+    assert_contains(&out.stderr, "need the --listen-token");
 }
 
 /// The `prometheus` binary (Debian's package, installed by `cargo xtask deps`).

@@ -393,22 +393,14 @@ fn bad_flags_fail_before_tracing() {
         T,
     );
     assert_eq!(out.code(), 2, "{}", out.stderr);
-    assert!(
-        out.stderr.contains("'4294967295' is not a CPU number"),
-        "{}",
-        out.stderr
-    );
+    assert_contains(&out.stderr, "'4294967295' is not a CPU number");
     let out = run(
         &stackcount(),
         &["--stack-storage-size", "0", "t:sched:sched_switch"],
         T,
     );
     assert_eq!(out.code(), 2, "{}", out.stderr);
-    assert!(
-        out.stderr.contains("--stack-storage-size"),
-        "{}",
-        out.stderr
-    );
+    assert_contains(&out.stderr, "--stack-storage-size");
     // An unwritable SVG path fails at once, not after the trace.
     let dir = Scratch::new();
     let svg = dir.0.join("no/such/dir/x.svg");
@@ -502,12 +494,7 @@ fn process_names_cannot_break_lines_or_add_frames() {
     t.signal(libc::SIGINT);
     let out = t.finish(T);
     w.go();
-    assert!(
-        out.stdout
-            .contains(&format!("    a;b\\x0ac\\x1b[1m [{pid}]\n")),
-        "{}",
-        out.stdout
-    );
+    assert_contains(&out.stdout, &format!("    a;b\\x0ac\\x1b[1m [{pid}]\n"));
 }
 
 #[test]

@@ -248,20 +248,12 @@ fn entries_a_uprobe_cannot_step_are_skipped_with_the_reason() {
     let w = Workload::start(&bin, &["entries", "5000"]);
     let out = trace_workload(&funccount(), w, &["-D", &format!("{p}:uf_*")], T);
     assert_eq!(last_table(&out.stdout), rows(&[("uf_sse", 5000)]));
-    assert!(
-        out.stderr.contains(
-            "  skipped uf_vex: its first instruction (`vmovd %esi,%xmm0`) is AVX (VEX-encoded) \
-             on vector registers"
-        ),
-        "{}",
-        out.stderr
+    assert_contains(
+        &out.stderr,
+        "  skipped uf_vex: its first instruction (`vmovd %esi,%xmm0`) is AVX (VEX-encoded) \
+             on vector registers",
     );
-    assert!(
-        out.stderr
-            .contains("  skipped uf_evex: its first instruction"),
-        "{}",
-        out.stderr
-    );
+    assert_contains(&out.stderr, "  skipped uf_evex: its first instruction");
 }
 
 #[test]
@@ -352,13 +344,9 @@ fn files_that_are_not_binaries_say_what_they_are() {
     for spec in [format!("{truncated}:foo"), format!("u:{truncated}:probe")] {
         let out = run(&funccount(), &[&spec], T);
         assert_eq!(out.code(), 1);
-        assert!(
-            out.stderr.starts_with(&format!(
+        assert_starts_with(&out.stderr, &format!(
                 "funccount: error: probe \"{spec}\": {truncated} is a truncated or corrupt ELF file ("
-            )),
-            "{}",
-            out.stderr
-        );
+            ));
         assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
     }
 }

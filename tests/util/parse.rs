@@ -1,5 +1,6 @@
 //! Reading the tools' output: funccount tables, stackcount stacks, `--debug`
-//! and `-v` lines, JSON lines, lost-event warnings and ready lines.
+//! and `-v` lines, JSON lines, lost-event warnings and ready lines; and the
+//! assertions on a part of it that show all of it when they fail.
 
 use super::Output;
 
@@ -131,4 +132,26 @@ pub fn disksnoop_sizes(recs: &[serde_json::Value]) -> Vec<(String, u64)> {
             )
         })
         .collect()
+}
+
+/// Asserts that `text` (a tool's stdout or stderr) contains `part`; a failure
+/// shows all of it, as the tests' own `assert!`s did one by one.
+#[track_caller]
+pub fn assert_contains(text: &str, part: &str) {
+    assert!(text.contains(part), "no {part:?} in:\n{text}");
+}
+
+/// [`assert_contains`] for the beginning of `text`.
+#[track_caller]
+pub fn assert_starts_with(text: &str, start: &str) {
+    assert!(
+        text.starts_with(start),
+        "not starting with {start:?}:\n{text}"
+    );
+}
+
+/// [`assert_contains`] for the end of `text`.
+#[track_caller]
+pub fn assert_ends_with(text: &str, end: &str) {
+    assert!(text.ends_with(end), "not ending with {end:?}:\n{text}");
 }

@@ -275,10 +275,8 @@ fn deep_nesting_is_refused_not_overflowed() {
     let out = run(&trace(), &[&deep], T);
     assert_eq!(out.code(), 1, "{}", out.stderr);
     assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
-    assert!(
-        out.stderr
-            .ends_with("in the predicate: expression nested too deeply\n"),
-        "{}",
-        out.stderr
+    assert_ends_with(
+        &out.stderr,
+        "in the predicate: expression nested too deeply\n",
     );
 }

@@ -17,13 +17,12 @@ fn every_call_with_its_arguments() {
         assert_eq!(func, "tt_args");
         assert_eq!(msg, &format!("a={i} b={} name=name-{i}", 10 * i));
     }
-    assert!(
-        out.stdout.starts_with(&format!(
+    assert_starts_with(
+        &out.stdout,
+        &format!(
             "{:<7} {:<7} {:<15} {:<16} -\n",
             "PID", "TID", "COMM", "FUNC"
-        )),
-        "{}",
-        out.stdout
+        ),
     );
 }
 
