@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::util::*;
-use crate::{assert_nothing_left, bpf_links, data_file, expect_kprobe_multi, tracefs_file, T};
+use crate::{assert_nothing_left, bpf_links, expect_kprobe_multi, read_data, tracefs_file, T};
 
 pub(crate) fn funccount() -> PathBuf {
     tool("funccount")
@@ -17,11 +17,7 @@ pub(crate) fn funccount() -> PathBuf {
 /// and the kprobe_multi link count seen while it was attached.
 fn count_reads(n: u64, extra: &[&str]) -> (Output, usize) {
     let dir = Scratch::new();
-    let file = data_file(&dir);
-    let w = Workload::start(
-        &prog("workload"),
-        &["read", &n.to_string(), file.to_str().unwrap()],
-    );
+    let w = read_data(&dir, n, &[]);
     let pid = w.pid.to_string();
     let mut args = vec!["-D", "-p", &pid];
     args.extend_from_slice(extra);
@@ -86,8 +82,7 @@ fn single_kprobes_count_the_same() {
 #[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
 fn kernel_and_other_sources_in_one_run() {
     let dir = Scratch::new();
-    let file = data_file(&dir);
-    let w = Workload::start(&prog("workload"), &["read", "300", file.to_str().unwrap()]);
+    let w = read_data(&dir, 300, &[]);
     let out = trace_workload(
         &funccount(),
         w,

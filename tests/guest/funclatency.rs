@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::util::*;
-use crate::{assert_nothing_left, bpf_links, data_file, expect_kprobe_multi, T};
+use crate::{assert_nothing_left, bpf_links, expect_kprobe_multi, read_data, T};
 
 pub(crate) fn funclatency() -> PathBuf {
     tool("funclatency")
@@ -27,11 +27,7 @@ pub(crate) fn hist_total(stdout: &str) -> u64 {
 /// Runs `tool -p WORKLOAD args` while the workload makes `n` reads.
 fn time_reads(tool: &std::path::Path, n: u64, args: &[&str]) -> Output {
     let dir = Scratch::new();
-    let file = data_file(&dir);
-    let w = Workload::start(
-        &prog("workload"),
-        &["read", &n.to_string(), file.to_str().unwrap()],
-    );
+    let w = read_data(&dir, n, &[]);
     trace_workload(tool, w, args, T)
 }
 
@@ -130,11 +126,7 @@ fn funclatency_listen_serves_kernel_function_latency() {
     // Scraped from inside the guest (std TcpStream: no curl here). The workload
     // holds after its reads, so -p does not end the run before the scrape.
     let dir = Scratch::new();
-    let file = data_file(&dir);
-    let w = Workload::start(
-        &prog("workload"),
-        &["read", "600", file.to_str().unwrap(), "--hold"],
-    );
+    let w = read_data(&dir, 600, &["--hold"]);
     let pid = w.pid.to_string();
     let s = crate::util::http::Served::start(
         "funclatency",
