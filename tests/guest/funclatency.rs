@@ -90,7 +90,7 @@ fn funclatency_times_nested_functions() {
     assert!(rw < vfs, "{}", out.stdout);
     assert_eq!(hist_total(&out.stdout[rw..vfs]), 300, "{}", out.stdout);
     assert_eq!(hist_total(&out.stdout[vfs..]), 300, "{}", out.stdout);
-    assert!(out.stdout.contains(", count: 600\n"), "{}", out.stdout);
+    assert_contains(&out.stdout, ", count: 600\n");
 }
 
 #[test]
@@ -156,10 +156,8 @@ fn funclatency_listen_serves_kernel_function_latency() {
     );
     let v: serde_json::Value = serde_json::from_str(&s.get("/summary").1).unwrap();
     assert_eq!(v["count"], 600);
-    assert_eq!(s.post("/stop").0, 200);
-    let out = s.run.finish(T);
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    assert!(out.stdout.contains(", count: 600\n"), "{}", out.stdout);
+    let out = s.stop(T);
+    assert_contains(&out.stdout, ", count: 600\n");
     w.go();
     assert!(w.wait().success());
     assert_nothing_left("funclatency --listen");
@@ -190,7 +188,7 @@ fn funclatency_leaves_nothing_after_sigterm_and_kill() {
         let out = t.finish(T);
         if sig == libc::SIGTERM {
             assert_eq!(out.code(), 0, "{}", out.stderr);
-            assert!(out.stdout.ends_with("Detaching...\n"), "{}", out.stdout);
+            assert_ends_with(&out.stdout, "Detaching...\n");
         }
         assert_nothing_left(&format!("funclatency: signal {sig} in {mode} mode"));
     }

@@ -94,7 +94,7 @@ fn check_json(out: &Output, disk: &str, pid: u32) {
 fn json_has_issuer_disk_sector_and_latency() {
     let (out, lo, pid) = snoop(&[], &["--json", "--debug"]);
     check_json(&out, lo.name(), pid);
-    assert!(out.stderr.contains("block requests: "), "{}", out.stderr);
+    assert_contains(&out.stderr, "block requests: ");
 }
 
 /// Whether this kernel accepts a program set (lockdown=confidentiality refuses

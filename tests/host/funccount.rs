@@ -37,7 +37,7 @@ fn user_function_counted_exactly() {
     assert!(out.stdout.contains(&format!(
         "Tracing 1 functions for \"{spec}\"... Hit Ctrl-C to end."
     )));
-    assert!(out.stdout.ends_with("Detaching...\n"), "{}", out.stdout);
+    assert_ends_with(&out.stdout, "Detaching...\n");
 }
 
 #[test]

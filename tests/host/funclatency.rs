@@ -121,7 +121,7 @@ fn bccs_layout_byte_for_byte() {
          \navg = ",
         bin.display()
     );
-    assert!(out.stdout.starts_with(&want_head), "{}", out.stdout);
+    assert_starts_with(&out.stdout, &want_head);
     // 20 sleeps of 70 ms (each in [64, 127] ms, as the histogram shows): BCC's
     // line with the average truncated from total / count.
     let avg = avg_line(&out.stdout);
@@ -340,7 +340,7 @@ fn the_entry_point_is_not_timed() {
     t.wait_ready();
     let w = Workload::start(&bin, &["plain", "7"]);
     let out = t.stop_after(w, libc::SIGINT, T);
-    assert!(out.stderr.contains(why), "{}", out.stderr);
+    assert_contains(&out.stderr, why);
     assert_eq!(
         timed_per_function(&out.stdout),
         [("uf_target".to_string(), 7)],
@@ -459,7 +459,7 @@ fn errors() {
     );
     let out = run(&funclatency(), &["-u", "-m", "c:read"], T);
     assert_eq!(out.code(), 2, "{}", out.stderr);
-    assert!(out.stderr.contains("cannot be used with"), "{}", out.stderr);
+    assert_contains(&out.stderr, "cannot be used with");
 }
 
 #[test]

@@ -361,7 +361,7 @@ fn ctrl_c_while_attaching_stops_and_detaches_promptly() {
         })
         .unwrap_or_else(|| panic!("{}", out.stderr));
     assert!(attached < matched, "{attached} of {matched} attached");
-    assert!(out.stdout.ends_with("Detaching...\n"), "{}", out.stdout);
+    assert_ends_with(&out.stdout, "Detaching...\n");
     assert_links_gone(links);
 }
 

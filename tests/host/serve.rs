@@ -80,7 +80,7 @@ fn metrics_summary_and_stop() {
         last_table(&out.stdout),
         rows(&[("tk_alpha", 700), ("tk_beta", 1400), ("tk_gamma", 2100)])
     );
-    assert!(out.stdout.ends_with("Detaching...\n"), "{}", out.stdout);
+    assert_ends_with(&out.stdout, "Detaching...\n");
 }
 
 #[test]
@@ -113,7 +113,7 @@ fn interval_printing_does_not_reset_the_metrics() {
     s.run.signal(libc::SIGTERM);
     let out = s.run.finish(T);
     assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    assert!(out.stdout.contains("tk_alpha"), "{}", out.stdout);
+    assert_contains(&out.stdout, "tk_alpha");
 }
 
 #[test]
@@ -243,10 +243,8 @@ fn funclatency_histogram_counts_every_call() {
     }
     assert_eq!(seen, 41, "40 log2 buckets up to 2^40 ns, and +Inf");
     assert!(w.wait().success());
-    assert_eq!(s.post("/stop").0, 200);
-    let out = s.run.finish(T);
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    assert!(out.stdout.contains("count: 6\n"), "{}", out.stdout);
+    let out = s.stop(T);
+    assert_contains(&out.stdout, "count: 6\n");
 }
 
 #[test]
@@ -559,7 +557,7 @@ fn prometheus_scrapes_exact_counts() {
     fl.run.signal(libc::SIGTERM);
     let out = fl.run.finish(T);
     assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    assert!(out.stdout.contains("count: 3\n"), "{}", out.stdout);
+    assert_contains(&out.stdout, "count: 3\n");
 }
 
 #[test]
@@ -592,9 +590,7 @@ fn urandomread_counts_getrandom_bytes_by_source() {
     assert_eq!(s.post("/reset").0, 200);
     let v: serde_json::Value = serde_json::from_str(&s.get("/summary").1).unwrap();
     assert_eq!(v["counts"], serde_json::json!([]));
-    assert_eq!(s.post("/stop").0, 200);
-    let out = s.run.finish(T);
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = s.stop(T);
     assert_eq!(out.stdout.lines().count(), 40, "{}", out.stdout);
     w.go();
     assert!(w.wait().success());
@@ -668,9 +664,7 @@ fn disksnoop_latency_and_bytes_by_disk_and_operation() {
             ("write".into(), 37, 37 * 8192)
         ]
     );
-    assert_eq!(s.post("/stop").0, 200);
-    let out = s.run.finish(T);
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = s.stop(T);
     assert_eq!(out.stdout.lines().count(), 50, "{}", out.stdout);
 }
 
@@ -703,10 +697,8 @@ fn stackcount_serves_folded_stacks() {
     assert_eq!(sample(&m, "tracekit_stackcount_events_total"), 500.0);
     assert_eq!(sample(&m, "tracekit_stackcount_stacks"), 1.0);
     // Requests only read the maps: the final summary still has every event.
-    assert_eq!(s.post("/stop").0, 200);
-    let out = s.run.finish(T);
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    assert!(out.stdout.contains("\n    500\n"), "{}", out.stdout);
+    let out = s.stop(T);
+    assert_contains(&out.stdout, "\n    500\n");
     w.go();
     assert!(w.wait().success());
 }

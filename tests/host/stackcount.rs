@@ -314,7 +314,7 @@ fn json_output_parses() {
 fn kernel_and_user_only_exclude_each_other() {
     let out = run(&stackcount(), &["-K", "-U", "t:sched:sched_switch"], T);
     assert_eq!(out.code(), 2, "{}", out.stderr);
-    assert!(out.stderr.contains("cannot be used with"), "{}", out.stderr);
+    assert_contains(&out.stderr, "cannot be used with");
 }
 
 /// Compiles tests/progs/leaf.c with the system gcc into `dir`.

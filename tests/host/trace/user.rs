@@ -349,5 +349,5 @@ fn bad_path_is_one_line() {
     let out = run(&trace(), &["p:/nonexistent/lib:f"], T);
     assert_eq!(out.code(), 1, "{}", out.stderr);
     assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
-    assert!(out.stderr.starts_with("trace: error: "), "{}", out.stderr);
+    assert_starts_with(&out.stderr, "trace: error: ");
 }
