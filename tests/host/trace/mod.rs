@@ -75,8 +75,7 @@ fn run_on_via(
         |l| l.starts_with("PID ") || l.starts_with("TIME ") || l.starts_with("Tracing "),
         T,
     );
-    let out = t.finish_after(w, T);
-    out
+    t.finish_after(w, T)
 }
 
 /// The event lines of BCC's layout (after the header), as (pid, tid, comm, func,
