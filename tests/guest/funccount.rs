@@ -122,11 +122,7 @@ fn thousands_of_functions_attach_count_and_detach() {
     argv.extend_from_slice(args);
     let out = run(&funccount(), &argv, T);
     assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    let n: usize = out
-        .stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("Tracing ")?.split(' ').next()?.parse().ok())
-        .expect("Tracing line");
+    let n = traced_count(&out.stdout);
     assert!(n >= at_least, "only {n} functions attached");
     assert!(
         !last_table(&out.stdout).is_empty(),

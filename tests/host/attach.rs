@@ -167,11 +167,7 @@ fn syscall_events_share_one_raw_link_per_direction() {
             && table.contains(&("syscalls:sys_exit_getppid".to_string(), 321)),
         "{table:?}"
     );
-    let n: usize = out
-        .stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("Tracing ")?.split(' ').next()?.parse().ok())
-        .unwrap();
+    let n = traced_count(&out.stdout);
     assert_eq!(
         tracepoint_mechanisms(&out.stderr),
         format!("tracepoints: 0 as raw tracepoint links, {n} syscall events through 2 raw sys_enter/sys_exit links, 0 as perf events")

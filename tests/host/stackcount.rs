@@ -62,6 +62,15 @@ fn libc_start(frames: &[String]) -> Vec<String> {
     rest
 }
 
+/// Asserts that `stdout` holds exactly the stacks program's two stacks (as
+/// --inline shows them, with `inline`), below whatever this libc calls its start.
+fn assert_the_two_stacks(stdout: &str, inline: bool) {
+    let stacks = parse_stacks(stdout);
+    assert_eq!(stacks.len(), 2, "{stdout}");
+    let libc = libc_start(&stacks[0].0);
+    assert_eq!(stacks, expected_stacks(&libc, inline), "{stdout}");
+}
+
 /// The two stacks of the stacks program; `inline`: with `--inline`, which shows
 /// the call inlined into tk_c.
 fn expected_stacks(libc: &[String], inline: bool) -> Vec<(Vec<String>, u64)> {
@@ -93,10 +102,7 @@ fn expected_stacks(libc: &[String], inline: bool) -> Vec<(Vec<String>, u64)> {
 #[test]
 fn user_stacks_with_exact_counts_and_names() {
     let (out, _bin, _dir) = run_on_target(&[]);
-    let stacks = parse_stacks(&out.stdout);
-    assert_eq!(stacks.len(), 2, "{}", out.stdout);
-    let libc = libc_start(&stacks[0].0);
-    assert_eq!(stacks, expected_stacks(&libc, false), "{}", out.stdout);
+    assert_the_two_stacks(&out.stdout, false);
     // BCC's banner says "functions" even for one.
     assert!(out.stdout.starts_with("Tracing 1 functions for \""));
     assert!(out.stdout.ends_with("Detaching...\n"));
@@ -105,10 +111,7 @@ fn user_stacks_with_exact_counts_and_names() {
 #[test]
 fn inlined_frames_on_request() {
     let (out, _bin, _dir) = run_on_target(&["--inline"]);
-    let stacks = parse_stacks(&out.stdout);
-    assert_eq!(stacks.len(), 2, "{}", out.stdout);
-    let libc = libc_start(&stacks[0].0);
-    assert_eq!(stacks, expected_stacks(&libc, true), "{}", out.stdout);
+    assert_the_two_stacks(&out.stdout, true);
 }
 
 #[test]
@@ -182,10 +185,7 @@ fn names_survive_the_process_exiting_first() {
     let w = Workload::start(&prog("stacks"), &[&N.to_string(), &M.to_string()]);
     let spec = format!("{}:tk_target", prog("stacks").display());
     let out = trace_workload(&stackcount(), w, &[&spec], T);
-    let stacks = parse_stacks(&out.stdout);
-    assert_eq!(stacks.len(), 2, "{}", out.stdout);
-    let libc = libc_start(&stacks[0].0);
-    assert_eq!(stacks, expected_stacks(&libc, false), "{}", out.stdout);
+    assert_the_two_stacks(&out.stdout, false);
 }
 
 #[test]
@@ -506,8 +506,5 @@ fn names_come_from_the_file_the_process_runs() {
     let (out, _bin, _dir) = run_on_target_then(&[], |dir, bin| {
         std::fs::rename(dir.copy(&prog("workload")), bin).unwrap();
     });
-    let stacks = parse_stacks(&out.stdout);
-    assert_eq!(stacks.len(), 2, "{}", out.stdout);
-    let libc = libc_start(&stacks[0].0);
-    assert_eq!(stacks, expected_stacks(&libc, false), "{}", out.stdout);
+    assert_the_two_stacks(&out.stdout, false);
 }

@@ -28,6 +28,15 @@ pub fn rows(expected: &[(&str, u64)]) -> Vec<(String, u64)> {
     expected.iter().map(|(n, c)| (n.to_string(), *c)).collect()
 }
 
+/// N of the banner `Tracing N functions for ...`: how many probes a pattern
+/// matched.
+pub fn traced_count(stdout: &str) -> usize {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Tracing ")?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no Tracing line in:\n{stdout}"))
+}
+
 /// Stacks of a stackcount text summary: (frames leaf first, count).
 pub fn parse_stacks(stdout: &str) -> Vec<(Vec<String>, u64)> {
     let mut out = Vec::new();
