@@ -81,11 +81,9 @@ fn uprobe_groups_and_raw_syscall_links_on_older_kernels() {
         last_table(&out.stdout),
         rows(&[("tk_alpha", 100), ("tk_beta", 200), ("tk_gamma", 300)])
     );
-    assert!(
-        out.stderr
-            .contains("uprobes: 3 in 1 tracefs uprobe group, 0 as single perf-event uprobes\n"),
-        "{}",
-        out.stderr
+    assert_contains(
+        &out.stderr,
+        "uprobes: 3 in 1 tracefs uprobe group, 0 as single perf-event uprobes\n",
     );
     // funclatency: the entries grouped too, the returns in a group of their
     // own; every one of the 600 calls timed.
@@ -93,11 +91,9 @@ fn uprobe_groups_and_raw_syscall_links_on_older_kernels() {
     let args = ["-D", "--attach-mode", "single", &spec];
     let out = trace_workload(&funclatency(), w, &args, T);
     assert_eq!(hist_total(&out.stdout), 600, "{}", out.stdout);
-    assert!(
-        out.stderr
-            .contains("uprobes: 6 in 2 tracefs uprobe groups, 0 as single perf-event uprobes\n"),
-        "{}",
-        out.stderr
+    assert_contains(
+        &out.stderr,
+        "uprobes: 6 in 2 tracefs uprobe groups, 0 as single perf-event uprobes\n",
     );
 
     let w = Workload::start(&prog("workload"), &["rename", "60"]);

@@ -4,7 +4,7 @@
 use crate::funccount::{funccount, vfs_read_count};
 use crate::funclatency::{funclatency, hist_total};
 use crate::util::*;
-use crate::{assert_nothing_left, data_file, T};
+use crate::{assert_nothing_left, read_data, T};
 
 /// The function table cache (TRACEKIT_CACHE_DIR here): the first run reads the
 /// kernel and writes it, later runs use it and count the same (an exact name
@@ -25,8 +25,7 @@ fn function_table_cache_is_used_only_when_fresh() {
     ];
     let count = |pattern: &str| -> String {
         let dir = Scratch::new();
-        let file = data_file(&dir);
-        let w = Workload::start(&prog("workload"), &["read", "300", file.to_str().unwrap()]);
+        let w = read_data(&dir, 300, &[]);
         let out = trace_workload_via(&via, w, &[pattern], T);
         assert_eq!(vfs_read_count(&out), 300, "{pattern}: {}", out.stdout);
         let timing = out.stderr.lines().find(|l| l.starts_with("timing:"));
@@ -64,14 +63,11 @@ fn fentry_is_decided_from_the_cached_table_without_a_trial_attach() {
     let lat = funclatency();
     let via = ["env", env.as_str(), lat.to_str().unwrap()];
     let dir = Scratch::new();
-    let file = data_file(&dir);
-    let w = Workload::start(&prog("workload"), &["read", "200", file.to_str().unwrap()]);
+    let w = read_data(&dir, 200, &[]);
     let out = trace_workload_via(&via, w, &["-D", "--attach-mode", "fentry", "vfs_read"], T);
-    assert!(
-        out.stderr
-            .contains("attach mode: kernel functions: fentry + fexit (1 functions"),
-        "{}",
-        out.stderr
+    assert_contains(
+        &out.stderr,
+        "attach mode: kernel functions: fentry + fexit (1 functions",
     );
     assert_eq!(hist_total(&out.stdout), 200, "{}", out.stdout);
     // A table without vfs_read is taken at its word: the name is refused from

@@ -27,20 +27,8 @@ fn disksnoop_virtio_disk_exactly_by_request() {
             vec![&env]
         };
         let out = trace_with_env("disksnoop", &env, w, &["-d", &disk, "--json", "--debug"]);
-        let recs: Vec<serde_json::Value> = out
-            .stdout
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-            .collect();
-        let got: Vec<(String, u64)> = recs
-            .iter()
-            .map(|r| {
-                (
-                    r["type"].as_str().unwrap().to_string(),
-                    r["bytes"].as_u64().unwrap(),
-                )
-            })
-            .collect();
+        let recs = json_lines(&out.stdout);
+        let got = disksnoop_sizes(&recs);
         let mut want = vec![("W".to_string(), 8192); 37];
         want.extend(vec![("R".to_string(), 4096); 13]);
         assert_eq!(
@@ -62,11 +50,7 @@ fn disksnoop_virtio_disk_exactly_by_request() {
         } else {
             variant
         };
-        assert!(
-            out.stderr.contains(&format!("block requests: {expect} (")),
-            "{}",
-            out.stderr
-        );
+        assert_contains(&out.stderr, &format!("block requests: {expect} ("));
         assert_eq!(
             out.stderr.contains("paired by (device, sector)"),
             expect == "tracepoint",

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::util::*;
-use crate::{assert_nothing_left, bpf_links, data_file, expect_kprobe_multi, tracefs_file, T};
+use crate::{assert_nothing_left, bpf_links, expect_kprobe_multi, read_data, tracefs_file, T};
 
 pub(crate) fn funccount() -> PathBuf {
     tool("funccount")
@@ -17,11 +17,7 @@ pub(crate) fn funccount() -> PathBuf {
 /// and the kprobe_multi link count seen while it was attached.
 fn count_reads(n: u64, extra: &[&str]) -> (Output, usize) {
     let dir = Scratch::new();
-    let file = data_file(&dir);
-    let w = Workload::start(
-        &prog("workload"),
-        &["read", &n.to_string(), file.to_str().unwrap()],
-    );
+    let w = read_data(&dir, n, &[]);
     let pid = w.pid.to_string();
     let mut args = vec!["-D", "-p", &pid];
     args.extend_from_slice(extra);
@@ -29,10 +25,7 @@ fn count_reads(n: u64, extra: &[&str]) -> (Output, usize) {
     let mut t = spawn(&funccount(), &args);
     t.wait_ready();
     let multi = bpf_links().1;
-    w.go();
-    let out = t.finish(T);
-    assert!(w.wait().success());
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = t.finish_after(w, T);
     (out, multi)
 }
 
@@ -52,32 +45,21 @@ fn vfs_read_counted_exactly() {
     if expect_kprobe_multi() {
         // Every vfs_* function in one kprobe_multi link.
         assert_eq!(multi, 1, "kprobe_multi links while attached");
-        assert!(
-            out.stderr
-                .contains("attach mode: kernel functions: kprobe_multi ("),
-            "{}",
-            out.stderr
-        );
-        assert!(
-            out.stderr
-                .contains(", 1 links (1 kprobe_multi, 0 uprobe_multi), 0 skipped"),
-            "{}",
-            out.stderr
+        assert_contains(&out.stderr, "attach mode: kernel functions: kprobe_multi (");
+        assert_contains(
+            &out.stderr,
+            ", 1 links (1 kprobe_multi, 0 uprobe_multi), 0 skipped",
         );
     } else {
         // No kprobe_multi: the fallback says so and counts the same.
         assert_eq!(multi, 0);
-        assert!(
-            out.stderr
-                .contains("funccount: kprobe_multi is not available on this kernel ("),
-            "{}",
-            out.stderr
+        assert_contains(
+            &out.stderr,
+            "funccount: kprobe_multi is not available on this kernel (",
         );
-        assert!(
-            out.stderr
-                .contains("attach mode: kernel functions: single kprobes ("),
-            "{}",
-            out.stderr
+        assert_contains(
+            &out.stderr,
+            "attach mode: kernel functions: single kprobes (",
         );
     }
     assert_nothing_left("a -p run ending with its process");
@@ -89,11 +71,9 @@ fn single_kprobes_count_the_same() {
     let (out, multi) = count_reads(2000, &["--attach-mode", "single"]);
     assert_eq!(vfs_read_count(&out), 2000);
     assert_eq!(multi, 0, "no kprobe_multi link in single mode");
-    assert!(
-        out.stderr
-            .contains("attach mode: kernel functions: single kprobes ("),
-        "{}",
-        out.stderr
+    assert_contains(
+        &out.stderr,
+        "attach mode: kernel functions: single kprobes (",
     );
     assert_nothing_left("a single-kprobe run");
 }
@@ -102,8 +82,7 @@ fn single_kprobes_count_the_same() {
 #[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
 fn kernel_and_other_sources_in_one_run() {
     let dir = Scratch::new();
-    let file = data_file(&dir);
-    let w = Workload::start(&prog("workload"), &["read", "300", file.to_str().unwrap()]);
+    let w = read_data(&dir, 300, &[]);
     let out = trace_workload(
         &funccount(),
         w,
@@ -143,22 +122,14 @@ fn thousands_of_functions_attach_count_and_detach() {
     argv.extend_from_slice(args);
     let out = run(&funccount(), &argv, T);
     assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    let n: usize = out
-        .stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("Tracing ")?.split(' ').next()?.parse().ok())
-        .expect("Tracing line");
+    let n = traced_count(&out.stdout);
     assert!(n >= at_least, "only {n} functions attached");
     assert!(
         !last_table(&out.stdout).is_empty(),
         "nothing counted:\n{}",
         out.stdout
     );
-    let attached = out
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("attached: "))
-        .expect("attached line");
+    let attached = attached_line(&out.stderr);
     let skipped: usize = attached
         .split(", ")
         .last()
@@ -172,12 +143,7 @@ fn thousands_of_functions_attach_count_and_detach() {
         out.stderr
     );
     if skipped > 0 {
-        assert!(
-            out.stderr
-                .contains(&format!("funccount: skipped {skipped} probe")),
-            "{}",
-            out.stderr
-        );
+        assert_contains(&out.stderr, &format!("funccount: skipped {skipped} probe"));
     }
     eprintln!(
         "{pattern}: {n} functions, {skipped} skipped, {:?} in all",
@@ -248,13 +214,7 @@ fn kernel_function_errors() {
     if !expect_kprobe_multi() {
         let out = run(&funccount(), &["*"], T);
         assert_eq!(out.code(), 1, "{}", out.stderr);
-        assert!(
-            out.stderr.contains(
-                " kernel functions would need one kprobe each (no kprobe_multi on this kernel), over the limit of 5000: "
-            ),
-            "{}",
-            out.stderr
-        );
+        assert_contains(&out.stderr, " kernel functions would need one kprobe each (no kprobe_multi on this kernel), over the limit of 5000: ");
     }
     // A deny-listed function this kernel lists as traceable.
     let aff = tracefs_file("available_filter_functions");

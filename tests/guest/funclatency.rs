@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::util::*;
-use crate::{assert_nothing_left, bpf_links, data_file, expect_kprobe_multi, T};
+use crate::{assert_nothing_left, bpf_links, expect_kprobe_multi, read_data, T};
 
 pub(crate) fn funclatency() -> PathBuf {
     tool("funclatency")
@@ -27,11 +27,7 @@ pub(crate) fn hist_total(stdout: &str) -> u64 {
 /// Runs `tool -p WORKLOAD args` while the workload makes `n` reads.
 fn time_reads(tool: &std::path::Path, n: u64, args: &[&str]) -> Output {
     let dir = Scratch::new();
-    let file = data_file(&dir);
-    let w = Workload::start(
-        &prog("workload"),
-        &["read", &n.to_string(), file.to_str().unwrap()],
-    );
+    let w = read_data(&dir, n, &[]);
     trace_workload(tool, w, args, T)
 }
 
@@ -94,7 +90,7 @@ fn funclatency_times_nested_functions() {
     assert!(rw < vfs, "{}", out.stdout);
     assert_eq!(hist_total(&out.stdout[rw..vfs]), 300, "{}", out.stdout);
     assert_eq!(hist_total(&out.stdout[vfs..]), 300, "{}", out.stdout);
-    assert!(out.stdout.contains(", count: 600\n"), "{}", out.stdout);
+    assert_contains(&out.stdout, ", count: 600\n");
 }
 
 #[test]
@@ -130,11 +126,7 @@ fn funclatency_listen_serves_kernel_function_latency() {
     // Scraped from inside the guest (std TcpStream: no curl here). The workload
     // holds after its reads, so -p does not end the run before the scrape.
     let dir = Scratch::new();
-    let file = data_file(&dir);
-    let w = Workload::start(
-        &prog("workload"),
-        &["read", "600", file.to_str().unwrap(), "--hold"],
-    );
+    let w = read_data(&dir, 600, &["--hold"]);
     let pid = w.pid.to_string();
     let s = crate::util::http::Served::start(
         "funclatency",
@@ -164,10 +156,8 @@ fn funclatency_listen_serves_kernel_function_latency() {
     );
     let v: serde_json::Value = serde_json::from_str(&s.get("/summary").1).unwrap();
     assert_eq!(v["count"], 600);
-    assert_eq!(s.post("/stop").0, 200);
-    let out = s.run.finish(T);
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    assert!(out.stdout.contains(", count: 600\n"), "{}", out.stdout);
+    let out = s.stop(T);
+    assert_contains(&out.stdout, ", count: 600\n");
     w.go();
     assert!(w.wait().success());
     assert_nothing_left("funclatency --listen");
@@ -198,7 +188,7 @@ fn funclatency_leaves_nothing_after_sigterm_and_kill() {
         let out = t.finish(T);
         if sig == libc::SIGTERM {
             assert_eq!(out.code(), 0, "{}", out.stderr);
-            assert!(out.stdout.ends_with("Detaching...\n"), "{}", out.stdout);
+            assert_ends_with(&out.stdout, "Detaching...\n");
         }
         assert_nothing_left(&format!("funclatency: signal {sig} in {mode} mode"));
     }

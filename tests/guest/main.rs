@@ -53,6 +53,16 @@ fn data_file(dir: &Scratch) -> PathBuf {
     f
 }
 
+/// The workload reading a file of the guest's tmpfs (made in `dir`) `n` times,
+/// `extra` after: the vfs_read calls the guest tests count and time.
+fn read_data(dir: &Scratch, n: u64, extra: &[&str]) -> Workload {
+    let file = data_file(dir);
+    let n = n.to_string();
+    let mut args = vec!["read", n.as_str(), file.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    Workload::start(&prog("workload"), &args)
+}
+
 /// The type (`BPF_LINK_TYPE_*`) of every BPF link in the system. Only the type is
 /// asked for, which every kernel fills (fuller queries fail on older kernels).
 fn bpf_link_types() -> Vec<u32> {

@@ -2,14 +2,13 @@
 //! stacks beginning where it fired.
 
 use crate::util::*;
-use crate::{assert_nothing_left, data_file, T};
+use crate::{assert_nothing_left, read_data, T};
 
 #[test]
 #[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
 fn stackcount_shows_the_caller_of_vfs_read() {
     let dir = Scratch::new();
-    let file = data_file(&dir);
-    let w = Workload::start(&prog("workload"), &["read", "700", file.to_str().unwrap()]);
+    let w = read_data(&dir, 700, &[]);
     let out = trace_workload(&tool("stackcount"), w, &["-K", "vfs_read"], T);
     let stacks = parse_stacks(&out.stdout);
     assert_eq!(stacks.len(), 1, "{}", out.stdout);

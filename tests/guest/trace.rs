@@ -21,10 +21,7 @@ fn trace_writes(n: u64, args: &[&str]) -> (Output, Vec<(String, String)>) {
     all.extend_from_slice(args);
     let mut t = spawn(&trace_tool(), &all);
     t.wait_line(|l| l.starts_with("PID "), T);
-    w.go();
-    let out = t.finish(T);
-    assert!(w.wait().success());
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = t.finish_after(w, T);
     let events = out
         .stdout
         .lines()
@@ -36,19 +33,6 @@ fn trace_writes(n: u64, args: &[&str]) -> (Output, Vec<(String, String)>) {
         })
         .collect();
     (out, events)
-}
-
-/// -v's count of the records that reached user space.
-fn trace_records(stderr: &str) -> u64 {
-    stderr
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("trace: ")?
-                .strip_suffix(" records reached user space")?
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no record count in:\n{stderr}"))
 }
 
 #[test]
@@ -134,11 +118,9 @@ fn trace_kernel_predicate_filters_in_the_kernel_with_stacks() {
         out.stdout
     );
     assert_eq!(trace_records(&out.stderr), 2, "{}", out.stderr);
-    assert!(
-        out.stderr
-            .contains(": 10 hits, 8 dropped by the predicate in the kernel"),
-        "{}",
-        out.stderr
+    assert_contains(
+        &out.stderr,
+        ": 10 hits, 8 dropped by the predicate in the kernel",
     );
     // -K: each event's kernel stack, from the probed function to the syscall entry.
     let stack: Vec<&str> = out
@@ -210,11 +192,7 @@ fn trace_kernel_glob_in_one_link() {
         "{}",
         out.stdout
     );
-    let attached = out
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("attached: "))
-        .unwrap_or_else(|| panic!("{}", out.stderr));
+    let attached = attached_line(&out.stderr);
     let probes: usize = attached
         .strip_prefix("attached: ")
         .and_then(|r| r.split(' ').next()?.parse().ok())

@@ -43,11 +43,9 @@ fn urandomread_device_reads_and_getrandom_exactly() {
         let env: Vec<&str> = if env.is_empty() { vec![] } else { vec![env] };
         let (rows, out) = random_reads(&env, &["urandom:23:64", "random:5:16", "getrandom:11:32"]);
         assert_eq!(rows, want, "{via}: stderr:\n{}", out.stderr);
-        assert!(
-            out.stderr
-                .contains(&format!("reads of /dev/urandom and /dev/random: {via} (")),
-            "{}",
-            out.stderr
+        assert_contains(
+            &out.stderr,
+            &format!("reads of /dev/urandom and /dev/random: {via} ("),
         );
         assert!(!out.stderr.contains("are not traced"), "{}", out.stderr);
     }

@@ -25,29 +25,16 @@ fn count_with_env(env: &[&str], wargs: &[&str], args: &[&str]) -> Output {
 #[test]
 fn single_uprobes_count_the_same() {
     let dir = Scratch::new();
-    let bin = dir.copy(&workload());
-    let w = Workload::start(&bin, &["funcs", "300"]);
-    let spec = format!("{}:tk_*", bin.display());
+    let (w, spec) = private_workload(&dir, &workload(), &["funcs", "300"], "tk_*");
     let mut t = spawn(&funccount(), &["--attach-mode", "single", "-D", &spec]);
     t.wait_ready();
-    w.go();
-    assert!(w.wait().success());
-    t.signal(libc::SIGINT);
-    let out = t.finish(T);
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    assert!(
-        out.stderr
-            .contains("attach mode: user functions: single uprobes (3 functions)"),
-        "{}",
-        out.stderr
+    let out = t.stop_after(w, libc::SIGINT, T);
+    assert_contains(
+        &out.stderr,
+        "attach mode: user functions: single uprobes (3 functions)",
     );
     // The three functions' page offsets differ: one tracefs uprobe group.
-    assert!(
-        out.stderr
-            .contains("attached: 3 probes, 1 links (0 kprobe_multi, 0 uprobe_multi), 0 skipped\nuprobes: 3 in 1 tracefs uprobe group, 0 as single perf-event uprobes\n"),
-        "{}",
-        out.stderr
-    );
+    assert_contains(&out.stderr, "attached: 3 probes, 1 links (0 kprobe_multi, 0 uprobe_multi), 0 skipped\nuprobes: 3 in 1 tracefs uprobe group, 0 as single perf-event uprobes\n");
     assert_eq!(
         last_table(&out.stdout),
         rows(&[("tk_alpha", 300), ("tk_beta", 600), ("tk_gamma", 900)])
@@ -82,16 +69,8 @@ fn kernel_functions_on_a_kernel_without_kprobes() {
     }
     let out = run(&funccount(), &["vfs_read"], T);
     assert_eq!(out.code(), 1);
-    assert!(
-        out.stderr.starts_with("funccount: error: kernel functions cannot be traced here: it was built without kprobes (CONFIG_KPROBES is not set)"),
-        "{}",
-        out.stderr
-    );
-    assert!(
-        out.stderr.ends_with("tracepoints (t:CATEGORY:EVENT), user functions (LIBRARY:FUNCTION) and USDT probes (u:LIBRARY:PROBE) still work\n"),
-        "{}",
-        out.stderr
-    );
+    assert_starts_with(&out.stderr, "funccount: error: kernel functions cannot be traced here: it was built without kprobes (CONFIG_KPROBES is not set)");
+    assert_ends_with(&out.stderr, "tracepoints (t:CATEGORY:EVENT), user functions (LIBRARY:FUNCTION) and USDT probes (u:LIBRARY:PROBE) still work\n");
 }
 
 #[test]
@@ -100,11 +79,7 @@ fn refused_function_is_skipped_and_the_rest_stay_in_uprobe_multi() {
     // any uprobe_multi link holding it. Only it is skipped: the others are counted
     // exactly, in uprobe_multi links (no single uprobes).
     let out = trace_refused(&[]);
-    let attached = out
-        .stderr
-        .lines()
-        .find(|l| l.starts_with("attached: "))
-        .unwrap_or_else(|| panic!("{}", out.stderr));
+    let attached = attached_line(&out.stderr);
     // "attached: 3 probes, N links (...)": how many links the bisection made.
     let links: usize = attached
         .split(", ")
@@ -137,12 +112,11 @@ fn refused_function_is_skipped_from_uprobe_groups() {
                 .ok()
         })
         .unwrap_or_else(|| panic!("{}", out.stderr));
-    assert!(
-        out.stderr.contains(&format!(
+    assert_contains(
+        &out.stderr,
+        &format!(
             "attached: 3 probes, {groups} links (0 kprobe_multi, 0 uprobe_multi), 1 skipped\n"
-        )),
-        "{}",
-        out.stderr
+        ),
     );
 }
 
@@ -151,7 +125,7 @@ fn refused_function_is_skipped_from_uprobe_groups() {
 fn trace_refused(args: &[&str]) -> Output {
     let dir = Scratch::new();
     let bin = build_c(&dir, "refused");
-    let mut p = CProg::start(&bin);
+    let p = CProg::start(&bin);
     let pid = p.pid.to_string();
     let spec = format!("{}:tk_*", bin.display());
     // The kernel's own refusal is what these tests exercise: funccount's check of
@@ -168,21 +142,12 @@ fn trace_refused(args: &[&str]) -> Output {
     all.extend_from_slice(args);
     let mut t = spawn(std::path::Path::new("env"), &all);
     t.wait_ready();
-    p.go();
-    let out = t.finish(T);
-    assert!(p.wait().success());
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = t.finish_after(p, T);
     assert_eq!(
         last_table(&out.stdout),
         rows(&[("tk_one", 10), ("tk_two", 20), ("tk_three", 30)])
     );
-    assert!(
-        out.stderr.contains(
-            "  skipped tk_refused: the kernel refuses to single-step its first instruction (ENOTSUPP)\n"
-        ),
-        "{}",
-        out.stderr
-    );
+    assert_contains(&out.stderr, "  skipped tk_refused: the kernel refuses to single-step its first instruction (ENOTSUPP)\n");
     out
 }
 
@@ -202,11 +167,7 @@ fn syscall_events_share_one_raw_link_per_direction() {
             && table.contains(&("syscalls:sys_exit_getppid".to_string(), 321)),
         "{table:?}"
     );
-    let n: usize = out
-        .stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("Tracing ")?.split(' ').next()?.parse().ok())
-        .unwrap();
+    let n = traced_count(&out.stdout);
     assert_eq!(
         tracepoint_mechanisms(&out.stderr),
         format!("tracepoints: 0 as raw tracepoint links, {n} syscall events through 2 raw sys_enter/sys_exit links, 0 as perf events")
@@ -415,7 +376,7 @@ fn many_single_uprobes_count_exactly_in_groups() {
     // events are gone afterwards.
     let dir = Scratch::new();
     let bin = build_many_functions(&dir, 1500);
-    let mut p = CProg::start(&bin);
+    let p = CProg::start(&bin);
     let pid = p.pid.to_string();
     let spec = format!("{}:fn_*", bin.display());
     let mut t = spawn(
@@ -435,10 +396,7 @@ fn many_single_uprobes_count_exactly_in_groups() {
         1500,
         "{events}"
     );
-    p.go();
-    let out = t.finish(T);
-    assert!(p.wait().success());
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = t.finish_after(p, T);
     let table = last_table(&out.stdout);
     let want: Vec<(String, u64)> = (0..1500).map(|i| (format!("fn_{i:04}"), 1)).collect();
     let mut got = table.clone();
@@ -456,12 +414,11 @@ fn many_single_uprobes_count_exactly_in_groups() {
         })
         .unwrap_or_else(|| panic!("{}", out.stderr));
     assert!(groups > 1, "{}", out.stderr);
-    assert!(
-        out.stderr.contains(&format!(
+    assert_contains(
+        &out.stderr,
+        &format!(
             "attached: 1500 probes, {groups} links (0 kprobe_multi, 0 uprobe_multi), 0 skipped\n"
-        )),
-        "{}",
-        out.stderr
+        ),
     );
     let events = uprobe_events();
     assert!(!events.contains(&group), "{events}");

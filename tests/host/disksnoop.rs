@@ -74,20 +74,8 @@ fn direct_io_requests_exactly() {
 
 /// JSON, one object per request: exact sizes, sectors, issuer and positive latency.
 fn check_json(out: &Output, disk: &str, pid: u32) {
-    let recs: Vec<serde_json::Value> = out
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
-    let got: Vec<(String, u64)> = recs
-        .iter()
-        .map(|r| {
-            (
-                r["type"].as_str().unwrap().to_string(),
-                r["bytes"].as_u64().unwrap(),
-            )
-        })
-        .collect();
+    let recs = json_lines(&out.stdout);
+    let got = disksnoop_sizes(&recs);
     assert_eq!(got, expected(), "stdout:\n{}", out.stdout);
     let mut sector = 0;
     for r in &recs {
@@ -106,7 +94,7 @@ fn check_json(out: &Output, disk: &str, pid: u32) {
 fn json_has_issuer_disk_sector_and_latency() {
     let (out, lo, pid) = snoop(&[], &["--json", "--debug"]);
     check_json(&out, lo.name(), pid);
-    assert!(out.stderr.contains("block requests: "), "{}", out.stderr);
+    assert_contains(&out.stderr, "block requests: ");
 }
 
 /// Whether this kernel accepts a program set (lockdown=confidentiality refuses
@@ -131,11 +119,7 @@ fn every_program_set_gives_the_same_lines() {
         let var = format!("TRACEKIT_PROGRAMS={variant}");
         let (out, lo, pid) = snoop(&[&var], &["--json", "--debug"]);
         check_json(&out, lo.name(), pid);
-        assert!(
-            out.stderr.contains(&format!("block requests: {variant} (")),
-            "{}",
-            out.stderr
-        );
+        assert_contains(&out.stderr, &format!("block requests: {variant} ("));
         let approximate = out.stderr.contains("paired by (device, sector)");
         assert_eq!(approximate, variant == "tracepoint", "{}", out.stderr);
         // The note is said once.
@@ -255,11 +239,9 @@ fn bad_disk_names_are_one_line_errors() {
         assert_eq!(out.code(), 1, "{bad}: {}", out.stderr);
         assert_eq!(out.stdout, "");
         assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
-        assert!(
-            out.stderr
-                .starts_with(&format!("disksnoop: error: no disk named '{bad}' (disks: ")),
-            "{}",
-            out.stderr
+        assert_starts_with(
+            &out.stderr,
+            &format!("disksnoop: error: no disk named '{bad}' (disks: "),
         );
     }
 }

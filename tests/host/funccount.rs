@@ -29,36 +29,24 @@ pub(crate) fn count_with_pid(wargs: &[&str], args: &[&str]) -> Output {
 fn user_function_counted_exactly() {
     // A private copy of the binary: only this test's process runs it, so no -p.
     let dir = Scratch::new();
-    let bin = dir.copy(&workload());
-    let w = Workload::start(&bin, &["funcs", "1234"]);
-    let spec = format!("{}:tk_alpha", bin.display());
+    let (w, spec) = private_workload(&dir, &workload(), &["funcs", "1234"], "tk_alpha");
     let mut t = spawn(&funccount(), &[&spec]);
     t.wait_ready();
-    w.go();
-    assert!(w.wait().success());
-    t.signal(libc::SIGINT);
-    let out = t.finish(T);
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = t.stop_after(w, libc::SIGINT, T);
     assert_eq!(last_table(&out.stdout), rows(&[("tk_alpha", 1234)]));
     assert!(out.stdout.contains(&format!(
         "Tracing 1 functions for \"{spec}\"... Hit Ctrl-C to end."
     )));
-    assert!(out.stdout.ends_with("Detaching...\n"), "{}", out.stdout);
+    assert_ends_with(&out.stdout, "Detaching...\n");
 }
 
 #[test]
 fn user_glob_counts_each_function() {
     let dir = Scratch::new();
-    let bin = dir.copy(&workload());
-    let w = Workload::start(&bin, &["funcs", "500"]);
-    let spec = format!("{}:tk_*", bin.display());
+    let (w, spec) = private_workload(&dir, &workload(), &["funcs", "500"], "tk_*");
     let mut t = spawn(&funccount(), &[&spec]);
     t.wait_ready();
-    w.go();
-    assert!(w.wait().success());
-    t.signal(libc::SIGTERM);
-    let out = t.finish(T);
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = t.stop_after(w, libc::SIGTERM, T);
     assert_eq!(
         last_table(&out.stdout),
         rows(&[("tk_alpha", 500), ("tk_beta", 1000), ("tk_gamma", 1500)])
@@ -76,10 +64,7 @@ fn pid_filter_counts_only_that_process() {
     t.wait_ready();
     other.go();
     assert!(other.wait().success());
-    w.go();
-    let out = t.finish(T);
-    assert!(w.wait().success());
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = t.finish_after(w, T);
     assert_eq!(
         last_table(&out.stdout),
         rows(&[("tk_alpha", 100), ("tk_beta", 200), ("tk_gamma", 300)])
@@ -139,11 +124,7 @@ fn tracepoint_glob_includes_the_event() {
         table.contains(&("syscalls:sys_enter_getppid".to_string(), 555)),
         "{table:?}"
     );
-    let n: usize = out
-        .stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("Tracing ")?.split(' ').next()?.parse().ok())
-        .unwrap();
+    let n = traced_count(&out.stdout);
     assert!(
         n > 100,
         "sys_enter_* should match hundreds of tracepoints, got {n}"
@@ -166,11 +147,7 @@ fn several_patterns_in_one_run() {
     );
     // The workload makes no getppid/getpid calls in "funcs" mode: zero rows hidden.
     assert_eq!(last_table(&out.stdout), rows(&[("tk_beta", 80)]));
-    assert!(
-        out.stdout.contains("Tracing 3 functions for"),
-        "{}",
-        out.stdout
-    );
+    assert_contains(&out.stdout, "Tracing 3 functions for");
 }
 
 #[test]
@@ -222,22 +199,14 @@ fn counts_reset_each_interval() {
 #[test]
 fn json_output_parses() {
     let out = count_with_pid(&["getpid", "64"], &["--json", "-i", "5", "c:getpid"]);
-    let objs: Vec<serde_json::Value> = out
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
+    let objs = json_lines(&out.stdout);
     let last = objs.last().expect("a JSON summary");
     assert_eq!(last["final"], true);
     assert_eq!(
         last["counts"],
         serde_json::json!([{ "func": "getpid", "count": 64 }])
     );
-    assert!(
-        out.stderr.contains("Tracing 1 functions for \"c:getpid\""),
-        "{}",
-        out.stderr
-    );
+    assert_contains(&out.stderr, "Tracing 1 functions for \"c:getpid\"");
 }
 
 /// Asserts that funccount `args` exits 1 with exactly `funccount: error: message`.
@@ -287,10 +256,7 @@ fn thread_id_is_resolved_to_its_process() {
         &["-p", &tid_s, "t:syscalls:sys_enter_getppid"],
     );
     t.wait_ready();
-    w.go();
-    let out = t.finish(T);
-    assert!(w.wait().success());
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = t.finish_after(w, T);
     assert_eq!(
         last_table(&out.stdout),
         rows(&[("syscalls:sys_enter_getppid", 345)])

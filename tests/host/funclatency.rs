@@ -55,11 +55,9 @@ fn without_the_kernel_btf_calls_are_timed_without_sessions() {
     let spec = format!("{}:tk_recurse", prog("latency").display());
     let w = Workload::start(&prog("latency"), &["recurse", "10"]);
     let out = trace_workload_via(&via, w, &["-D", &spec], T);
-    assert!(
-        out.stderr
-            .contains("attach mode: user functions: uprobe_multi + uretprobe_multi (1 functions)"),
-        "{}",
-        out.stderr
+    assert_contains(
+        &out.stderr,
+        "attach mode: user functions: uprobe_multi + uretprobe_multi (1 functions)",
     );
     assert_eq!(buckets(&out.stdout), vec![(67108864, 134217727, 30)]);
     let out = Command::new(via[0])
@@ -123,7 +121,7 @@ fn bccs_layout_byte_for_byte() {
          \navg = ",
         bin.display()
     );
-    assert!(out.stdout.starts_with(&want_head), "{}", out.stdout);
+    assert_starts_with(&out.stdout, &want_head);
     // 20 sleeps of 70 ms (each in [64, 127] ms, as the histogram shows): BCC's
     // line with the average truncated from total / count.
     let avg = avg_line(&out.stdout);
@@ -341,12 +339,8 @@ fn the_entry_point_is_not_timed() {
     );
     t.wait_ready();
     let w = Workload::start(&bin, &["plain", "7"]);
-    w.go();
-    assert!(w.wait().success(), "the workload failed");
-    t.signal(libc::SIGINT);
-    let out = t.finish(T);
-    assert_eq!(out.code(), 0, "{}", out.stderr);
-    assert!(out.stderr.contains(why), "{}", out.stderr);
+    let out = t.stop_after(w, libc::SIGINT, T);
+    assert_contains(&out.stderr, why);
     assert_eq!(
         timed_per_function(&out.stdout),
         [("uf_target".to_string(), 7)],
@@ -439,11 +433,7 @@ fn json_summary() {
         serde_json::json!([{"low": 65536, "high": 131071, "count": 12}])
     );
     assert!(last["total_ns"].as_u64().unwrap() >= 12 * 70_000_000);
-    assert!(
-        out.stderr.starts_with("Tracing 1 functions for"),
-        "{}",
-        out.stderr
-    );
+    assert_starts_with(&out.stderr, "Tracing 1 functions for");
 }
 
 #[test]
@@ -469,7 +459,7 @@ fn errors() {
     );
     let out = run(&funclatency(), &["-u", "-m", "c:read"], T);
     assert_eq!(out.code(), 2, "{}", out.stderr);
-    assert!(out.stderr.contains("cannot be used with"), "{}", out.stderr);
+    assert_contains(&out.stderr, "cannot be used with");
 }
 
 #[test]

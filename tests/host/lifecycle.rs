@@ -297,11 +297,7 @@ fn second_signal_during_detach_leaves_no_breakpoint() {
             "breakpoints left behind"
         );
         assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-        let left: Vec<u32> = links
-            .into_iter()
-            .filter(|id| bpf_link_exists(*id))
-            .collect();
-        assert!(left.is_empty(), "links left: {left:?}");
+        assert_links_gone(links);
     }
 }
 
@@ -309,35 +305,8 @@ fn second_signal_during_detach_leaves_no_breakpoint() {
 fn too_few_file_descriptors_fail_before_attaching() {
     // `ulimit -n 40` sets the hard limit too, so it cannot be raised: the run must
     // fail before attaching anything, saying how many descriptors it needs.
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "ulimit -n 40 && exec {} -d 5 't:sched:*'",
-            funccount().display()
-        ))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
-    let need: usize = stderr
-        .strip_prefix("funccount: error: this run needs ")
-        .and_then(|r| r.split(' ').next()?.parse().ok())
-        .unwrap_or_else(|| panic!("{stderr}"));
-    assert!(need > 40, "{stderr}");
-    let probes = stderr
-        .split(" file descriptors (")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .unwrap_or_else(|| panic!("{stderr}"));
-    assert_eq!(
-        stderr,
-        format!(
-            "funccount: error: this run needs {need} file descriptors ({probes} for its probes), \
-             over the open-file limit of 40: raise it with `ulimit -n {need}` (or `prlimit \
-             --nofile={need}`), or trace fewer probes\n"
-        )
-    );
+    let need = refused_for_want_of_descriptors(&funccount(), "-d 5 't:sched:*'");
+    assert!(need > 40, "needs {need}");
 }
 
 #[test]
@@ -352,10 +321,7 @@ fn soft_file_limit_is_raised_to_the_hard_limit() {
     ));
     let mut t = spawn_cmd(t);
     t.wait_ready();
-    w.go();
-    let out = t.finish(T);
-    assert!(w.wait().success());
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = t.finish_after(w, T);
     assert!(
         last_table(&out.stdout).contains(&("syscalls:sys_enter_getppid".to_string(), 100)),
         "{}",
@@ -395,12 +361,8 @@ fn ctrl_c_while_attaching_stops_and_detaches_promptly() {
         })
         .unwrap_or_else(|| panic!("{}", out.stderr));
     assert!(attached < matched, "{attached} of {matched} attached");
-    assert!(out.stdout.ends_with("Detaching...\n"), "{}", out.stdout);
-    let left: Vec<u32> = links
-        .into_iter()
-        .filter(|id| bpf_link_exists(*id))
-        .collect();
-    assert!(left.is_empty(), "links left: {left:?}");
+    assert_ends_with(&out.stdout, "Detaching...\n");
+    assert_links_gone(links);
 }
 
 #[test]

@@ -39,9 +39,7 @@ fn json_counts(v: &serde_json::Value) -> Vec<(String, u64)> {
 /// 2N, tk_gamma 3N), after the workload ran.
 fn funccount_after_work(n: u64, extra: &[&str]) -> (Served, Scratch) {
     let dir = Scratch::new();
-    let bin = dir.copy(&prog("workload"));
-    let w = Workload::start(&bin, &["funcs", &n.to_string()]);
-    let spec = format!("{}:tk_*", bin.display());
+    let (w, spec) = private_workload(&dir, &prog("workload"), &["funcs", &n.to_string()], "tk_*");
     let mut args = vec!["--listen", "127.0.0.1:0"];
     args.extend_from_slice(extra);
     args.push(&spec);
@@ -82,7 +80,7 @@ fn metrics_summary_and_stop() {
         last_table(&out.stdout),
         rows(&[("tk_alpha", 700), ("tk_beta", 1400), ("tk_gamma", 2100)])
     );
-    assert!(out.stdout.ends_with("Detaching...\n"), "{}", out.stdout);
+    assert_ends_with(&out.stdout, "Detaching...\n");
 }
 
 #[test]
@@ -115,15 +113,13 @@ fn interval_printing_does_not_reset_the_metrics() {
     s.run.signal(libc::SIGTERM);
     let out = s.run.finish(T);
     assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    assert!(out.stdout.contains("tk_alpha"), "{}", out.stdout);
+    assert_contains(&out.stdout, "tk_alpha");
 }
 
 #[test]
 fn bad_requests_get_4xx_and_counts_stay_exact() {
     let dir = Scratch::new();
-    let bin = dir.copy(&prog("workload"));
-    let w = Workload::start(&bin, &["funcs", "1000"]);
-    let spec = format!("{}:tk_alpha", bin.display());
+    let (w, spec) = private_workload(&dir, &prog("workload"), &["funcs", "1000"], "tk_alpha");
     let s = Served::start("funccount", &["--listen", ":0", &spec]);
     let a = s.local();
 
@@ -180,9 +176,7 @@ fn funclatency_histogram_counts_every_call() {
     // A private copy: only this workload's calls are timed (no -p, which
     // would end the run when the workload exits).
     let dir = Scratch::new();
-    let bin = dir.copy(&prog("latency"));
-    let w = Workload::start(&bin, &["sleep", "6"]);
-    let spec = format!("{}:tk_sleep", bin.display());
+    let (w, spec) = private_workload(&dir, &prog("latency"), &["sleep", "6"], "tk_sleep");
     let s = Served::start("funclatency", &["--listen", ":0", &spec]);
     w.go();
     // Scrape while the calls are being made, then after.
@@ -249,10 +243,8 @@ fn funclatency_histogram_counts_every_call() {
     }
     assert_eq!(seen, 41, "40 log2 buckets up to 2^40 ns, and +Inf");
     assert!(w.wait().success());
-    assert_eq!(s.post("/stop").0, 200);
-    let out = s.run.finish(T);
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    assert!(out.stdout.contains("count: 6\n"), "{}", out.stdout);
+    let out = s.stop(T);
+    assert_contains(&out.stdout, "count: 6\n");
 }
 
 #[test]
@@ -446,11 +438,7 @@ fn post_from_another_host_needs_the_token() {
     assert_eq!(codes, [401, 401, 200, 200]);
     let out = s.run.finish(T);
     assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    assert!(
-        out.stderr.contains("need the --listen-token"),
-        "{}",
-        out.stderr
-    );
+    assert_contains(&out.stderr, "need the --listen-token");
 }
 
 /// The `prometheus` binary (Debian's package, installed by `cargo xtask deps`).
@@ -569,7 +557,7 @@ fn prometheus_scrapes_exact_counts() {
     fl.run.signal(libc::SIGTERM);
     let out = fl.run.finish(T);
     assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    assert!(out.stdout.contains("count: 3\n"), "{}", out.stdout);
+    assert_contains(&out.stdout, "count: 3\n");
 }
 
 #[test]
@@ -602,9 +590,7 @@ fn urandomread_counts_getrandom_bytes_by_source() {
     assert_eq!(s.post("/reset").0, 200);
     let v: serde_json::Value = serde_json::from_str(&s.get("/summary").1).unwrap();
     assert_eq!(v["counts"], serde_json::json!([]));
-    assert_eq!(s.post("/stop").0, 200);
-    let out = s.run.finish(T);
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = s.stop(T);
     assert_eq!(out.stdout.lines().count(), 40, "{}", out.stdout);
     w.go();
     assert!(w.wait().success());
@@ -678,9 +664,7 @@ fn disksnoop_latency_and_bytes_by_disk_and_operation() {
             ("write".into(), 37, 37 * 8192)
         ]
     );
-    assert_eq!(s.post("/stop").0, 200);
-    let out = s.run.finish(T);
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let out = s.stop(T);
     assert_eq!(out.stdout.lines().count(), 50, "{}", out.stdout);
 }
 
@@ -713,10 +697,8 @@ fn stackcount_serves_folded_stacks() {
     assert_eq!(sample(&m, "tracekit_stackcount_events_total"), 500.0);
     assert_eq!(sample(&m, "tracekit_stackcount_stacks"), 1.0);
     // Requests only read the maps: the final summary still has every event.
-    assert_eq!(s.post("/stop").0, 200);
-    let out = s.run.finish(T);
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    assert!(out.stdout.contains("\n    500\n"), "{}", out.stdout);
+    let out = s.stop(T);
+    assert_contains(&out.stdout, "\n    500\n");
     w.go();
     assert!(w.wait().success());
 }

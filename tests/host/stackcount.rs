@@ -62,6 +62,15 @@ fn libc_start(frames: &[String]) -> Vec<String> {
     rest
 }
 
+/// Asserts that `stdout` holds exactly the stacks program's two stacks (as
+/// --inline shows them, with `inline`), below whatever this libc calls its start.
+fn assert_the_two_stacks(stdout: &str, inline: bool) {
+    let stacks = parse_stacks(stdout);
+    assert_eq!(stacks.len(), 2, "{stdout}");
+    let libc = libc_start(&stacks[0].0);
+    assert_eq!(stacks, expected_stacks(&libc, inline), "{stdout}");
+}
+
 /// The two stacks of the stacks program; `inline`: with `--inline`, which shows
 /// the call inlined into tk_c.
 fn expected_stacks(libc: &[String], inline: bool) -> Vec<(Vec<String>, u64)> {
@@ -93,10 +102,7 @@ fn expected_stacks(libc: &[String], inline: bool) -> Vec<(Vec<String>, u64)> {
 #[test]
 fn user_stacks_with_exact_counts_and_names() {
     let (out, _bin, _dir) = run_on_target(&[]);
-    let stacks = parse_stacks(&out.stdout);
-    assert_eq!(stacks.len(), 2, "{}", out.stdout);
-    let libc = libc_start(&stacks[0].0);
-    assert_eq!(stacks, expected_stacks(&libc, false), "{}", out.stdout);
+    assert_the_two_stacks(&out.stdout, false);
     // BCC's banner says "functions" even for one.
     assert!(out.stdout.starts_with("Tracing 1 functions for \""));
     assert!(out.stdout.ends_with("Detaching...\n"));
@@ -105,10 +111,7 @@ fn user_stacks_with_exact_counts_and_names() {
 #[test]
 fn inlined_frames_on_request() {
     let (out, _bin, _dir) = run_on_target(&["--inline"]);
-    let stacks = parse_stacks(&out.stdout);
-    assert_eq!(stacks.len(), 2, "{}", out.stdout);
-    let libc = libc_start(&stacks[0].0);
-    assert_eq!(stacks, expected_stacks(&libc, true), "{}", out.stdout);
+    assert_the_two_stacks(&out.stdout, true);
 }
 
 #[test]
@@ -182,10 +185,7 @@ fn names_survive_the_process_exiting_first() {
     let w = Workload::start(&prog("stacks"), &[&N.to_string(), &M.to_string()]);
     let spec = format!("{}:tk_target", prog("stacks").display());
     let out = trace_workload(&stackcount(), w, &[&spec], T);
-    let stacks = parse_stacks(&out.stdout);
-    assert_eq!(stacks.len(), 2, "{}", out.stdout);
-    let libc = libc_start(&stacks[0].0);
-    assert_eq!(stacks, expected_stacks(&libc, false), "{}", out.stdout);
+    assert_the_two_stacks(&out.stdout, false);
 }
 
 #[test]
@@ -314,7 +314,7 @@ fn json_output_parses() {
 fn kernel_and_user_only_exclude_each_other() {
     let out = run(&stackcount(), &["-K", "-U", "t:sched:sched_switch"], T);
     assert_eq!(out.code(), 2, "{}", out.stderr);
-    assert!(out.stderr.contains("cannot be used with"), "{}", out.stderr);
+    assert_contains(&out.stderr, "cannot be used with");
 }
 
 /// Compiles tests/progs/leaf.c with the system gcc into `dir`.
@@ -393,22 +393,14 @@ fn bad_flags_fail_before_tracing() {
         T,
     );
     assert_eq!(out.code(), 2, "{}", out.stderr);
-    assert!(
-        out.stderr.contains("'4294967295' is not a CPU number"),
-        "{}",
-        out.stderr
-    );
+    assert_contains(&out.stderr, "'4294967295' is not a CPU number");
     let out = run(
         &stackcount(),
         &["--stack-storage-size", "0", "t:sched:sched_switch"],
         T,
     );
     assert_eq!(out.code(), 2, "{}", out.stderr);
-    assert!(
-        out.stderr.contains("--stack-storage-size"),
-        "{}",
-        out.stderr
-    );
+    assert_contains(&out.stderr, "--stack-storage-size");
     // An unwritable SVG path fails at once, not after the trace.
     let dir = Scratch::new();
     let svg = dir.0.join("no/such/dir/x.svg");
@@ -464,34 +456,7 @@ fn libc_frames_are_named_as_bcc_names_them() {
 fn too_few_file_descriptors_fail_before_attaching() {
     // Without this check stackcount attached what fit, traced, and then died at
     // the summary for want of descriptors to symbolize with, losing every stack.
-    let out = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "ulimit -n 40 && exec {} -D 5 't:sched:*'",
-            stackcount().display()
-        ))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
-    let need = stderr
-        .strip_prefix("stackcount: error: this run needs ")
-        .and_then(|r| r.split(' ').next())
-        .unwrap_or_else(|| panic!("{stderr}"));
-    let probes = stderr
-        .split(" file descriptors (")
-        .nth(1)
-        .and_then(|r| r.split(' ').next())
-        .unwrap_or_else(|| panic!("{stderr}"));
-    assert_eq!(
-        stderr,
-        format!(
-            "stackcount: error: this run needs {need} file descriptors ({probes} for its probes), \
-             over the open-file limit of 40: raise it with `ulimit -n {need}` (or `prlimit \
-             --nofile={need}`), or trace fewer probes\n"
-        )
-    );
+    refused_for_want_of_descriptors(&stackcount(), "-D 5 't:sched:*'");
 }
 
 #[test]
@@ -529,12 +494,7 @@ fn process_names_cannot_break_lines_or_add_frames() {
     t.signal(libc::SIGINT);
     let out = t.finish(T);
     w.go();
-    assert!(
-        out.stdout
-            .contains(&format!("    a;b\\x0ac\\x1b[1m [{pid}]\n")),
-        "{}",
-        out.stdout
-    );
+    assert_contains(&out.stdout, &format!("    a;b\\x0ac\\x1b[1m [{pid}]\n"));
 }
 
 #[test]
@@ -546,8 +506,5 @@ fn names_come_from_the_file_the_process_runs() {
     let (out, _bin, _dir) = run_on_target_then(&[], |dir, bin| {
         std::fs::rename(dir.copy(&prog("workload")), bin).unwrap();
     });
-    let stacks = parse_stacks(&out.stdout);
-    assert_eq!(stacks.len(), 2, "{}", out.stdout);
-    let libc = libc_start(&stacks[0].0);
-    assert_eq!(stacks, expected_stacks(&libc, false), "{}", out.stdout);
+    assert_the_two_stacks(&out.stdout, false);
 }

@@ -42,6 +42,14 @@ fn libc_workload() -> Workload {
     Workload::start(&workload(), &["libc", &LIBC_N.to_string()])
 }
 
+/// funccount's table for `BIN:FUNC` over `BIN WARGS`, with -p: how the tests
+/// count the calls of a binary made here (built, stripped or split).
+fn count_in(bin: &Path, wargs: &[&str], func: &str) -> Vec<(String, u64)> {
+    let w = Workload::start(bin, wargs);
+    let spec = format!("{}:{func}", bin.display());
+    last_table(&trace_workload(&funccount(), w, &[&spec], T).stdout)
+}
+
 #[test]
 fn libc_exported_functions_count_exactly() {
     let out = trace_workload(&funccount(), libc_workload(), &LIBC_SPECS, T);
@@ -116,10 +124,10 @@ fn zlib_from_its_debian_package() {
 fn c_binary_without_debug_info() {
     let dir = Scratch::new();
     let bin = build_userfuncs(&dir, "nodebug", &[]);
-    let w = Workload::start(&bin, &["plain", "2345"]);
-    let spec = format!("{}:uf_target", bin.display());
-    let out = trace_workload(&funccount(), w, &[&spec], T);
-    assert_eq!(last_table(&out.stdout), rows(&[("uf_target", 2345)]));
+    assert_eq!(
+        count_in(&bin, &["plain", "2345"], "uf_target"),
+        rows(&[("uf_target", 2345)])
+    );
 }
 
 #[test]
@@ -169,11 +177,8 @@ fn cold_parts_are_counted() {
     // entry counts the jumps into it, and the workload checks its results.
     let dir = Scratch::new();
     let bin = build_userfuncs(&dir, "cold", &[]);
-    let w = Workload::start(&bin, &["cold", "60"]);
-    let spec = format!("{}:uf_split*", bin.display());
-    let out = trace_workload(&funccount(), w, &[&spec], T);
     assert_eq!(
-        last_table(&out.stdout),
+        count_in(&bin, &["cold", "60"], "uf_split*"),
         rows(&[("uf_split.cold", 60), ("uf_split", 120)])
     );
 }
@@ -197,10 +202,10 @@ fn stripped_binary_exports_only() {
     // Functions it exports (-rdynamic) are still there.
     let bin = build_userfuncs(&dir, "exports", &["-rdynamic"]);
     let stripped = stripped_copy(&dir, &bin, "exports-stripped");
-    let w = Workload::start(&stripped, &["plain", "432"]);
-    let spec = format!("{}:uf_target", stripped.display());
-    let out = trace_workload(&funccount(), w, &[&spec], T);
-    assert_eq!(last_table(&out.stdout), rows(&[("uf_target", 432)]));
+    assert_eq!(
+        count_in(&stripped, &["plain", "432"], "uf_target"),
+        rows(&[("uf_target", 432)])
+    );
 }
 
 #[test]
@@ -224,10 +229,10 @@ fn stripped_binary_with_its_debug_file_by_debuglink() {
         let st = Command::new("objcopy").args(&args).status().unwrap();
         assert!(st.success());
     }
-    let w = Workload::start(&stripped, &["plain", "321"]);
-    let spec = format!("{}:uf_target", stripped.display());
-    let out = trace_workload(&funccount(), w, &[&spec], T);
-    assert_eq!(last_table(&out.stdout), rows(&[("uf_target", 321)]));
+    assert_eq!(
+        count_in(&stripped, &["plain", "321"], "uf_target"),
+        rows(&[("uf_target", 321)])
+    );
 }
 
 #[test]
@@ -248,20 +253,12 @@ fn entries_a_uprobe_cannot_step_are_skipped_with_the_reason() {
     let w = Workload::start(&bin, &["entries", "5000"]);
     let out = trace_workload(&funccount(), w, &["-D", &format!("{p}:uf_*")], T);
     assert_eq!(last_table(&out.stdout), rows(&[("uf_sse", 5000)]));
-    assert!(
-        out.stderr.contains(
-            "  skipped uf_vex: its first instruction (`vmovd %esi,%xmm0`) is AVX (VEX-encoded) \
-             on vector registers"
-        ),
-        "{}",
-        out.stderr
+    assert_contains(
+        &out.stderr,
+        "  skipped uf_vex: its first instruction (`vmovd %esi,%xmm0`) is AVX (VEX-encoded) \
+             on vector registers",
     );
-    assert!(
-        out.stderr
-            .contains("  skipped uf_evex: its first instruction"),
-        "{}",
-        out.stderr
-    );
+    assert_contains(&out.stderr, "  skipped uf_evex: its first instruction");
 }
 
 #[test]
@@ -352,13 +349,9 @@ fn files_that_are_not_binaries_say_what_they_are() {
     for spec in [format!("{truncated}:foo"), format!("u:{truncated}:probe")] {
         let out = run(&funccount(), &[&spec], T);
         assert_eq!(out.code(), 1);
-        assert!(
-            out.stderr.starts_with(&format!(
+        assert_starts_with(&out.stderr, &format!(
                 "funccount: error: probe \"{spec}\": {truncated} is a truncated or corrupt ELF file ("
-            )),
-            "{}",
-            out.stderr
-        );
+            ));
         assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
     }
 }

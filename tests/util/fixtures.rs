@@ -4,7 +4,9 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
+
+use super::{Reaped, Traced};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::Duration;
@@ -154,11 +156,15 @@ pub fn build_c(dir: &Scratch, name: &str) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/progs")
         .join(format!("{name}.c"));
-    let out = dir.0.join(name);
+    cc(&src, dir.0.join(name))
+}
+
+/// `cc -g -O1 -o out src`, asserted: how every C test program but userfuncs is built.
+fn cc(src: &Path, out: PathBuf) -> PathBuf {
     let st = Command::new("cc")
         .args(["-g", "-O1", "-o"])
         .arg(&out)
-        .arg(&src)
+        .arg(src)
         .status()
         .expect("running cc (package gcc)");
     assert!(st.success(), "cc {} failed", src.display());
@@ -168,7 +174,7 @@ pub fn build_c(dir: &Scratch, name: &str) -> PathBuf {
 /// A C test program started with a piped stdin, past its "ready" line; `go`
 /// writes the line it waits for.
 pub struct CProg {
-    child: Child,
+    child: Reaped,
     pub pid: u32,
 }
 
@@ -185,24 +191,22 @@ impl CProg {
             .unwrap();
         assert_eq!(line.trim(), "ready", "{} did not start", bin.display());
         let pid = child.id();
-        CProg { child, pid }
-    }
-
-    pub fn go(&mut self) {
-        use std::io::Write;
-        let mut stdin = self.child.stdin.take().expect("go once");
-        stdin.write_all(b"go\n").unwrap();
-    }
-
-    pub fn wait(mut self) -> ExitStatus {
-        self.child.wait().unwrap()
+        CProg {
+            child: Reaped(child),
+            pid,
+        }
     }
 }
 
-impl Drop for CProg {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl Traced for CProg {
+    fn go(&mut self) {
+        use std::io::Write;
+        let mut stdin = self.child.0.stdin.take().expect("go once");
+        stdin.write_all(b"go\n").unwrap();
+    }
+
+    fn wait(self) -> ExitStatus {
+        self.child.wait()
     }
 }
 
@@ -227,15 +231,7 @@ pub fn build_many_functions(dir: &Scratch, n: usize) -> PathBuf {
     );
     let c = dir.0.join("many.c");
     std::fs::write(&c, src).unwrap();
-    let out = dir.0.join("many");
-    let st = Command::new("cc")
-        .args(["-g", "-O1", "-o"])
-        .arg(&out)
-        .arg(&c)
-        .status()
-        .expect("running cc (package gcc)");
-    assert!(st.success());
-    out
+    cc(&c, dir.0.join("many"))
 }
 
 /// A loop device over a fresh file of `mib` MiB (`losetup`), detached on drop.

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use super::{spawn, Running};
+use super::{spawn, Output, Running};
 
 const T: Duration = Duration::from_secs(300);
 
@@ -52,6 +52,15 @@ impl Served {
             self.local(),
             &format!("POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n"),
         )
+    }
+
+    /// Ends the run by POST /stop, as a client would, and returns the tool's
+    /// output once it exited with success.
+    pub fn stop(self, timeout: Duration) -> Output {
+        assert_eq!(self.post("/stop").0, 200);
+        let out = self.run.finish(timeout);
+        assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+        out
     }
 }
 

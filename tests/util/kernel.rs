@@ -125,6 +125,15 @@ pub fn bpf_maps_of(pid: u32) -> Vec<(String, u32)> {
     maps
 }
 
+/// Asserts that none of these BPF links (a tool's, taken while it ran) is left.
+pub fn assert_links_gone(links: Vec<u32>) {
+    let left: Vec<u32> = links
+        .into_iter()
+        .filter(|id| bpf_link_exists(*id))
+        .collect();
+    assert!(left.is_empty(), "links left: {left:?}");
+}
+
 /// Whether a BPF link with this id still exists.
 pub fn bpf_link_exists(id: u32) -> bool {
     // SAFETY: plain bpf(2) wrapper; a returned fd is closed at once.

@@ -1,5 +1,6 @@
 //! Reading the tools' output: funccount tables, stackcount stacks, `--debug`
-//! lines, lost-event warnings and ready lines.
+//! and `-v` lines, JSON lines, lost-event warnings and ready lines; and the
+//! assertions on a part of it that show all of it when they fail.
 
 use super::Output;
 
@@ -25,6 +26,15 @@ pub fn last_table(stdout: &str) -> Vec<(String, u64)> {
 
 pub fn rows(expected: &[(&str, u64)]) -> Vec<(String, u64)> {
     expected.iter().map(|(n, c)| (n.to_string(), *c)).collect()
+}
+
+/// N of the banner `Tracing N functions for ...`: how many probes a pattern
+/// matched.
+pub fn traced_count(stdout: &str) -> usize {
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Tracing ")?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no Tracing line in:\n{stdout}"))
 }
 
 /// Stacks of a stackcount text summary: (frames leaf first, count).
@@ -88,4 +98,69 @@ pub fn lost_reported(stderr: &str) -> u64 {
                 .flatten()
         })
         .sum()
+}
+
+/// `-v`'s count of the records that reached user space (trace).
+pub fn trace_records(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("trace: ")?
+                .strip_suffix(" records reached user space")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no record count in:\n{stderr}"))
+}
+
+/// The `--debug` line `attached: N probes, M links (...)`.
+pub fn attached_line(stderr: &str) -> &str {
+    stderr
+        .lines()
+        .find(|l| l.starts_with("attached: "))
+        .unwrap_or_else(|| panic!("no attached line in:\n{stderr}"))
+}
+
+/// The objects of a `--json` run's stdout, one a line (a line that is not JSON
+/// fails the test).
+pub fn json_lines(stdout: &str) -> Vec<serde_json::Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// disksnoop's JSON records as (type, bytes), in order: what its tests on both
+/// kernels compare with the requests they made.
+pub fn disksnoop_sizes(recs: &[serde_json::Value]) -> Vec<(String, u64)> {
+    recs.iter()
+        .map(|r| {
+            (
+                r["type"].as_str().unwrap().to_string(),
+                r["bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Asserts that `text` (a tool's stdout or stderr) contains `part`; a failure
+/// shows all of it, as the tests' own `assert!`s did one by one.
+#[track_caller]
+pub fn assert_contains(text: &str, part: &str) {
+    assert!(text.contains(part), "no {part:?} in:\n{text}");
+}
+
+/// [`assert_contains`] for the beginning of `text`.
+#[track_caller]
+pub fn assert_starts_with(text: &str, start: &str) {
+    assert!(
+        text.starts_with(start),
+        "not starting with {start:?}:\n{text}"
+    );
+}
+
+/// [`assert_contains`] for the end of `text`.
+#[track_caller]
+pub fn assert_ends_with(text: &str, end: &str) {
+    assert!(text.ends_with(end), "not ending with {end:?}:\n{text}");
 }

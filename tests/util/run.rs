@@ -47,9 +47,23 @@ pub fn kill(pid: u32, sig: i32) {
     unsafe { libc::kill(pid as i32, sig) };
 }
 
+/// A workload started from a private copy of `bin` in `dir` (uprobes on the copy
+/// see this test's process only, so the tool needs no -p), and the spec of the
+/// copy's `func` (`COPY:func`).
+pub fn private_workload(
+    dir: &Scratch,
+    bin: &Path,
+    args: &[&str],
+    func: &str,
+) -> (Workload, String) {
+    let copy = dir.copy(bin);
+    let w = Workload::start(&copy, args);
+    (w, format!("{}:{func}", copy.display()))
+}
+
 /// The workload test program, started and waiting for SIGUSR1.
 pub struct Workload {
-    child: Child,
+    child: Reaped,
     pub pid: u32,
 }
 
@@ -74,7 +88,10 @@ impl Workload {
             .unwrap();
         assert_eq!(line.trim(), "ready", "workload did not start");
         let pid = child.id();
-        Workload { child, pid }
+        Workload {
+            child: Reaped(child),
+            pid,
+        }
     }
 
     /// Tells it to do its work (or, with --hold after the work, to exit).
@@ -82,15 +99,42 @@ impl Workload {
         kill(self.pid, libc::SIGUSR1);
     }
 
-    pub fn wait(mut self) -> ExitStatus {
-        self.child.wait().unwrap()
+    pub fn wait(self) -> ExitStatus {
+        self.child.wait()
     }
 }
 
-impl Drop for Workload {
+/// A test program a tool traces, told to go once the tool is attached: one
+/// [`Running::finish_after`] for the workload (SIGUSR1) and C programs (stdin).
+pub trait Traced {
+    fn go(&mut self);
+    fn wait(self) -> ExitStatus;
+}
+
+impl Traced for Workload {
+    fn go(&mut self) {
+        Workload::go(self)
+    }
+
+    fn wait(self) -> ExitStatus {
+        Workload::wait(self)
+    }
+}
+
+/// A child killed and reaped on drop, so that a failing test leaves no test
+/// program running: what [`Workload`] and [`CProg`] hold.
+pub struct Reaped(pub Child);
+
+impl Reaped {
+    pub fn wait(mut self) -> ExitStatus {
+        self.0.wait().unwrap()
+    }
+}
+
+impl Drop for Reaped {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -216,6 +260,27 @@ impl Running {
             stderr,
         }
     }
+
+    /// Lets `w` run (the tool attached), and returns the tool's output once both
+    /// have exited with success: how a run with -p ends, with its process.
+    pub fn finish_after(self, mut w: impl Traced, timeout: Duration) -> Output {
+        w.go();
+        let out = self.finish(timeout);
+        assert!(w.wait().success(), "the traced program failed");
+        assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+        out
+    }
+
+    /// Lets `w` run to its exit (the tool attached), then stops the tool with
+    /// `sig` and returns its output, asserting both succeeded: a run without -p.
+    pub fn stop_after(self, mut w: impl Traced, sig: i32, timeout: Duration) -> Output {
+        w.go();
+        assert!(w.wait().success(), "the traced program failed");
+        self.signal(sig);
+        let out = self.finish(timeout);
+        assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+        out
+    }
 }
 
 /// Runs `tool -p PID args` on workload `w`: waits until the tool has attached, lets
@@ -228,17 +293,7 @@ pub fn trace_workload(tool: &Path, w: Workload, args: &[&str], timeout: Duration
 /// [`trace_workload`] with the tool started by a command prefix (`cmd[0]` runs
 /// `cmd[1..]`, the last of which is the tool), e.g. [`without_debug_files`].
 pub fn trace_workload_via(cmd: &[&str], w: Workload, args: &[&str], timeout: Duration) -> Output {
-    let pid = w.pid.to_string();
-    let mut all: Vec<&str> = cmd[1..].to_vec();
-    all.extend(["-p", pid.as_str()]);
-    all.extend_from_slice(args);
-    let mut t = spawn(Path::new(cmd[0]), &all);
-    t.wait_ready();
-    w.go();
-    let out = t.finish(timeout);
-    assert!(w.wait().success(), "the workload failed");
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    out
+    trace_workload_until(cmd, w, args, |l| l.starts_with("Tracing"), timeout)
 }
 
 /// Runs a tool to completion.
@@ -261,6 +316,40 @@ pub fn fails_with(tool_bin: &Path, args: &[&str], message: &str) {
     assert_eq!(out.stdout, "");
 }
 
+/// Runs `tool args` (words for sh) under `ulimit -n 40`, which sets the hard
+/// limit too, and asserts that it fails before attaching with exactly the
+/// message saying how many descriptors it needs; returns that number. For each
+/// tool that needs a descriptor per probe.
+pub fn refused_for_want_of_descriptors(tool: &Path, args: &str) -> usize {
+    let name = tool.file_name().unwrap().to_str().unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -n 40 && exec {} {args}", tool.display()))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    let need: usize = stderr
+        .strip_prefix(&format!("{name}: error: this run needs "))
+        .and_then(|r| r.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{stderr}"));
+    let probes = stderr
+        .split(" file descriptors (")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert_eq!(
+        stderr,
+        format!(
+            "{name}: error: this run needs {need} file descriptors ({probes} for its probes), \
+             over the open-file limit of 40: raise it with `ulimit -n {need}` (or `prlimit \
+             --nofile={need}`), or trace fewer probes\n"
+        )
+    );
+    need
+}
+
 /// [`trace_workload_via`] for tools whose start line is a column header: waits
 /// for a line satisfying `ready`, lets the workload run, and returns the tool's
 /// output once both have exited with success.
@@ -277,11 +366,7 @@ pub fn trace_workload_until(
     all.extend_from_slice(args);
     let mut t = spawn(Path::new(cmd[0]), &all);
     t.wait_line(ready, Duration::from_secs(60));
-    w.go();
-    let out = t.finish(timeout);
-    assert!(w.wait().success(), "the workload failed");
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    out
+    t.finish_after(w, timeout)
 }
 
 /// Waits until process `pid` is stopped (state T in /proc/PID/stat); panics

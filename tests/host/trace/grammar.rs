@@ -5,19 +5,6 @@
 
 use super::*;
 
-/// -v's count of the records that reached user space.
-fn records_received(stderr: &str) -> u64 {
-    stderr
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("trace: ")?
-                .strip_suffix(" records reached user space")?
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("no record count in:\n{stderr}"))
-}
-
 #[test]
 fn predicate_in_the_kernel_passes_exactly_k() {
     // 10 of 50 calls pass; the 40 others never reach user space.
@@ -35,7 +22,7 @@ fn predicate_in_the_kernel_passes_exactly_k() {
 /// with `dropped` dropped by the predicate in the kernel (and every return
 /// paired with its entry).
 fn assert_kept_in_kernel(stderr: &str, records: u64, hits: u64, dropped: u64) {
-    assert_eq!(records_received(stderr), records, "{stderr}");
+    assert_eq!(trace_records(stderr), records, "{stderr}");
     assert!(
         stderr.contains(&format!(
             ": {hits} hits, {dropped} dropped by the predicate in the kernel\n"
@@ -104,7 +91,7 @@ fn gates_of_several_probes_entry_and_return() {
         messages(&out.stdout),
         ["caller 0", "ret 0", "caller 1", "ret 50", "ret 100", "ret 150"]
     );
-    assert_eq!(records_received(&out.stderr), 6, "{}", out.stderr);
+    assert_eq!(trace_records(&out.stderr), 6, "{}", out.stderr);
     for counts in [": 20 hits, 16 dropped", ": 20 hits, 18 dropped"] {
         assert!(out.stderr.contains(counts), "{counts}: {}", out.stderr);
     }
@@ -288,10 +275,8 @@ fn deep_nesting_is_refused_not_overflowed() {
     let out = run(&trace(), &[&deep], T);
     assert_eq!(out.code(), 1, "{}", out.stderr);
     assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
-    assert!(
-        out.stderr
-            .ends_with("in the predicate: expression nested too deeply\n"),
-        "{}",
-        out.stderr
+    assert_ends_with(
+        &out.stderr,
+        "in the predicate: expression nested too deeply\n",
     );
 }

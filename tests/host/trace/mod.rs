@@ -75,11 +75,7 @@ fn run_on_via(
         |l| l.starts_with("PID ") || l.starts_with("TIME ") || l.starts_with("Tracing "),
         T,
     );
-    w.go();
-    let out = t.finish(T);
-    assert!(w.wait().success(), "the traced program failed");
-    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
-    out
+    t.finish_after(w, T)
 }
 
 /// The event lines of BCC's layout (after the header), as (pid, tid, comm, func,
@@ -196,11 +192,7 @@ fn dash_c_is_bcc_cgroup_path() {
 fn json_one_typed_object_per_event() {
     let spec = format!("{}:tt_args \"%d %s\", arg1, arg3", bin());
     let out = run_on("calls", 5, &["--json", &spec]);
-    let objs: Vec<serde_json::Value> = out
-        .stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
+    let objs = json_lines(&out.stdout);
     assert_eq!(objs.len(), 6, "{}", out.stdout);
     // The last one says the run ended, and that nothing was lost.
     assert_eq!(

@@ -232,12 +232,9 @@ fn tracepoints_the_kernel_refuses_are_skipped_with_the_reason() {
         T,
     );
     assert_eq!(out.code(), 0, "{}", out.stderr);
-    assert!(
-        out.stderr.contains(&format!(
-            "trace: skipped 1 tracepoint that could not be attached: {ftrace_print}\n"
-        )),
-        "{}",
-        out.stderr
+    assert_contains(
+        &out.stderr,
+        &format!("trace: skipped 1 tracepoint that could not be attached: {ftrace_print}\n"),
     );
     assert_eq!(out.stdout.lines().count(), 2, "{}", out.stdout);
     // -v, which the warning's "and N more" names, says so of each.

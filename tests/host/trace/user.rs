@@ -17,13 +17,12 @@ fn every_call_with_its_arguments() {
         assert_eq!(func, "tt_args");
         assert_eq!(msg, &format!("a={i} b={} name=name-{i}", 10 * i));
     }
-    assert!(
-        out.stdout.starts_with(&format!(
+    assert_starts_with(
+        &out.stdout,
+        &format!(
             "{:<7} {:<7} {:<15} {:<16} -\n",
             "PID", "TID", "COMM", "FUNC"
-        )),
-        "{}",
-        out.stdout
+        ),
     );
 }
 
@@ -205,11 +204,16 @@ fn returns_after_calls_left_by_longjmp() {
     }
 }
 
-/// The frame below `main` in a -U stack of `traced` is libc's, named: the
-/// static release tool, which maps no libc of its own, left it unknown once
-/// the process had exited.
-fn assert_libc_frame_named(stdout: &str) {
+/// The callers of tt_args in a -U stack of `traced` are named: its fourth line
+/// is tt_caller, and the frame below `main` is libc's (the static release tool,
+/// which maps no libc of its own, left that one unknown once the process had
+/// exited).
+fn assert_callers_named(stdout: &str) {
     let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines[3].starts_with("        tt_caller+0x") && lines[3].ends_with(" [traced]"),
+        "{stdout}"
+    );
     let after_main = lines
         .iter()
         .position(|l| l.starts_with("        main+0x"))
@@ -235,12 +239,7 @@ fn user_stack_named_after_the_process_exits() {
         "{}",
         out.stdout
     );
-    assert!(
-        lines[3].starts_with("        tt_caller+0x") && lines[3].ends_with(" [traced]"),
-        "{}",
-        out.stdout
-    );
-    assert_libc_frame_named(&out.stdout);
+    assert_callers_named(&out.stdout);
 }
 
 #[test]
@@ -259,10 +258,7 @@ fn sym_file_list_names_frames_of_a_stripped_program() {
         args.push("c:snprintf");
         let mut t = spawn(&trace(), &args);
         t.wait_line(|l| l.starts_with("PID "), T);
-        w.go();
-        let out = t.finish(T);
-        assert!(w.wait().success(), "the program failed");
-        assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+        let out = t.finish_after(w, T);
         let lines: Vec<&str> = out.stdout.lines().collect();
         assert_eq!(
             lines[2], "        snprintf+0x0 [libc.so.6]",
@@ -302,9 +298,7 @@ fn user_stack_named_when_the_process_exited_before_its_record_was_read() {
     // build ID and file offset, still get their names. A private copy: other
     // tests' processes call tt_args too.
     let dir = Scratch::new();
-    let copy = dir.copy(&traced());
-    let w = Workload::start(&copy, &["calls", "1"]);
-    let spec = format!("{}:tt_args", copy.display());
+    let (w, spec) = private_workload(&dir, &traced(), &["calls", "1"], "tt_args");
     let mut t = spawn(&trace(), &["-U", "-M", "1", &spec]);
     t.wait_line(|l| l.starts_with("PID "), T);
     t.signal(libc::SIGSTOP);
@@ -324,12 +318,7 @@ fn user_stack_named_when_the_process_exited_before_its_record_was_read() {
         out.stdout
     );
     assert_eq!(lines[2], "        tt_args+0x0 [traced]", "{}", out.stdout);
-    assert!(
-        lines[3].starts_with("        tt_caller+0x") && lines[3].ends_with(" [traced]"),
-        "{}",
-        out.stdout
-    );
-    assert_libc_frame_named(&out.stdout);
+    assert_callers_named(&out.stdout);
 }
 
 #[test]
@@ -360,5 +349,5 @@ fn bad_path_is_one_line() {
     let out = run(&trace(), &["p:/nonexistent/lib:f"], T);
     assert_eq!(out.code(), 1, "{}", out.stderr);
     assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
-    assert!(out.stderr.starts_with("trace: error: "), "{}", out.stderr);
+    assert_starts_with(&out.stderr, "trace: error: ");
 }

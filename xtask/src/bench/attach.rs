@@ -17,12 +17,13 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use serde_json::Value;
 use tabled::builder::Builder;
 use tabled::settings::Style;
 
 use super::harness::{
-    announce_start, attach_json, closest_glob, done_list, guest_runs, measure_repeated,
-    traceable_functions, GuestResults, MARK, QUICK, REPS,
+    announce_start, attach_json, closest_glob, done_list, measure_repeated, print_flagged,
+    run_guest_half, traceable_functions, GuestResults, MARK, QUICK, REPS,
 };
 use crate::{deps, guest};
 
@@ -44,25 +45,22 @@ pub fn host(root: &Path, args: &[String]) -> Result<()> {
         Ok(()) => None,
         Err(e) => Some(format!("BCC not run: {e:#}")),
     };
-    let xtask = std::env::current_exe()?;
     let done_file = root.join("target/bench/attach-done.json");
     fs::create_dir_all(done_file.parent().expect("dir"))?;
-    let script = guest::write_script(
-        "bench-attach.sh",
-        &format!(
-            "'{}' bench-attach-guest '{}' --done '{}' {} {}",
-            xtask.display(),
-            root.join("target/release/funccount").display(),
-            done_file.display(),
-            if bcc_note.is_some() { "--no-bcc" } else { "" },
-            if startup_only { "--startup-only" } else { "" }
-        ),
-    )?;
     // Mass ftrace patching can crash an emulated guest kernel (seen once in ~10
     // runs of the 42k-function row, an int3 oops in text_poke_bp): guest_runs notes
     // it, boots a fresh guest and retries that measurement once.
-    let GuestResults { results, failure } =
-        guest_runs(&kernel, &script, &done_file, Duration::from_secs(6 * 3600))?;
+    let GuestResults { results, failure } = run_guest_half(
+        &kernel,
+        "attach",
+        &[&root.join("target/release/funccount")],
+        &done_file,
+        &[
+            if bcc_note.is_some() { "--no-bcc" } else { "" },
+            if startup_only { "--startup-only" } else { "" },
+        ],
+        Duration::from_secs(6 * 3600),
+    )?;
     let out = root.join("target/bench/attach.json");
     fs::create_dir_all(out.parent().expect("dir"))?;
     fs::write(&out, serde_json::to_string_pretty(&results)?)?;
@@ -141,25 +139,10 @@ pub fn host(root: &Path, args: &[String]) -> Result<()> {
         println!("\n{phase}:\n{}", t.build().with(Style::markdown()));
     }
     super::startup::table(&results);
-    for r in results
-        .iter()
-        .filter(|r| r["error"].is_string() && r["pattern"].is_string())
-    {
-        println!(
-            "failed: {} on '{}': {}",
-            r["tool"].as_str().unwrap_or(""),
-            r["pattern"].as_str().unwrap_or(""),
-            r["error"].as_str().unwrap_or("")
-        );
-    }
-    for r in results.iter().filter(|r| r["note"].is_string()) {
-        println!(
-            "note: {} on '{}': {}",
-            r["tool"].as_str().unwrap_or(""),
-            r["pattern"].as_str().unwrap_or(""),
-            r["note"].as_str().unwrap_or("")
-        );
-    }
+    let on_pattern = |r: &Value| format!("on '{}'", r["pattern"].as_str().unwrap_or(""));
+    let with_pattern = results.iter().filter(|r| r["pattern"].is_string());
+    print_flagged(with_pattern, "error", "failed", on_pattern);
+    print_flagged(&results, "note", "note", on_pattern);
     if let Some(n) = bcc_note {
         println!("{n}");
     }

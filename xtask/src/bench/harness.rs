@@ -399,6 +399,32 @@ pub fn traceable_functions() -> Result<Vec<String>> {
     Ok(names)
 }
 
+/// Starts a tracing tool (ours, bpftrace or BCC's) with stdin closed, and its
+/// stdout and stderr lines coming on the channel as [`lines_of`] reads them:
+/// how the attach and per-call measurements start the tool they time.
+pub fn spawn_tool(mut cmd: Command, what: &str) -> Result<(Child, mpsc::Receiver<String>)> {
+    let mut child = cmd
+        // BCC's tools are Python: unbuffered, their `Tracing` line is seen when printed.
+        .env("PYTHONUNBUFFERED", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {what}"))?;
+    let lines = lines_of(&mut child);
+    Ok((child, lines))
+}
+
+/// `bpftrace --version`'s line, for the reports of the benches that compare
+/// with it.
+pub fn bpftrace_version() -> Result<String> {
+    let out = Command::new("bpftrace")
+        .arg("--version")
+        .output()
+        .context("running bpftrace (package bpftrace)")?;
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
 /// One attach/detach measurement; `None` = over the limit.
 pub struct Measured {
     /// N of the tool's "Tracing N functions" line, if it prints one.
@@ -411,17 +437,9 @@ pub struct Measured {
 /// bpftrace program prints from BEGIN); detach = SIGINT until it exits. Each phase
 /// is bounded by `limit`; a tool that exits before it is ready is an error with
 /// its last lines.
-pub fn attach_detach(mut cmd: Command, what: &str, limit: Duration) -> Result<Measured> {
+pub fn attach_detach(cmd: Command, what: &str, limit: Duration) -> Result<Measured> {
     let start = Instant::now();
-    let mut child = cmd
-        // BCC's tools are Python: unbuffered, their `Tracing` line is seen when printed.
-        .env("PYTHONUNBUFFERED", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {what}"))?;
-    let rx = lines_of(&mut child);
+    let (mut child, rx) = spawn_tool(cmd, what)?;
     let ready = |l: &str| l.starts_with("Tracing ") || l == "READY";
     let mut functions = None;
     let mut seen = Vec::new();
@@ -580,6 +598,25 @@ pub fn done_list(args: &[String]) -> Result<Vec<Value>> {
     }
 }
 
+/// Prints `LABEL: TOOL PLACE: TEXT` for each of `rows` with a `field` string (an
+/// `error` or a `note`), PLACE being `place` of the row: the lines under each
+/// bench's tables.
+pub fn print_flagged<'a>(
+    rows: impl IntoIterator<Item = &'a Value>,
+    field: &str,
+    label: &str,
+    place: impl Fn(&Value) -> String,
+) {
+    for r in rows.into_iter().filter(|r| r[field].is_string()) {
+        println!(
+            "{label}: {} {}: {}",
+            r["tool"].as_str().unwrap_or(""),
+            place(r),
+            r[field].as_str().unwrap_or("")
+        );
+    }
+}
+
 /// What the guest runs of one benchmark produced.
 pub struct GuestResults {
     /// The guest half's result lines; a measurement the guest died in has a `note`
@@ -587,6 +624,32 @@ pub struct GuestResults {
     pub results: Vec<Value>,
     /// Why the last boot did not finish, if it did not.
     pub failure: Option<String>,
+}
+
+/// Runs the guest half of bench `name` in `kernel` under [`guest_runs`]: a script
+/// running `xtask bench-NAME-guest PATHS --done DONE_FILE FLAGS`, as each bench
+/// with a guest half starts it.
+pub fn run_guest_half(
+    kernel: &guest::Kernel,
+    name: &str,
+    paths: &[&Path],
+    done_file: &Path,
+    flags: &[&str],
+    timeout: Duration,
+) -> Result<GuestResults> {
+    let mut cmd = format!(
+        "'{}' bench-{name}-guest",
+        std::env::current_exe()?.display()
+    );
+    for p in paths {
+        cmd.push_str(&format!(" '{}'", p.display()));
+    }
+    cmd.push_str(&format!(" --done '{}'", done_file.display()));
+    for f in flags.iter().filter(|f| !f.is_empty()) {
+        cmd.push_str(&format!(" {f}"));
+    }
+    let script = guest::write_script(&format!("bench-{name}.sh"), &cmd)?;
+    guest_runs(kernel, &script, done_file, timeout)
 }
 
 /// Boots `kernel` running `script` (a guest half that prints `BENCH {json}` lines:

@@ -18,7 +18,9 @@ use anyhow::{bail, Context, Result};
 use tabled::builder::Builder;
 use tabled::settings::Style;
 
-use super::harness::{lines_of, many_functions, median, num_cpus, wait_for, wait_long, Workload};
+use super::harness::{
+    bpftrace_version, lines_of, many_functions, median, num_cpus, wait_for, wait_long, Workload,
+};
 
 const REPEATS: usize = 5;
 const TP_CALLS: u64 = 2_000_000;
@@ -156,13 +158,7 @@ pub fn host(root: &Path) -> Result<()> {
     crate::build::build_release(&["--bin", "funccount", "--example", "workload"])?;
     let funccount = root.join("target/release/funccount");
     let workload = root.join("target/release/examples/workload");
-    let bpftrace_version = Command::new("bpftrace")
-        .arg("--version")
-        .output()
-        .context("running bpftrace (package bpftrace)")?;
-    let bpftrace_version = String::from_utf8_lossy(&bpftrace_version.stdout)
-        .trim()
-        .to_string();
+    let bpftrace_version = bpftrace_version()?;
 
     let mut rows: Vec<(String, f64, f64)> = Vec::new();
     let mut raw = Vec::new();

@@ -24,7 +24,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -34,9 +34,9 @@ use tabled::builder::Builder;
 use tabled::settings::Style;
 
 use super::harness::{
-    announce_start, attach_json, closest_glob, done_list, guest_runs, lines_of, matches,
-    measure_repeated, median, num_cpus, traceable_functions, wait_clean, GuestResults, Workload,
-    MARK, QUICK, REPS,
+    announce_start, attach_json, bpftrace_version, closest_glob, done_list, matches,
+    measure_repeated, median, num_cpus, print_flagged, run_guest_half, spawn_tool,
+    traceable_functions, wait_clean, GuestResults, Workload, MARK, QUICK, REPS,
 };
 use crate::{deps, guest};
 
@@ -176,15 +176,7 @@ fn per_call_run(
         return Ok(json!({ "ns_per_call": w.run()? }));
     }
     let start = Instant::now();
-    let mut child = tracer(tool, funclatency, target, w.pid())
-        // BCC's tools are Python: unbuffered, their `Tracing` line is seen when printed.
-        .env("PYTHONUNBUFFERED", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {tool}"))?;
-    let lines = lines_of(&mut child);
+    let (mut child, lines) = spawn_tool(tracer(tool, funclatency, target, w.pid()), tool)?;
     let mut seen = Vec::new();
     let ready = loop {
         match lines.recv_timeout(limit.saturating_sub(start.elapsed())) {
@@ -360,11 +352,7 @@ pub fn host(root: &Path, args: &[String]) -> Result<()> {
     ])?;
     let funclatency = root.join("target/release/funclatency");
     let workload = root.join("target/release/examples/workload");
-    let bpftrace = Command::new("bpftrace")
-        .arg("--version")
-        .output()
-        .context("running bpftrace (package bpftrace)")?;
-    let bpftrace = String::from_utf8_lossy(&bpftrace.stdout).trim().to_string();
+    let bpftrace = bpftrace_version()?;
     let out_dir = root.join("target/bench");
     fs::create_dir_all(&out_dir)?;
 
@@ -431,19 +419,18 @@ fn guest_part(
         .err()
         .map(|e| format!("BCC not run in the guest: {e:#}"));
     let done_file = out_dir.join("latency-done.json");
-    let script = guest::write_script(
-        "bench-latency.sh",
-        &format!(
-            "'{}' bench-latency-guest '{}' '{}' '{}' --done '{}' {}",
-            std::env::current_exe()?.display(),
-            funclatency.display(),
-            root.join("target/release/funccount").display(),
-            workload.display(),
-            done_file.display(),
-            if bcc_note.is_some() { "--no-bcc" } else { "" }
-        ),
+    let results = run_guest_half(
+        &kernel,
+        "latency",
+        &[
+            funclatency,
+            &root.join("target/release/funccount"),
+            workload,
+        ],
+        &done_file,
+        &[if bcc_note.is_some() { "--no-bcc" } else { "" }],
+        GUEST_TIMEOUT,
     )?;
-    let results = guest_runs(&kernel, &script, &done_file, GUEST_TIMEOUT)?;
     Ok((name, bcc_note, results))
 }
 
@@ -506,14 +493,9 @@ fn report(raw: &Value) {
     for e in &errors {
         println!("failed: {e}");
     }
-    for r in guest_results.iter().filter(|r| r["note"].is_string()) {
-        println!(
-            "note: {} ({}): {}",
-            r["tool"].as_str().unwrap_or(""),
-            r["part"].as_str().unwrap_or(""),
-            r["note"].as_str().unwrap_or("")
-        );
-    }
+    print_flagged(&guest_results, "note", "note", |r| {
+        format!("({})", r["part"].as_str().unwrap_or(""))
+    });
     if let Some(n) = raw["bcc_note"].as_str() {
         println!("{n}");
     }

@@ -17,7 +17,7 @@ use serde_json::Value;
 use tabled::builder::Builder;
 use tabled::settings::Style;
 
-use super::harness::{announce_start, matches, median, wait_clean, MARK, QUICK};
+use super::harness::{announce_start, matches, median, print_flagged, wait_clean, MARK, QUICK};
 
 /// (row, funccount's patterns (split at spaces), bpftrace's probe, BCC's pattern).
 const ROWS: &[(&str, &str, &str, &str)] = &[
@@ -351,12 +351,7 @@ pub fn table(results: &[Value]) {
             );
         }
     }
-    for r in rows.iter().filter(|r| r["error"].is_string()) {
-        println!(
-            "failed: {} on {}: {}",
-            r["tool"].as_str().unwrap_or(""),
-            r["startup"].as_str().unwrap_or(""),
-            r["error"].as_str().unwrap_or("")
-        );
-    }
+    print_flagged(rows.iter().copied(), "error", "failed", |r| {
+        format!("on {}", r["startup"].as_str().unwrap_or(""))
+    });
 }

@@ -36,7 +36,7 @@ use tabled::builder::Builder;
 use tabled::settings::Style;
 
 use super::harness::{
-    announce_start, done_list, guest_runs, matches, median, num_cpus, wait_clean, BpfStats,
+    announce_start, done_list, matches, median, num_cpus, run_guest_half, wait_clean, BpfStats,
     GuestResults, Line, Tracer, Workload, MARK,
 };
 use crate::{deps, guest};
@@ -449,18 +449,15 @@ fn guest_part(
     // BCC compiles against the running kernel's headers; the guest sees ours over 9p.
     deps::ensure(&[format!("linux-headers-{}", kernel.version).as_str()])?;
     let done_file = out_dir.join("trace-done.json");
-    let script = guest::write_script(
-        "bench-trace.sh",
-        &format!(
-            "'{}' bench-trace-guest '{}' '{}' --done '{}'",
-            std::env::current_exe()?.display(),
-            trace.display(),
-            workload.display(),
-            done_file.display(),
-        ),
-    )?;
     let _ = root;
-    let results = guest_runs(&kernel, &script, &done_file, Duration::from_secs(60 * 60))?;
+    let results = run_guest_half(
+        &kernel,
+        "trace",
+        &[trace, workload],
+        &done_file,
+        &[],
+        Duration::from_secs(60 * 60),
+    )?;
     Ok((name, results))
 }
 
