@@ -200,16 +200,11 @@ fn run(mut args: Args, mut ahead: OpenAhead<skel::DisksnoopSkelBuilder>) -> Resu
         tally,
         names: disks::Names::load(),
     };
-    session.run(
-        Schedule {
-            interval: None,
-            duration: args.duration,
-        },
-        &mut Streamed {
-            events: &mut ev,
-            tool: &mut served,
-        },
-    )?;
+    let mut streamed = Streamed {
+        events: &mut ev,
+        tool: &mut served,
+    };
+    session.run(Schedule::lasting(args.duration), &mut streamed)?;
     drop(ev);
     session.finish(true)
 }

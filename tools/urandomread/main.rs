@@ -194,16 +194,12 @@ fn run(mut args: Args, mut ahead: OpenAhead<skel::UrandomreadSkelBuilder>) -> Re
             Ok(())
         },
     )?;
-    session.run(
-        Schedule {
-            interval: None,
-            duration: args.duration,
-        },
-        &mut Streamed {
-            events: &mut ev,
-            tool: &mut Sources(tally),
-        },
-    )?;
+    let mut sources = Sources(tally);
+    let mut streamed = Streamed {
+        events: &mut ev,
+        tool: &mut sources,
+    };
+    session.run(Schedule::lasting(args.duration), &mut streamed)?;
     drop(ev);
     session.finish(true)
 }

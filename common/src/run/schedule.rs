@@ -16,6 +16,16 @@ pub struct Schedule {
     pub duration: Option<Duration>,
 }
 
+impl Schedule {
+    /// A per-event tool's run: no interval, until `duration` (`-d`) if given.
+    pub fn lasting(duration: Option<Duration>) -> Schedule {
+        Schedule {
+            interval: None,
+            duration,
+        }
+    }
+}
+
 /// Runs until stopped, calling `summary(is_final)` at each interval and once at the
 /// end. With only a duration there is one summary, at its end (BCC semantics).
 ///
