@@ -151,11 +151,25 @@ pub struct Output {
     pub stderr: Vec<String>,
 }
 
+/// A [`Tracer`] that printed no ready line within its limit (and was killed):
+/// an error a bench may report as a result of the run rather than a failure.
+#[derive(Debug)]
+pub struct NotReady(String);
+
+impl std::fmt::Display for NotReady {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NotReady {}
+
 impl Tracer {
     /// Starts `cmd` with stdout and stderr piped (anything else, such as stdin or
     /// the environment, is the caller's) and waits up to `limit` for a stdout
     /// line `ready` accepts. Lines before it are not classified. A tool that
-    /// exits or is not ready in time is an error with the tail of its stderr.
+    /// exits or is not ready in time ([`NotReady`]) is an error with the tail of
+    /// its stderr.
     pub fn start(
         mut cmd: Command,
         ready: impl Fn(&str) -> bool + Send + 'static,
@@ -220,7 +234,9 @@ impl Tracer {
             let tail = err[err.len().saturating_sub(10)..].join("\n");
             match e {
                 mpsc::RecvTimeoutError::Timeout => {
-                    bail!("{what} was not ready within {limit:?}: {tail}")
+                    return Err(
+                        NotReady(format!("{what} was not ready within {limit:?}: {tail}")).into(),
+                    )
                 }
                 mpsc::RecvTimeoutError::Disconnected => {
                     bail!("{what} exited before it was ready: {tail}")

@@ -24,9 +24,8 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
@@ -35,8 +34,8 @@ use tabled::settings::Style;
 
 use super::harness::{
     announce_start, attach_json, bpftrace_version, closest_glob, done_list, matches,
-    measure_repeated, median, num_cpus, print_flagged, run_guest_half, spawn_tool,
-    traceable_functions, wait_clean, GuestResults, Workload, MARK, QUICK, REPS,
+    measure_repeated, median, num_cpus, print_flagged, run_guest_half, traceable_functions,
+    wait_clean, GuestResults, Line, NotReady, Tracer, Workload, MARK, QUICK, REPS,
 };
 use crate::{deps, guest};
 
@@ -175,44 +174,37 @@ fn per_call_run(
     if tool == "untraced" {
         return Ok(json!({ "ns_per_call": w.run()? }));
     }
-    let start = Instant::now();
-    let (mut child, lines) = spawn_tool(tracer(tool, funclatency, target, w.pid()), tool)?;
-    let mut seen = Vec::new();
-    let ready = loop {
-        match lines.recv_timeout(limit.saturating_sub(start.elapsed())) {
-            Ok(l) if l.starts_with("Tracing ") || l == "READY" => break true,
-            Ok(l) => seen.push(l),
-            Err(mpsc::RecvTimeoutError::Timeout) => break false,
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                let _ = child.wait();
-                bail!("{tool} exited before tracing: {}", why(&seen));
-            }
+    let mut cmd = tracer(tool, funclatency, target, w.pid());
+    // BCC's tools are Python: unbuffered, their `Tracing` line is seen when printed.
+    cmd.env("PYTHONUNBUFFERED", "1").stdin(Stdio::null());
+    let ready = |l: &str| l.starts_with("Tracing ") || l == "READY";
+    let mut t = match Tracer::start(cmd, ready, limit, |_| Line::Keep) {
+        Ok(t) => t,
+        Err(e) if e.is::<NotReady>() => {
+            return Ok(json!({
+                "over_limit": true,
+                "error": format!("{tool} was not tracing within {}s", limit.as_secs()),
+            }));
+        }
+        Err(e) => {
+            let lines: Vec<String> = format!("{e:#}").lines().map(String::from).collect();
+            bail!("{tool} exited before tracing: {}", why(&lines))
         }
     };
-    if !ready {
-        let _ = child.kill();
-        let _ = child.wait();
-        return Ok(json!({
-            "over_limit": true,
-            "error": format!("{tool} was not tracing within {}s", limit.as_secs()),
-        }));
-    }
-    let ready_s = start.elapsed().as_secs_f64();
+    let ready_s = t.ready.as_secs_f64();
     let ns = w.run()?;
-    // SAFETY: plain kill(2) on our child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let stop = Instant::now();
-    while child.try_wait()?.is_none() {
-        if stop.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("{tool} did not exit within {}s of SIGINT", limit.as_secs());
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    t.interrupt();
+    if !t.wait_within(limit, None)? {
+        bail!("{tool} did not exit within {}s of SIGINT", limit.as_secs());
     }
-    while let Ok(l) = lines.recv_timeout(Duration::from_secs(5)) {
-        seen.push(l);
-    }
+    // The count is on stdout, funclatency's attach mode (-D) on stderr.
+    let out = t.finish();
+    let seen: Vec<String> = out
+        .kept
+        .into_iter()
+        .map(|(_, l)| l)
+        .chain(out.stderr)
+        .collect();
     let (count, mechanism) = parse_output(tool, &seen);
     let Some(count) = count else {
         bail!("{tool} printed no count: {}", why(&seen));
