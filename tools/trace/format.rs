@@ -236,7 +236,9 @@ impl Conv {
                 };
                 (String::new(), t)
             }
-            (Value::Num(n), 'c') => (String::new(), char::from(*n as u8).to_string()),
+            // Escaped as %s text is: a traced process must not print a newline
+            // (a fake event line) or an ESC (terminal control) through %c.
+            (Value::Num(n), 'c') => (String::new(), common::escape([*n as u8])),
             (Value::Num(n), 'p') => (String::new(), format!("0x{n:x}")),
             (Value::Num(n), ty) => {
                 let (neg, mag) = self.typed(*n);
@@ -309,6 +311,12 @@ mod tests {
             "fffffffb ff 10"
         );
         assert_eq!(r("%c%s", &[Num(65), Text("bc".into())]), "Abc");
+        // Control bytes and bytes that are no character alone are escaped, as
+        // %s escapes them.
+        assert_eq!(r("[%c]", &[Num(10)]), "[\\x0a]");
+        assert_eq!(r("[%c]", &[Num(27)]), "[\\x1b]");
+        assert_eq!(r("[%c]", &[Num(0)]), "[\\x00]");
+        assert_eq!(r("[%c]", &[Num(0xe9)]), "[\\xe9]");
         assert_eq!(
             r("100%% %K", &[Text("vfs_read+0x5".into())]),
             "100% vfs_read+0x5"
