@@ -541,6 +541,19 @@ impl<'a> Gen<'a> {
                 if matches!(op, BinOp::Div | BinOp::Mod) && matches!(**r, Expr::Num(0)) {
                     return Err(format!("'{}' divides by zero", e));
                 }
+                // The kernel takes a shift count mod 64, C leaves a count of
+                // the width or more undefined: a constant one is a mistake too.
+                let count = match &**r {
+                    Expr::Num(n) => Some(*n),
+                    Expr::Unary(UnOp::Neg, n) => match **n {
+                        Expr::Num(n) if n > 0 => Some(n.wrapping_neg()),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                if matches!(op, BinOp::Shl | BinOp::Shr) && count.is_some_and(|n| n >= 64) {
+                    return Err(format!("'{}' shifts by 64 bits or more", e));
+                }
                 let before_a = self.prog.insns.len();
                 let a = self.expr(l)?;
                 let a = self.rvalue(a)?;
@@ -949,6 +962,19 @@ mod tests {
             user("c:read (-(arg1 - 1) / 0 == (arg2 - (arg3 - 1)) * 2)").unwrap_err(),
             "'-(arg1 - 1) / 0' divides by zero"
         );
+        assert_eq!(
+            user("c:read \"%llx\", arg2 << 64").unwrap_err(),
+            "'arg2 << 64' shifts by 64 bits or more"
+        );
+        assert_eq!(
+            user("c:read (arg2 >> 1000000000000 == 0)").unwrap_err(),
+            "'arg2 >> 1000000000000' shifts by 64 bits or more"
+        );
+        assert_eq!(
+            user("c:read (arg2 << -1 == 0)").unwrap_err(),
+            "'arg2 << -1' shifts by 64 bits or more"
+        );
+        assert!(user("c:read \"%llx\", arg2 << 63").is_ok());
         // A divisor known only at run time divides as the kernel does.
         assert!(user("c:read \"%d\", arg1 / arg2").is_ok());
         let deep = format!("c:read ({})", vec!["arg1"; 200].join(" + "));
