@@ -227,8 +227,9 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     )?;
     placement::check_specs_per_probe(&per_probe, &session.plan)?;
 
-    // Compiled per site, then placed: the plan's probes, and the tracepoints
-    // trace attaches itself (placement.rs).
+    // Compiled per site, then placed: which tracepoints take a perf event on
+    // their record size's program, attached by name through the plan
+    // (placement.rs).
     let kernel_reads = common::features::kernel_reads();
     let mut formats: HashMap<String, Vec<TpField>> = HashMap::new();
     let probes = std::mem::take(&mut session.plan.probes);
@@ -299,11 +300,11 @@ fn attach(
     placed: &Placement,
     verbose: bool,
 ) -> Result<()> {
-    let (all, nplan, tp_progs) = (&placed.all, placed.nplan, &placed.tp_progs);
+    let (all, named_from, tp_progs) = (&placed.all, placed.named_from, &placed.tp_progs);
     session.attach(skel.object())?;
     if verbose {
         let mut s = String::new();
-        for p in &all[..nplan] {
+        for p in &all[..named_from] {
             if let Site::Tracepoint(t) = &p.site {
                 let _ = match syscall_event(t) {
                     Some((exit, _)) => {

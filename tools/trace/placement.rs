@@ -1,9 +1,10 @@
 //! Where each probe goes: which specs serve each of the plan's probes (and
 //! their `func+offset`), and for tracepoints, whether the plan attaches them
 //! (raw links: syscall events whose record the raw sys_enter/sys_exit programs
-//! rebuild, tracepoints whose specs read no field) or trace does, and then to
-//! which program class for the record's size. Probe indexes (attach cookies):
-//! the plan's probes first, then the tracepoints trace attaches.
+//! rebuild, tracepoints whose specs read no field) or a perf event does, and
+//! then the program class for the record's size, which the plan attaches by
+//! name. Probe indexes (attach cookies): the others first, then those
+//! tracepoints.
 
 use std::collections::HashMap;
 
@@ -20,9 +21,10 @@ use crate::tp_format::{self, format_of, TpField};
 pub struct Placement {
     /// Every probe, the plan's first: a probe's index is its attach cookie.
     pub all: Vec<common::Probe>,
-    /// How many of `all` the plan attaches.
-    pub nplan: usize,
-    /// The tracepoints trace attaches itself: (probe index, program name).
+    /// Where the tracepoints on a perf event begin in `all` (those before it take
+    /// the links the plan chooses by kind).
+    pub named_from: usize,
+    /// Those tracepoints: (probe index, the program the plan attaches by name).
     pub tp_progs: Vec<(usize, String)>,
 }
 
@@ -41,9 +43,10 @@ pub fn check_specs_per_probe(per_probe: &[Vec<usize>], plan: &Plan) -> Result<()
     Ok(())
 }
 
-/// Splits `probes` (`plan`'s, taken out of it) between the plan and trace's
-/// own tracepoint attach, renumbers `compiled`'s probes to match, and gives
-/// the plan back its part.
+/// Orders `probes` (`plan`'s, taken out of it): those on links the plan chooses
+/// by kind first, then the tracepoints on a perf event, each with its record
+/// size's program; renumbers `compiled`'s probes to match, and gives the plan
+/// back all of them with those program names.
 pub fn place(
     plan: &mut Plan,
     probes: Vec<common::Probe>,
@@ -85,7 +88,7 @@ pub fn place(
     // The plan's probes first (in their order), then the others.
     let mut order: Vec<usize> = (0..probes.len()).collect();
     order.sort_by_key(|&i| here[i]);
-    let nplan = here.iter().filter(|&&h| !h).count();
+    let named_from = here.iter().filter(|&&h| !h).count();
     let mut new_index = vec![0; probes.len()];
     for (new, &old) in order.iter().enumerate() {
         new_index[old] = new;
@@ -94,7 +97,13 @@ pub fn place(
         c.probe = new_index[c.probe];
     }
     let all: Vec<common::Probe> = order.iter().map(|&i| probes[i].clone()).collect();
-    let tp_progs = tracepoint_programs(&all[nplan..], nplan, compiled, formats, kernel_reads)?;
+    let tp_progs = tracepoint_programs(
+        &all[named_from..],
+        named_from,
+        compiled,
+        formats,
+        kernel_reads,
+    )?;
     // Every probe goes to the plan, which attaches the tracepoints this run
     // serves with a program per record shape by that program's name.
     let mut programs = vec![None; all.len()];
@@ -109,7 +118,7 @@ pub fn place(
     );
     Ok(Placement {
         all,
-        nplan,
+        named_from,
         tp_progs,
     })
 }

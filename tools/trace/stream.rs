@@ -137,7 +137,7 @@ fn event_loop(
     let stop = session.stop;
     let lost_total;
     {
-        let ev = Events::new_raw(&skel.maps.events, &skel.maps.events_lost, |data, out| {
+        let mut ev = Events::new_raw(&skel.maps.events, &skel.maps.events_lost, |data, out| {
             received += 1;
             // Records without strings or stacks end after their last value.
             if done || data.len() < render::VALS_AT {
@@ -183,8 +183,9 @@ fn event_loop(
                 stop.trigger(StopReason::Signal);
             }
             Ok(())
-        })?;
-        let mut ev = ev.in_bccs_words();
+        })?
+        // trace reports lost records in BCC's trace's words.
+        .in_bccs_words();
         session.run(
             Schedule::default(),
             &mut Streamed {
