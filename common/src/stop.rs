@@ -99,7 +99,11 @@ impl Stop {
         let note = match self.phase() {
             Phase::Idle => std::process::exit(130),
             Phase::Attaching => "stopping: detaching the probes attached so far",
-            Phase::Tracing | Phase::Detaching => {
+            // The run is ending: its last output, then the detach.
+            Phase::Tracing => {
+                "stopping: writing the last output, then detaching; this is not interrupted, so no probe is left behind"
+            }
+            Phase::Detaching => {
                 "detaching is in progress; it is not interrupted, so no probe is left behind"
             }
             Phase::Done => return,

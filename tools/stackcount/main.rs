@@ -15,6 +15,7 @@ use clap::Parser;
 use common::ahead::OpenAhead;
 use common::cli::{parse_secs, CommonArgs, SummaryArgs};
 use common::counters::PerCpuCounters;
+use common::events;
 use common::metrics::Metrics;
 use common::session::{How, Session};
 use common::stacks::{self, Batch};
@@ -297,12 +298,20 @@ impl Stacks<'_> {
     /// Handles what the ring holds now (`timeout` zero) or within `timeout`: the
     /// memory maps of processes BPF saw start, snapshotted before they can exit.
     fn read_ring(&self, timeout: Duration) {
-        let _ = match timeout.is_zero() {
-            true => self.rb.consume(),
-            false => self.rb.poll(timeout),
-        };
-        for pid in self.new_pids.borrow_mut().drain(..) {
-            self.symbols.borrow_mut().remember(pid);
+        if !timeout.is_zero() && events::wait_readable(self.rb, timeout).is_err() {
+            return;
+        }
+        // In batches, each process's maps read before the next batch: a fork
+        // flood must not hold the run loop (or grow the list) without end.
+        let started = std::time::Instant::now();
+        loop {
+            let n = self.rb.consume_raw_n(events::BATCH);
+            for pid in self.new_pids.borrow_mut().drain(..) {
+                self.symbols.borrow_mut().remember(pid);
+            }
+            if n < events::BATCH as i32 || started.elapsed() >= events::BUDGET {
+                return;
+            }
         }
     }
 

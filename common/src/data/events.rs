@@ -1,6 +1,10 @@
 //! Per-event records from BPF (bpf/events.h): one ring buffer whose records are
 //! decoded as the tool's skeleton type (`plain`), formatted into lines that are
-//! written once per poll, and a lost-record counter kept in the kernel.
+//! written once per batch of records ([`BATCH`]), and a lost-record counter kept
+//! in the kernel. A reader that falls behind stays bounded and stoppable: it
+//! never takes more than a batch before writing, nor more than [`BUDGET`] before
+//! its run loop looks for a stop; what it cannot keep up with is lost in the
+//! kernel, counted, and reported.
 //!
 //! ```text
 //! unsafe impl plain::Plain for skel::types::event {}
@@ -11,7 +15,7 @@
 //! session.run(Schedule { interval: None, duration }, &mut Streamed { events: &mut ev, tool })?;
 //! ```
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -58,13 +62,86 @@ pub fn wakeup_bytes(ring: u32) -> u64 {
     (u64::from(ring / 16) / cpus).max(1)
 }
 
-type Failure = Rc<RefCell<Option<anyhow::Error>>>;
+/// Records handled between two writes of their output: a reader's memory is
+/// at most one batch's text, whatever the rate (a JSON line with a stack is
+/// ~2 KiB).
+pub const BATCH: usize = 512;
+
+/// A batch also ends when it has taken this long, so that the first lines of
+/// a slow format (stacks to symbolize) are written at once (`| head -1`).
+const BATCH_TIME: Duration = Duration::from_millis(10);
+
+/// The longest a reader handles records before it returns to its loop (which
+/// then looks for a stop, answers `--listen` and prints summaries).
+pub const BUDGET: Duration = Duration::from_millis(50);
+
+/// Waits up to `timeout` until `rb` has data, without consuming any (libbpf's
+/// `ring_buffer__poll` would consume all of it, however much keeps coming).
+/// `Err(-errno)` for a failed wait; a signal ends it as a timeout does.
+pub fn wait_readable(rb: &RingBuffer, timeout: Duration) -> std::result::Result<(), i32> {
+    let mut ev = libc::epoll_event { events: 0, u64: 0 };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: one valid epoll_event for the kernel to fill.
+    let rc = unsafe { libc::epoll_wait(rb.epoll_fd(), &mut ev, 1, ms) };
+    if rc < 0 {
+        let e = std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO);
+        if e != libc::EINTR {
+            return Err(-e);
+        }
+    }
+    Ok(())
+}
+
+/// Bytes the ring buffer of `rb` holds that its reader has not consumed.
+pub fn avail_bytes(rb: &RingBuffer) -> u64 {
+    use libbpf_rs::AsRawLibbpf;
+    // SAFETY: `rb` is a live ring_buffer with one ring (index 0) for its life.
+    unsafe {
+        let ring = libbpf_sys::ring_buffer__ring(rb.as_libbpf_object().as_ptr(), 0);
+        if ring.is_null() {
+            return 0;
+        }
+        libbpf_sys::ring__avail_data_size(ring) as u64
+    }
+}
+
+/// The room a record of `len` bytes takes in a ring buffer: an 8-byte header,
+/// and the whole rounded up to 8 (the kernel's BPF_RINGBUF_HDR_SZ and alignment).
+fn record_bytes(len: usize) -> u64 {
+    (len as u64 + 8 + 7) & !7
+}
+
+/// Whether the run was asked to stop (a reader returns to its loop at once).
+fn stop_requested() -> bool {
+    crate::stop::Stop::global().is_some_and(|s| s.is_set())
+}
+
+/// What the ring buffer's callback and the reader share.
+struct Batch {
+    /// The batch's output, written when it ends.
+    out: RefCell<String>,
+    /// The tool's error for a record, which ends the run.
+    failed: RefCell<Option<anyhow::Error>>,
+    /// When the batch began; it ends after [`BATCH_TIME`] (`cut`).
+    began: Cell<Instant>,
+    cut: Cell<bool>,
+    /// Bytes of the buffer the records handled took ([`Events::drain`]).
+    taken: Cell<u64>,
+    /// Records are counted in `unread`, not handled (the end of [`Events::drain`]).
+    skip: Cell<bool>,
+    unread: Cell<u64>,
+}
+
+/// What a callback returns to end libbpf's consume early: the record is taken,
+/// and `Batch::cut` tells this from an error.
+const CUT: i32 = -libc::ECANCELED;
 
 /// The reader of a tool's `events` ring buffer and `events_lost` counter.
 pub struct Events<'a> {
     rb: RingBuffer<'a>,
-    out: Rc<RefCell<String>>,
-    failed: Failure,
+    batch: Rc<Batch>,
     lost: PerCpuCounters,
     lost_total: u64,
     ring: u32,
@@ -103,23 +180,36 @@ impl<'a> Events<'a> {
         lost: &dyn MapCore,
         mut on: impl FnMut(&[u8], &mut String) -> Result<()> + 'a,
     ) -> Result<Self> {
-        let out = Rc::new(RefCell::new(String::new()));
-        let failed: Failure = Rc::new(RefCell::new(None));
-        let (o, f) = (out.clone(), failed.clone());
-        let mut b = RingBufferBuilder::new();
-        b.add(ring, move |data: &[u8]| {
-            match on(data, &mut o.borrow_mut()) {
-                Ok(()) => 0,
-                Err(e) => {
-                    *f.borrow_mut() = Some(e);
-                    -1
-                }
+        let batch = Rc::new(Batch {
+            out: RefCell::new(String::new()),
+            failed: RefCell::new(None),
+            began: Cell::new(Instant::now()),
+            cut: Cell::new(false),
+            taken: Cell::new(0),
+            skip: Cell::new(false),
+            unread: Cell::new(0),
+        });
+        let b = batch.clone();
+        let mut builder = RingBufferBuilder::new();
+        builder.add(ring, move |data: &[u8]| {
+            b.taken.set(b.taken.get() + record_bytes(data.len()));
+            if b.skip.get() {
+                b.unread.set(b.unread.get() + 1);
+                return 0;
             }
+            if let Err(e) = on(data, &mut b.out.borrow_mut()) {
+                *b.failed.borrow_mut() = Some(e);
+                return -1;
+            }
+            if b.began.get().elapsed() >= BATCH_TIME {
+                b.cut.set(true);
+                return CUT;
+            }
+            0
         })?;
         Ok(Events {
-            rb: b.build()?,
-            out,
-            failed,
+            rb: builder.build()?,
+            batch,
             lost: PerCpuCounters::new(lost, 1)?,
             lost_total: 0,
             ring: ring.max_entries(),
@@ -128,31 +218,71 @@ impl<'a> Events<'a> {
         })
     }
 
-    /// Waits up to `timeout` for a wakeup, handles every record that is there
-    /// (also those that did not wake the reader), and writes their output in one
-    /// piece.
+    /// Waits up to `timeout` for a wakeup, then handles what the buffer holds
+    /// (also records that did not wake the reader) in batches, writing each
+    /// batch's output before the next, for at most [`BUDGET`] or until a stop
+    /// is requested: a reader that falls behind a flood goes on answering
+    /// signals and holds one batch's text, and what it cannot take is counted
+    /// by the kernel as lost.
     pub fn poll(&mut self, timeout: Duration) -> Result<()> {
-        let rc = self.rb.poll_raw(timeout);
-        let rc = if rc < 0 { rc } else { self.rb.consume_raw() };
-        self.after(rc)
+        if let Err(e) = wait_readable(&self.rb, timeout) {
+            return self.after(e).map(drop);
+        }
+        let started = Instant::now();
+        while self.batch()? && started.elapsed() < BUDGET && !stop_requested() {}
+        Ok(())
     }
 
-    /// Handles every record already in the buffer, without waiting.
+    /// At the end of the run: handles what the buffer held when the run stopped
+    /// (its bytes counted at the start), in batches. Records made after that
+    /// (probes still fire until they are detached) belong after the stop. When
+    /// someone asked for the stop (a signal, `POST /stop`, a closed output)
+    /// and printing takes longer than [`BUDGET`], the rest is counted unread
+    /// rather than printed, and reported with the losses: the stop is prompt
+    /// however slowly records render.
     pub fn drain(&mut self) -> Result<()> {
-        let rc = self.rb.consume_raw();
+        let held = avail_bytes(&self.rb);
+        let asked = crate::stop::Stop::global()
+            .and_then(|s| s.reason())
+            .is_some_and(|r| {
+                use crate::stop::StopReason::*;
+                matches!(r, Signal | Requested | OutputClosed)
+            });
+        let started = Instant::now();
+        self.batch.taken.set(0);
+        loop {
+            if asked && started.elapsed() >= BUDGET {
+                self.batch.skip.set(true);
+            }
+            if !self.batch()? || self.batch.taken.get() >= held {
+                self.batch.skip.set(false);
+                return Ok(());
+            }
+        }
+    }
+
+    /// Handles one batch and writes its output; whether the batch was full
+    /// (more may wait).
+    fn batch(&mut self) -> Result<bool> {
+        self.batch.began.set(Instant::now());
+        let rc = self.rb.consume_raw_n(BATCH);
         self.after(rc)
     }
 
-    fn after(&mut self, rc: i32) -> Result<()> {
-        let mut text = std::mem::take(&mut *self.out.borrow_mut());
+    fn after(&mut self, rc: i32) -> Result<bool> {
+        let b = &self.batch;
+        let mut text = std::mem::take(&mut *b.out.borrow_mut());
         if !text.is_empty() {
             emit(&text)?;
             // The next batch reuses the buffer rather than growing a new one.
             text.clear();
-            *self.out.borrow_mut() = text;
+            *b.out.borrow_mut() = text;
         }
-        if let Some(e) = self.failed.borrow_mut().take() {
+        if let Some(e) = b.failed.borrow_mut().take() {
             return Err(e);
+        }
+        if b.cut.replace(false) {
+            return Ok(true);
         }
         // A signal interrupting the wait is how a run ends, not an error.
         if rc < 0 && rc != -libc::EINTR {
@@ -161,7 +291,7 @@ impl<'a> Events<'a> {
                 std::io::Error::from_raw_os_error(-rc)
             );
         }
-        Ok(())
+        Ok(rc >= BATCH as i32)
     }
 
     /// Reports lost records as BCC's trace does ("Possibly lost N samples", on a
@@ -171,9 +301,10 @@ impl<'a> Events<'a> {
         self
     }
 
-    /// Records lost (the buffer was full) since the previous call.
+    /// Records lost (the buffer was full, or the run stopped before they were
+    /// read) since the previous call.
     pub fn lost(&mut self) -> Result<u64> {
-        let n = self.lost.deltas()?.iter().sum::<u64>();
+        let n = self.lost.deltas()?.iter().sum::<u64>() + self.batch.unread.take();
         self.lost_total += n;
         Ok(n)
     }
@@ -190,6 +321,7 @@ impl<'a> Events<'a> {
             return Ok(());
         }
         self.last_report = Instant::now();
+        let unread = self.batch.unread.get();
         let n = self.lost()?;
         if self.bccs_words {
             if n > 0 {
@@ -197,11 +329,19 @@ impl<'a> Events<'a> {
             }
             return Ok(());
         }
-        if n > 0 {
+        let full = n - unread;
+        let s = |n: u64| if n == 1 { "" } else { "s" };
+        if full > 0 {
             warn(&format!(
-                "lost {n} event{}: the {} KiB ring buffer was full (the reader fell behind)",
-                if n == 1 { "" } else { "s" },
+                "lost {full} event{}: the {} KiB ring buffer was full (the reader fell behind)",
+                s(full),
                 self.ring / 1024
+            ));
+        }
+        if unread > 0 {
+            warn(&format!(
+                "lost {unread} event{}: the run was stopped before they were printed",
+                s(unread)
             ));
         }
         if final_ && self.lost_total > n {
