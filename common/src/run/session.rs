@@ -11,7 +11,7 @@
 //! ```
 
 use std::cell::RefCell;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use libbpf_rs::{Link, Object};
@@ -147,9 +147,10 @@ impl Session {
 
     /// The run: summaries on `schedule` (`-i`, `-d`) printed by `tool` until a
     /// signal, the duration's end, the `-p` process's exit or `POST /stop`. While
-    /// it waits it reads the tool's ring buffer, if it has one, and answers
-    /// `--listen` requests, on this thread, so map reads stay with the tool. Then
-    /// the tool drains what is still buffered. An error of the tool's (a closed
+    /// it waits it reads the tool's ring buffer, if it has one, and builds the
+    /// answers to `--listen` requests, on this thread, so map reads stay with
+    /// the tool; connection threads write them (no socket I/O here). Then the
+    /// tool drains what is still buffered. An error of the tool's (a closed
     /// stdout) ends the run with it.
     pub fn run(&self, schedule: Schedule, tool: &mut dyn Served) -> Result<StopReason> {
         let tool = RefCell::new(tool);
@@ -188,15 +189,21 @@ impl Session {
         let slice = crate::run::listen::SLICE;
         self.stop.poll_until(deadline, |t| {
             let mut tool = tool.borrow_mut();
-            if polls {
-                tool.poll(t.min(slice))?;
-                while let Some(rq) = server.next(None) {
+            if !polls {
+                if let Some(rq) = server.next(Some(t.min(slice))) {
                     let lost = tool.lost();
                     self.handle(rq, &mut **tool, lost);
                 }
-            } else if let Some(rq) = server.next(Some(t.min(slice))) {
+                return Ok(());
+            }
+            tool.poll(t.min(slice))?;
+            // Queued requests one at a time, the ring read after each: a burst
+            // of scrapes delays answers, never the reading.
+            while !self.stop.is_set() {
+                let Some(rq) = server.next(None) else { break };
                 let lost = tool.lost();
                 self.handle(rq, &mut **tool, lost);
+                tool.poll(Duration::ZERO)?;
             }
             Ok(())
         })
@@ -221,9 +228,13 @@ impl Session {
         if self.debug || timing::requested() {
             crate::diag::stderr(&marks.line());
         }
-        // POST /stop is answered when nothing is attached any more.
+        // POST /stop is answered when nothing is attached any more, and
+        // written before the process exits.
         for rq in self.stopping.take() {
             rq.answer(Reply::json(&serde_json::json!({ "stopped": true })));
+        }
+        if let Some(server) = &self.server {
+            server.settle(Duration::from_secs(2));
         }
         printed
     }

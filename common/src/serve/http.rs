@@ -4,21 +4,37 @@
 //! object of the next summary), `POST /stop` (final summary, detach, exit 0) and
 //! `POST /reset` (zero what the next summary counts from).
 //!
-//! Connections are read by their own threads (at most [`MAX_CONNECTIONS`], each
-//! with a deadline and a bounded request head); only a well-formed, authorised
-//! request reaches the tool's thread, which answers it between waits of its run
-//! loop ([`crate::run::session::Session::run`]). So a slow, hostile or broken
-//! client gets a 4xx (or 503) from its connection thread and never stops or
-//! slows the tracing. The parser is `httparse` (hyper's); tiny_http 0.12 was
-//! not used: it has no read timeouts, no bound on a header line, and a thread
-//! per connection without a cap.
+//! Connections are read and written by their own threads; only a well-formed,
+//! authorised request reaches the tool's thread, which builds its answer (a
+//! snapshot of the maps) between reads of its ring buffer, hands it to the
+//! connection's thread and goes on: the tracing loop never reads, writes or
+//! waits for a socket, so no client, however slow, slows the tracing.
+//!
+//! The trust model (also in tracekit(7)): `GET` is open to whoever reaches the
+//! address. `POST` needs the `--listen-token` when one is given; without one,
+//! it is accepted only from root or the tool's own user on this machine (the
+//! owner of the client's socket, asked of the kernel: [`crate::sys::sockets`]),
+//! so another local account cannot stop or reset the tracing. A request from
+//! a web page (any `Origin`) is refused, and so, on a loopback address, is a
+//! `Host` that is not a loopback name: a page in the administrator's browser
+//! can neither post to the tool (CSRF) nor read it through a rebound DNS name.
+//!
+//! Slots cannot be hoarded: at most [`MAX_CONNECTIONS`] at once, of which
+//! [`TRUSTED_ONLY`] are kept for root on this machine, at most [`PER_PEER`] per
+//! address (per user on loopback), and a client has [`FIRST_BYTE`] to begin its
+//! request and [`HEAD_TIMEOUT`] to finish its head: a slowloris holds few slots,
+//! briefly, and the administrator's scrape or `POST /stop` still gets through.
+//!
+//! The parser is `httparse` (hyper's); tiny_http 0.12 was not used: it has no
+//! read timeouts, no bound on a header line, and a thread per connection
+//! without a cap.
 
+use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -29,10 +45,20 @@ use crate::serve::metrics::Metrics;
 
 /// Connections served at once; more are answered 503 and closed.
 pub const MAX_CONNECTIONS: usize = 16;
+/// Of [`MAX_CONNECTIONS`], how many only root (or the tool's user) on this
+/// machine may take: other clients, however many, leave them free.
+pub const TRUSTED_ONLY: usize = 4;
+/// Connections one peer holds at once: an address, or a user on loopback.
+pub const PER_PEER: usize = 4;
 /// Largest request head (request line and headers).
 pub const MAX_HEAD: usize = 8192;
-/// Time a client has to send its request head, and to take the answer.
-pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time a client has to send the first byte of its request: clients send it as
+/// they connect; an idle connection only holds a slot.
+pub const FIRST_BYTE: Duration = Duration::from_secs(1);
+/// Time a client has to send its whole request head.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
+/// Time a client has to take each part of the answer.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Requests waiting for the tool's thread; more are answered 503.
 const QUEUE: usize = 8;
 /// Longest wait for the tool's answer (a /stop answers after detaching).
@@ -241,17 +267,36 @@ impl Reply {
 /// A request for the tool's thread, answered with [`Request::answer`].
 pub struct Request {
     pub route: Route,
-    reply: SyncSender<(Reply, SyncSender<()>)>,
+    reply: SyncSender<Reply>,
+    pending: Arc<Pending>,
 }
 
 impl Request {
-    /// Sends the answer and waits (briefly) until it is written, so that an
-    /// answer given just before the process exits reaches the client.
+    /// Hands the answer to the connection's thread, which writes it; this
+    /// returns at once, whatever the client does.
     pub fn answer(self, reply: Reply) {
-        let (done, written) = mpsc::sync_channel(1);
-        if self.reply.send((reply, done)).is_ok() {
-            let _ = written.recv_timeout(Duration::from_secs(2));
+        self.pending.add(1);
+        if self.reply.try_send(reply).is_err() {
+            // The connection's thread gave up waiting (the client is gone).
+            self.pending.add(-1);
         }
+    }
+}
+
+/// Answers handed to connection threads and not yet written: the end of the
+/// run waits for them ([`Server::settle`]), so that the answer to `POST /stop`
+/// reaches its client before the process exits.
+#[derive(Default)]
+struct Pending {
+    n: Mutex<isize>,
+    cv: Condvar,
+}
+
+impl Pending {
+    fn add(&self, d: isize) {
+        let mut n = self.n.lock().expect("pending lock");
+        *n += d;
+        self.cv.notify_all();
     }
 }
 
@@ -259,11 +304,13 @@ impl Request {
 pub struct Server {
     rx: Receiver<Request>,
     addr: SocketAddr,
+    pending: Arc<Pending>,
 }
 
 impl Server {
     /// Binds `addr` and starts accepting. Without `token`, POST answers only
-    /// on loopback. A non-loopback address gets a one-line warning.
+    /// root or the tool's user on this machine. A non-loopback address gets a
+    /// one-line warning.
     pub fn start(addr: SocketAddr, token: Option<String>) -> Result<Server> {
         let listener =
             TcpListener::bind(addr).with_context(|| format!("--listen {addr}: binding"))?;
@@ -280,13 +327,20 @@ impl Server {
             ));
         }
         let (tx, rx) = mpsc::sync_channel(QUEUE);
-        let token: Option<Arc<str>> = token.map(Into::into);
-        let active = Arc::new(AtomicUsize::new(0));
+        let pending = Arc::new(Pending::default());
+        let ctx = Arc::new(Shared {
+            token: token.map(Into::into),
+            bound: addr,
+            slots: Mutex::new(Slots::default()),
+            pending: pending.clone(),
+            // SAFETY: geteuid has no preconditions.
+            euid: unsafe { libc::geteuid() },
+        });
         thread::Builder::new()
             .name("listen".into())
-            .spawn(move || accept(listener, tx, token, active))
+            .spawn(move || accept(listener, tx, ctx))
             .context("--listen: starting the server thread")?;
-        Ok(Server { rx, addr })
+        Ok(Server { rx, addr, pending })
     }
 
     /// The bound address (the port, when 0 was asked for).
@@ -301,56 +355,165 @@ impl Server {
             None => self.rx.try_recv().ok(),
         }
     }
+
+    /// Waits up to `timeout` until every answer given is written.
+    pub fn settle(&self, timeout: Duration) {
+        let n = self.pending.n.lock().expect("pending lock");
+        let _ = self
+            .pending
+            .cv
+            .wait_timeout_while(n, timeout, |n| *n > 0)
+            .expect("pending lock");
+    }
 }
 
-fn accept(
-    listener: TcpListener,
-    tx: SyncSender<Request>,
+/// What the connection threads share.
+struct Shared {
     token: Option<Arc<str>>,
-    active: Arc<AtomicUsize>,
-) {
+    bound: SocketAddr,
+    slots: Mutex<Slots>,
+    pending: Arc<Pending>,
+    euid: u32,
+}
+
+/// Who a client is, as far as the server can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Peer {
+    /// Another machine, by address.
+    Remote(IpAddr),
+    /// This machine, by the user owning the client's socket (None: unknown).
+    Local(Option<u32>),
+}
+
+/// A client: who, and whether it is root or the tool's user on this machine.
+#[derive(Debug, Clone, Copy)]
+struct Caller {
+    peer: Peer,
+    trusted: bool,
+}
+
+impl Caller {
+    /// The client at `peer` of our socket at `local` (the address it connected to).
+    fn of(peer: SocketAddr, local: SocketAddr, ctx: &Shared) -> Caller {
+        if !is_loopback(peer.ip()) {
+            return Caller {
+                peer: Peer::Remote(peer.ip()),
+                trusted: false,
+            };
+        }
+        let uid = owner(peer, local);
+        Caller {
+            peer: Peer::Local(uid),
+            trusted: uid.is_some_and(|u| u == 0 || u == ctx.euid),
+        }
+    }
+}
+
+/// The uid owning a local client's socket (`peer`, connected to `to`).
+fn owner(peer: SocketAddr, to: SocketAddr) -> Option<u32> {
+    crate::sys::sockets::tcp_socket_owner(peer, to)
+}
+
+/// Connections held now: in all, by untrusted clients, and per peer.
+#[derive(Default)]
+struct Slots {
+    total: usize,
+    untrusted: usize,
+    per_peer: HashMap<Peer, usize>,
+}
+
+/// One connection's slot, given back when dropped.
+struct Slot {
+    ctx: Arc<Shared>,
+    caller: Caller,
+}
+
+impl Slot {
+    /// A slot for `caller`, or the reason there is none.
+    fn take(ctx: &Arc<Shared>, caller: Caller) -> std::result::Result<Slot, &'static str> {
+        let mut s = ctx.slots.lock().expect("slots lock");
+        let mine = s.per_peer.get(&caller.peer).copied().unwrap_or(0);
+        if s.total >= MAX_CONNECTIONS {
+            return Err("too many connections\n");
+        }
+        if !caller.trusted {
+            if s.untrusted >= MAX_CONNECTIONS - TRUSTED_ONLY {
+                return Err("too many connections\n");
+            }
+            if mine >= PER_PEER {
+                return Err("too many connections from you\n");
+            }
+            s.untrusted += 1;
+        }
+        s.total += 1;
+        *s.per_peer.entry(caller.peer).or_default() += 1;
+        Ok(Slot {
+            ctx: ctx.clone(),
+            caller,
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut s = self.ctx.slots.lock().expect("slots lock");
+        s.total -= 1;
+        if !self.caller.trusted {
+            s.untrusted -= 1;
+        }
+        if let Some(n) = s.per_peer.get_mut(&self.caller.peer) {
+            *n -= 1;
+            if *n == 0 {
+                s.per_peer.remove(&self.caller.peer);
+            }
+        }
+    }
+}
+
+fn accept(listener: TcpListener, tx: SyncSender<Request>, ctx: Arc<Shared>) {
     for stream in listener.incoming() {
         let Ok(mut stream) = stream else {
             // EMFILE and the like: give the system a moment rather than spin.
             thread::sleep(Duration::from_millis(10));
             continue;
         };
-        if active.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
-            active.fetch_sub(1, Ordering::SeqCst);
-            let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
-            // Answered without lingering: the accept thread must not wait on it.
-            let _ = stream.write_all(
-                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 21\r\nConnection: close\r\n\r\ntoo many connections\n",
-            );
-            // What the client has sent is read before the close: closing with
-            // unread data sends a reset, and the client saw ECONNRESET, not
-            // the 503. Only what has arrived, without waiting.
-            let _ = stream.shutdown(std::net::Shutdown::Write);
-            if stream.set_nonblocking(true).is_ok() {
-                let mut sink = [0u8; 4096];
-                while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
-            }
+        let (Ok(peer), Ok(local)) = (stream.peer_addr(), stream.local_addr()) else {
             continue;
-        }
-        let (tx, token, guard) = (tx.clone(), token.clone(), Active(active.clone()));
+        };
+        let slot = match Slot::take(&ctx, Caller::of(peer, local, &ctx)) {
+            Ok(slot) => slot,
+            Err(why) => {
+                refuse(&mut stream, why);
+                continue;
+            }
+        };
+        let tx = tx.clone();
         let spawned = thread::Builder::new()
             .name("listen-conn".into())
-            .spawn(move || {
-                let _guard = guard;
-                connection(stream, &tx, token.as_deref());
-            });
+            .spawn(move || connection(stream, &tx, slot));
         if spawned.is_err() {
             thread::sleep(Duration::from_millis(10));
         }
     }
 }
 
-/// Counts a connection as active until dropped.
-struct Active(Arc<AtomicUsize>);
-
-impl Drop for Active {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+/// A 503 written without waiting: the accept thread must not block on it.
+fn refuse(stream: &mut TcpStream, why: &str) {
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(100)));
+    let _ = stream.write_all(
+        format!(
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{why}",
+            why.len()
+        )
+        .as_bytes(),
+    );
+    // What the client has sent is read before the close: closing with unread
+    // data sends a reset, and the client saw ECONNRESET, not the 503. Only
+    // what has arrived, without waiting.
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    if stream.set_nonblocking(true).is_ok() {
+        let mut sink = [0u8; 4096];
+        while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
     }
 }
 
@@ -363,53 +526,56 @@ enum Verdict {
     Answer(u16, String, Vec<(&'static str, &'static str)>),
 }
 
-fn connection(mut s: TcpStream, tx: &SyncSender<Request>, token: Option<&str>) {
-    let peer = s.peer_addr().ok();
-    let _ = s.set_write_timeout(Some(CLIENT_TIMEOUT));
+fn connection(mut s: TcpStream, tx: &SyncSender<Request>, slot: Slot) {
+    let ctx = &slot.ctx;
+    let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
     let verdict = match read_head(&mut s) {
-        Ok(head) => judge(&head, peer.map(|p| p.ip()), token),
+        Ok(head) => judge(&head, &slot.caller, ctx.bound, ctx.token.as_deref()),
         Err(Some(v)) => v,
         Err(None) => return, // closed before sending anything
     };
     match verdict {
         Verdict::Answer(status, msg, headers) => {
             write_reply(&mut s, &Reply::error(status, &msg), &headers, false);
+            linger(&mut s);
         }
         Verdict::Forward(route, head) => {
             let (reply_tx, reply_rx) = mpsc::sync_channel(1);
             let rq = Request {
                 route,
                 reply: reply_tx,
+                pending: ctx.pending.clone(),
             };
-            match tx.try_send(rq) {
-                Ok(()) => {}
-                Err(TrySendError::Full(_)) => {
-                    write_reply(&mut s, &Reply::error(503, "busy: try again"), &[], false);
-                    return;
-                }
-                Err(TrySendError::Disconnected(_)) => {
-                    write_reply(&mut s, &Reply::error(503, "stopping"), &[], false);
-                    return;
-                }
+            let refused = match tx.try_send(rq) {
+                Ok(()) => None,
+                Err(TrySendError::Full(_)) => Some("busy: try again"),
+                Err(TrySendError::Disconnected(_)) => Some("stopping"),
+            };
+            if let Some(why) = refused {
+                write_reply(&mut s, &Reply::error(503, why), &[], false);
+                linger(&mut s);
+                return;
             }
             match reply_rx.recv_timeout(ANSWER_TIMEOUT) {
-                Ok((reply, done)) => {
+                Ok(reply) => {
                     write_reply(&mut s, &reply, &[], head);
-                    let _ = done.send(());
+                    ctx.pending.add(-1);
                 }
                 Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
                     write_reply(&mut s, &Reply::error(503, "no answer"), &[], false);
                 }
             }
+            linger(&mut s);
         }
     }
 }
 
-/// Reads the request head (up to the blank line) within [`CLIENT_TIMEOUT`] and
-/// [`MAX_HEAD`] bytes. Err(Some(answer)) for a client that is too slow or too
-/// big; Err(None) for one that closed without a request.
+/// Reads the request head (up to the blank line): its first byte within
+/// [`FIRST_BYTE`], all of it within [`HEAD_TIMEOUT`] and [`MAX_HEAD`] bytes.
+/// Err(Some(answer)) for a client that is too slow or too big; Err(None) for
+/// one that closed (or never spoke) without a request.
 fn read_head(s: &mut TcpStream) -> std::result::Result<Vec<u8>, Option<Verdict>> {
-    let deadline = Instant::now() + CLIENT_TIMEOUT;
+    let start = Instant::now();
     let mut buf = Vec::with_capacity(512);
     let mut chunk = [0u8; 2048];
     loop {
@@ -420,7 +586,12 @@ fn read_head(s: &mut TcpStream) -> std::result::Result<Vec<u8>, Option<Verdict>>
         if buf.len() >= MAX_HEAD {
             return Err(Some(answer(431, "request head too large")));
         }
-        let left = deadline.saturating_duration_since(Instant::now());
+        let limit = if buf.is_empty() {
+            FIRST_BYTE
+        } else {
+            HEAD_TIMEOUT
+        };
+        let left = limit.saturating_sub(start.elapsed());
         if left.is_zero() {
             return Err(Some(answer(408, "request not received in time")));
         }
@@ -467,8 +638,9 @@ fn answer(status: u16, msg: &str) -> Verdict {
     Verdict::Answer(status, msg.to_string(), Vec::new())
 }
 
-/// Routes a request head and checks its authority. Every refusal is a 4xx.
-fn judge(head: &[u8], peer: Option<IpAddr>, token: Option<&str>) -> Verdict {
+/// Routes a request head and checks its authority (see the module's trust
+/// model). Every refusal is a 4xx.
+fn judge(head: &[u8], caller: &Caller, bound: SocketAddr, token: Option<&str>) -> Verdict {
     let mut headers = [httparse::EMPTY_HEADER; 32];
     let mut req = httparse::Request::new(&mut headers);
     match req.parse(head) {
@@ -553,6 +725,31 @@ fn judge(head: &[u8], peer: Option<IpAddr>, token: Option<&str>) -> Verdict {
             )
         }
     };
+    // A browser names the page that sent a request; no page of ours exists,
+    // so any Origin is a foreign page's (CSRF, or a rebound DNS name).
+    if let Some(origin) = header("origin") {
+        return answer(
+            403,
+            &format!(
+                "requests from web pages are refused (Origin: {})",
+                escape(origin)
+            ),
+        );
+    }
+    // On loopback, the name asked for must be a loopback one: a page whose
+    // DNS name was rebound to 127.0.0.1 sends its own name.
+    let host = header("host");
+    let host_ok = host.is_none_or(|h| host_is_local(h, bound));
+    if !host_ok && bound.ip().is_loopback() {
+        return answer(
+            403,
+            &format!(
+                "Host {} is not a name of this server (ask for localhost or {})",
+                escape(host.unwrap_or_default()),
+                bound.ip()
+            ),
+        );
+    }
     if matches!(route, Route::Stop | Route::Reset) {
         match token {
             Some(t) => {
@@ -565,16 +762,52 @@ fn judge(head: &[u8], peer: Option<IpAddr>, token: Option<&str>) -> Verdict {
                 }
             }
             None => {
-                if !peer.is_some_and(is_loopback) {
+                let local = match caller.peer {
+                    Peer::Local(uid) => uid,
+                    Peer::Remote(_) => return answer(
+                        403,
+                        "POST is accepted only from this machine (the tool has no --listen-token)",
+                    ),
+                };
+                if !caller.trusted {
                     return answer(
                         403,
-                        "POST is accepted only from loopback (the tool has no --listen-token)",
+                        &format!(
+                            "POST is accepted only from root or the tool's user on this machine \
+                             (this came from {}; the tool has no --listen-token)",
+                            local.map_or("an unknown user".to_string(), |u| format!("uid {u}"))
+                        ),
                     );
+                }
+                if !host_ok {
+                    return answer(403, "POST on loopback needs a loopback Host");
                 }
             }
         }
     }
     Verdict::Forward(route, method == "HEAD")
+}
+
+/// Whether a Host header's value names this machine from itself: a loopback
+/// name or address, or the address the server is bound to (a port may follow).
+fn host_is_local(host: &[u8], bound: SocketAddr) -> bool {
+    let Ok(h) = std::str::from_utf8(host) else {
+        return false;
+    };
+    let h = h.trim();
+    let name = match h.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => match h.rsplit_once(':') {
+            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => h,
+        },
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    if name == "localhost" || name.ends_with(".localhost") {
+        return true;
+    }
+    name.parse::<IpAddr>()
+        .is_ok_and(|ip| is_loopback(ip) || ip == bound.ip())
 }
 
 fn is_loopback(ip: IpAddr) -> bool {
@@ -616,7 +849,7 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
-/// Writes the answer (one request per connection) and closes.
+/// Writes the answer (one request per connection) and ends the sending side.
 fn write_reply(s: &mut TcpStream, r: &Reply, extra: &[(&str, &str)], head_only: bool) {
     let mut out = format!(
         "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
@@ -635,8 +868,11 @@ fn write_reply(s: &mut TcpStream, r: &Reply, extra: &[(&str, &str)], head_only: 
     let _ = s.write_all(out.as_bytes());
     let _ = s.flush();
     let _ = s.shutdown(Shutdown::Write);
-    // Let the client read the answer before the close resets the connection
-    // (it may still be sending an oversized head): drain briefly.
+}
+
+/// Lets the client read the answer before the close resets the connection (it
+/// may still be sending an oversized head): drains what it sends, briefly.
+fn linger(s: &mut TcpStream) {
     let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
     let mut sink = [0u8; 4096];
     let until = Instant::now() + Duration::from_millis(500);
@@ -652,8 +888,29 @@ fn write_reply(s: &mut TcpStream, r: &Reply, extra: &[(&str, &str)], head_only: 
 mod tests {
     use super::*;
 
+    /// A caller at `peer`: root when on loopback.
+    fn caller(peer: &str) -> Caller {
+        let ip: IpAddr = peer.parse().unwrap();
+        match is_loopback(ip) {
+            true => Caller {
+                peer: Peer::Local(Some(0)),
+                trusted: true,
+            },
+            false => Caller {
+                peer: Peer::Remote(ip),
+                trusted: false,
+            },
+        }
+    }
+
+    /// Judged by a server bound to all addresses.
     fn j(head: &str, peer: &str, token: Option<&str>) -> Verdict {
-        judge(head.as_bytes(), Some(peer.parse().unwrap()), token)
+        judge(
+            head.as_bytes(),
+            &caller(peer),
+            "0.0.0.0:9435".parse().unwrap(),
+            token,
+        )
     }
 
     #[test]
@@ -710,7 +967,7 @@ mod tests {
             j(get, "10.0.0.1", None),
             Verdict::Forward(Route::Metrics, false)
         );
-        let stop = "POST /stop HTTP/1.1\r\nHost: x\r\n\r\n";
+        let stop = "POST /stop HTTP/1.1\r\nHost: localhost:9435\r\n\r\n";
         assert_eq!(
             j(stop, "127.0.0.1", None),
             Verdict::Forward(Route::Stop, false)
@@ -770,5 +1027,112 @@ mod tests {
             );
         }
         assert!(is_loopback("::ffff:127.0.0.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn web_pages_and_other_local_users_cannot_control_the_tool() {
+        let lo: SocketAddr = "127.0.0.1:9435".parse().unwrap();
+        let on_lo = |head: &str, c: Caller| judge(head.as_bytes(), &c, lo, None);
+        let root = caller("127.0.0.1");
+        let stop = |extra: &str| format!("POST /stop HTTP/1.1\r\n{extra}\r\n");
+        assert_eq!(
+            on_lo(&stop("Host: 127.0.0.1:9435\r\n"), root),
+            Verdict::Forward(Route::Stop, false)
+        );
+        assert_eq!(on_lo(&stop(""), root), Verdict::Forward(Route::Stop, false));
+        for host in [
+            "localhost",
+            "LOCALHOST.:1",
+            "[::1]:9435",
+            "127.1.2.3",
+            "a.localhost",
+        ] {
+            assert_eq!(
+                on_lo(&stop(&format!("Host: {host}\r\n")), root),
+                Verdict::Forward(Route::Stop, false),
+                "{host}"
+            );
+        }
+        // CSRF: a page's POST carries its Origin, whatever the Host.
+        for origin in ["http://evil.example", "null", "http://localhost:9435"] {
+            let head = stop(&format!("Host: localhost\r\nOrigin: {origin}\r\n"));
+            assert!(
+                matches!(on_lo(&head, root), Verdict::Answer(403, ..)),
+                "{origin}"
+            );
+        }
+        // DNS rebinding: a page's own name, even for a GET.
+        let get = "GET /metrics HTTP/1.1\r\nHost: attacker.example\r\n\r\n";
+        assert!(matches!(on_lo(get, root), Verdict::Answer(403, ..)));
+        assert!(matches!(
+            on_lo(&stop("Host: attacker.example:9435\r\n"), root),
+            Verdict::Answer(403, ..)
+        ));
+        // Another local account, or one the kernel did not name.
+        for peer in [Peer::Local(Some(65534)), Peer::Local(None)] {
+            let other = Caller {
+                peer,
+                trusted: false,
+            };
+            assert!(matches!(
+                on_lo(&stop("Host: localhost\r\n"), other),
+                Verdict::Answer(403, ..)
+            ));
+            // It may read, as anyone reaching the address may.
+            let get = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n";
+            assert_eq!(on_lo(get, other), Verdict::Forward(Route::Metrics, false));
+        }
+        // Bound to all addresses, a fleet scrapes by the node's name; POST
+        // from this machine still needs a loopback Host.
+        let any: SocketAddr = "0.0.0.0:9435".parse().unwrap();
+        let get = "GET /metrics HTTP/1.1\r\nHost: node7.example:9435\r\n\r\n";
+        let remote = caller("10.0.0.1");
+        assert_eq!(
+            judge(get.as_bytes(), &remote, any, None),
+            Verdict::Forward(Route::Metrics, false)
+        );
+        assert!(matches!(
+            judge(stop("Host: node7.example\r\n").as_bytes(), &root, any, None),
+            Verdict::Answer(403, ..)
+        ));
+    }
+
+    #[test]
+    fn slots_are_kept_for_root_and_shared_between_peers() {
+        let ctx = Arc::new(Shared {
+            token: None,
+            bound: "127.0.0.1:1".parse().unwrap(),
+            slots: Mutex::new(Slots::default()),
+            pending: Arc::new(Pending::default()),
+            euid: 0,
+        });
+        let user = |uid| Caller {
+            peer: Peer::Local(Some(uid)),
+            trusted: uid == 0,
+        };
+        let mut held = Vec::new();
+        // One user: PER_PEER slots, then refused.
+        for _ in 0..PER_PEER {
+            held.push(Slot::take(&ctx, user(1000)).unwrap());
+        }
+        assert!(Slot::take(&ctx, user(1000)).is_err());
+        // Other users and hosts fill the untrusted slots.
+        let mut others = (1001..).map(user).chain((1..=255u8).map(|i| Caller {
+            peer: Peer::Remote(IpAddr::from([10, 0, 0, i])),
+            trusted: false,
+        }));
+        while held.len() < MAX_CONNECTIONS - TRUSTED_ONLY {
+            held.push(Slot::take(&ctx, others.next().unwrap()).unwrap());
+        }
+        assert!(Slot::take(&ctx, others.next().unwrap()).is_err());
+        // Root still gets the kept ones.
+        for _ in 0..TRUSTED_ONLY {
+            held.push(Slot::take(&ctx, user(0)).unwrap());
+        }
+        assert!(Slot::take(&ctx, user(0)).is_err());
+        // Slots come back when connections end.
+        held.clear();
+        let s = ctx.slots.lock().unwrap();
+        assert_eq!((s.total, s.untrusted, s.per_peer.len()), (0, 0, 0));
     }
 }

@@ -1,9 +1,10 @@
 //! The system edge: raw syscalls and `/proc` reads with no policy of their own
 //! (BPF commands, errno words, processes and PID namespaces, descriptor limits,
-//! mounts). Every stage above may use it; it uses only `diag`.
+//! mounts, the owner of a local TCP peer). Every stage above may use it; it uses only `diag`.
 
 pub mod bpf;
 pub mod errno;
 pub mod fds;
 pub mod mounts;
 pub mod process;
+pub mod sockets;
