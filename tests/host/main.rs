@@ -31,5 +31,8 @@ mod urandomread;
 mod trace;
 // --listen, shared by the tools: /metrics, /summary, /stop, /reset over HTTP.
 mod serve;
+// Under overload and hostile clients: floods of events, slow, idle and foreign
+// HTTP clients.
+mod overload;
 // Each tool's man page and --help name the same options.
 mod manpages;

@@ -27,7 +27,8 @@ impl Served {
             .and_then(|r| r.split('/').next())
             .and_then(|a| a.parse().ok())
             .unwrap_or_else(|| panic!("no address in {line:?}"));
-        run.wait_ready();
+        // Per-event tools print their column header, not "Tracing...".
+        run.wait_line(super::header_or_tracing, T);
         Served { run, addr }
     }
 
@@ -43,14 +44,14 @@ impl Served {
     pub fn get(&self, path: &str) -> (u16, String) {
         request(
             self.local(),
-            &format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n"),
+            &format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n"),
         )
     }
 
     pub fn post(&self, path: &str) -> (u16, String) {
         request(
             self.local(),
-            &format!("POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n"),
+            &format!("POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n\r\n"),
         )
     }
 

@@ -1,0 +1,341 @@
+//! Under overload and hostile clients (the third sweep's bugs 1, 2, 5 and 6): a
+//! reader behind a flood of events stays bounded and stops at once, and every
+//! record is printed or counted lost; slow HTTP clients do not slow the tracing;
+//! other local users and web pages cannot control a tool; idle connections
+//! cannot hold every slot.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::util::http::*;
+use crate::util::*;
+
+const T: Duration = Duration::from_secs(120);
+
+/// getrandom() as fast as one thread can, until killed.
+fn flood() -> Workload {
+    Workload::start(&prog("random"), &["getrandom", "1000000000000", "8"])
+}
+
+/// The first line of a run: BCC's "Tracing..." or trace's and urandomread's
+/// column header.
+fn started(l: &str) -> bool {
+    l.starts_with("Tracing") || l.starts_with("PID") || l.starts_with("TIME(s)")
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmRSS")
+}
+
+/// trace's lost records, in BCC's words ("Possibly lost N samples").
+fn possibly_lost(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("Possibly lost ")?.strip_suffix(" samples"))
+        .map(|n| n.parse::<u64>().unwrap())
+        .sum()
+}
+
+/// A tool, its arguments, and what its event lines look like.
+type Case = (&'static str, &'static [&'static str], fn(&str) -> bool);
+
+#[test]
+fn a_reader_behind_a_flood_stays_bounded_and_stops_at_once() {
+    // Slow formats under a syscall flood: the reader drained the whole ring
+    // before writing, so it printed nothing, ignored SIGINT, SIGTERM and a
+    // second Ctrl-C, and grew by ~110 MB/s.
+    let cases: [Case; 3] = [
+        (
+            "trace",
+            &["--json", "t:syscalls:sys_enter_getrandom"],
+            |l| l.starts_with('{'),
+        ),
+        ("trace", &["-U", "t:syscalls:sys_enter_getrandom"], |l| {
+            l.contains("getrandom")
+        }),
+        ("urandomread", &["--json"], |l| l.starts_with('{')),
+    ];
+    for (tool, args, is_event) in cases {
+        let w = flood();
+        let pid = w.pid.to_string();
+        let mut all = vec!["-p", pid.as_str()];
+        all.extend_from_slice(args);
+        let mut t = spawn(&crate::util::tool(tool), &all);
+        t.wait_line(started, T);
+        w.go();
+        // Events are written while the flood goes on, not at its end.
+        t.wait_line(is_event, Duration::from_secs(10));
+        thread::sleep(Duration::from_secs(2));
+        let rss = rss_kib(t.pid());
+        assert!(rss < 200 * 1024, "{tool} {args:?}: {rss} KiB");
+        t.signal(libc::SIGINT);
+        let asked = Instant::now();
+        let out = t.finish(Duration::from_secs(5));
+        let took = asked.elapsed();
+        assert_eq!(out.code(), 0, "{tool} {args:?}: {}", out.stderr);
+        assert!(
+            took < Duration::from_secs(1),
+            "{tool} {args:?}: {took:?} from SIGINT to exit"
+        );
+        drop(w);
+    }
+}
+
+#[test]
+fn a_closed_pipe_ends_a_flooded_run_at_once() {
+    let w = flood();
+    w.go();
+    let pid = w.pid.to_string();
+    let started = Instant::now();
+    let (code, err) = exit_after_head_1(
+        &crate::util::tool("trace"),
+        &["--json", "-p", &pid, "t:syscalls:sys_enter_getrandom"],
+        Duration::from_secs(20),
+    );
+    assert_eq!(code, 0, "{err}");
+    // Start-up included; the run never ended while the flood went on.
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn every_record_of_a_flood_is_printed_or_counted_lost() {
+    // A 16 KiB ring, filled faster than JSON is written: the sum is exact.
+    const N: u64 = 100_000;
+    let env = |tool: &str| {
+        let bin = crate::util::tool(tool);
+        [
+            "env".to_string(),
+            "TRACEKIT_RING_BYTES=16384".into(),
+            bin.display().to_string(),
+        ]
+    };
+    let n = N.to_string();
+
+    let w = Workload::start(&prog("random"), &["getrandom", &n, "8"]);
+    let cmd = env("trace");
+    let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    let out = trace_workload_via(
+        &cmd,
+        w,
+        // Rust's std asks getrandom() for 0 bytes to see that it works.
+        &["--json", "t:syscalls:sys_enter_getrandom (args->len == 8)"],
+        T,
+    );
+    let lines = out
+        .stdout
+        .lines()
+        .filter(|l| l.contains("\"pid\":"))
+        .count() as u64;
+    let lost = possibly_lost(&out.stderr);
+    assert_eq!(
+        lines + lost,
+        N,
+        "{lines} printed, {lost} lost:\n{}",
+        out.stderr
+    );
+
+    let w = Workload::start(&prog("random"), &["getrandom", &n, "8"]);
+    let cmd = env("urandomread");
+    let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    let out = trace_workload_via(&cmd, w, &["--json"], T);
+    let lines = out
+        .stdout
+        .lines()
+        .filter(|l| l.contains("\"pid\":"))
+        .count() as u64;
+    let lost = lost_reported(&out.stderr);
+    assert_eq!(
+        lines + lost,
+        N,
+        "{lines} printed, {lost} lost:\n{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn slow_clients_do_not_slow_the_tracing() {
+    // 16 clients that ask for /metrics and then take their time: the tool
+    // waited for each answer to be written (up to 2 s) before reading the ring
+    // again, and lost most records (81% with 16 clients).
+    const N: u64 = 30_000;
+    let n = N.to_string();
+    let w = Workload::start(&prog("random"), &["getrandom", &n, "8", "--rate", "10000"]);
+    let pid = w.pid.to_string();
+    let bin = crate::util::tool("urandomread");
+    let mut cmd = Command::new("env");
+    cmd.args([
+        "TRACEKIT_RING_BYTES=262144",
+        bin.to_str().unwrap(),
+        "-p",
+        &pid,
+        "--listen",
+        "127.0.0.1:0",
+    ]);
+    let mut t = spawn_cmd(cmd);
+    let line = t.wait_line(|l| l.contains(": serving http://"), T);
+    let addr: std::net::SocketAddr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .and_then(|a| a.parse().ok())
+        .unwrap();
+    t.wait_line(started, T);
+    let done = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..16)
+        .map(|_| {
+            let done = done.clone();
+            thread::spawn(move || {
+                let mut asked = 0;
+                while !done.load(Ordering::Relaxed) {
+                    let Ok(mut s) = TcpStream::connect(addr) else {
+                        continue;
+                    };
+                    let _ = s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n");
+                    asked += 1;
+                    // Not reading the answer; a byte every 100 ms.
+                    for _ in 0..6 {
+                        thread::sleep(Duration::from_millis(100));
+                        let _ = s.write_all(b"x");
+                    }
+                }
+                asked
+            })
+        })
+        .collect();
+    w.go();
+    let out = t.finish(T);
+    done.store(true, Ordering::Relaxed);
+    let asked: u32 = clients.into_iter().map(|c| c.join().unwrap()).sum();
+    assert!(asked >= 16 * 3, "{asked} requests");
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let lines = out.stdout.lines().count() as u64 - 1; // the header
+    assert_eq!(
+        (lines, lost_reported(&out.stderr)),
+        (N, 0),
+        "{}",
+        out.stderr
+    );
+}
+
+/// A shell as user nobody, running `script` with `$PORT` set.
+fn as_nobody(script: &str, port: u16) -> Command {
+    let mut c = Command::new("bash");
+    c.args(["-c", script])
+        .env("PORT", port.to_string())
+        .uid(65534)
+        .gid(65534)
+        .stdin(Stdio::null());
+    c
+}
+
+/// What a raw request as user nobody got back: its status line.
+fn nobody_asks(raw: &str, port: u16) -> String {
+    let script =
+        "trap '' PIPE; exec 3<>/dev/tcp/127.0.0.1/$PORT && printf \"$REQ\" >&3 && head -1 <&3";
+    let out = as_nobody(script, port).env("REQ", raw).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn control_is_refused_to_other_users_and_web_pages() {
+    let w = Workload::start(&prog("random"), &["getrandom", "3", "8", "--hold"]);
+    let pid = w.pid.to_string();
+    let s = Served::start("urandomread", &["-p", &pid, "--listen", ":0"]);
+    let port = s.addr.port();
+    // Another local account: it may read, not stop or reset (it stopped
+    // root's tool).
+    let get = "GET /metrics HTTP/1.1\\r\\nHost: localhost\\r\\n\\r\\n";
+    assert_eq!(nobody_asks(get, port), "HTTP/1.1 200 OK");
+    for post in ["/stop", "/reset"] {
+        let raw = format!("POST {post} HTTP/1.1\\r\\nHost: localhost\\r\\n\\r\\n");
+        assert_eq!(nobody_asks(&raw, port), "HTTP/1.1 403 Forbidden", "{post}");
+    }
+    // A web page in root's browser: its Origin, or its own name (rebinding).
+    for raw in [
+        "POST /stop HTTP/1.1\r\nHost: localhost\r\nOrigin: http://evil.example\r\n\r\n",
+        "POST /reset HTTP/1.1\r\nHost: evil.example\r\n\r\n",
+        "GET /summary HTTP/1.1\r\nHost: attacker.example:80\r\n\r\n",
+    ] {
+        let (code, body) = request(s.local(), raw);
+        assert_eq!(code, 403, "{raw:?}: {body}");
+    }
+    assert_eq!(s.get("/metrics").0, 200);
+    // Root on this machine may; the answer comes once all is detached.
+    w.go();
+    s.stop(T);
+    w.go();
+    assert!(w.wait().success());
+}
+
+/// A process group killed and reaped when dropped (a failing test leaves no
+/// client running).
+struct Group(std::process::Child);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // SAFETY: plain kill(2) of the group the child leads.
+        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_slowloris_cannot_hoard_the_slots() {
+    // Sixteen idle connections made every scrape and POST /stop fail (48 of 48
+    // over 12 s). Here 40 connections as user nobody, each sending a byte
+    // and reopened as soon as it is cut: root's scrapes all get through.
+    let w = Workload::start(&prog("random"), &["getrandom", "3", "8", "--hold"]);
+    let pid = w.pid.to_string();
+    let s = Served::start("urandomread", &["-p", &pid, "--listen", ":0"]);
+    let port = s.addr.port();
+    let script = "for i in $(seq 40); do \
+        (while :; do exec 3<>/dev/tcp/127.0.0.1/$PORT || continue; printf G >&3; cat <&3 >/dev/null; done) & \
+        done; wait";
+    let loris = Group(
+        as_nobody(script, port)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap(),
+    );
+    thread::sleep(Duration::from_secs(1));
+    // A nobody's fifth connection is refused at once.
+    assert_eq!(
+        nobody_asks(
+            "GET /metrics HTTP/1.1\\r\\nHost: localhost\\r\\n\\r\\n",
+            port
+        ),
+        "HTTP/1.1 503 Service Unavailable"
+    );
+    let mut ok = 0;
+    let end = Instant::now() + Duration::from_secs(4);
+    let mut tries = 0;
+    while Instant::now() < end {
+        tries += 1;
+        let started = Instant::now();
+        if s.get("/metrics").0 == 200 && started.elapsed() < Duration::from_secs(1) {
+            ok += 1;
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+    let stop = s.post("/reset").0;
+    drop(loris);
+    assert_eq!((ok, stop), (tries, 200), "{ok} of {tries} scrapes answered");
+    // The work, then POST /stop; then the workload may exit.
+    w.go();
+    s.stop(T);
+    w.go();
+    assert!(w.wait().success());
+}
