@@ -62,6 +62,10 @@ struct Answer {
     inode: u32,
 }
 
+fn canonical(a: SocketAddr) -> SocketAddr {
+    SocketAddr::new(a.ip().to_canonical(), a.port())
+}
+
 fn put(a: IpAddr, out: &mut [u8; 16]) {
     match a {
         IpAddr::V4(v4) => out[..4].copy_from_slice(&v4.octets()),
@@ -74,7 +78,9 @@ fn put(a: IpAddr, out: &mut [u8; 16]) {
 /// socket sees the peer, `to` our listening address). None when the kernel
 /// does not say (no sock_diag, another namespace, the client already gone).
 pub fn tcp_socket_owner(from: SocketAddr, to: SocketAddr) -> Option<u32> {
-    // Both sides in one family: a v4-mapped peer of a v6 socket is asked as v6.
+    // A v4 client of a v6 socket (bound to ::) shows as ::ffff:a.b.c.d on our
+    // side; its own socket is a v4 one.
+    let (from, to) = (canonical(from), canonical(to));
     let family = match (from.ip(), to.ip()) {
         (IpAddr::V4(_), IpAddr::V4(_)) => libc::AF_INET,
         (IpAddr::V6(_), IpAddr::V6(_)) => libc::AF_INET6,
@@ -192,6 +198,13 @@ mod tests {
         // SAFETY: geteuid has no preconditions.
         let me = unsafe { libc::geteuid() };
         assert_eq!(tcp_socket_owner(peer, s.local_addr().unwrap()), Some(me));
+        // A v4 client of a socket bound to ::, as that socket sees it.
+        let l6 = TcpListener::bind("[::]:0").unwrap();
+        let port = l6.local_addr().unwrap().port();
+        let c4 = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (s6, peer6) = l6.accept().unwrap();
+        assert_eq!(peer6.ip().to_canonical(), c4.local_addr().unwrap().ip());
+        assert_eq!(tcp_socket_owner(peer6, s6.local_addr().unwrap()), Some(me));
         // No socket has these addresses.
         let nobody: SocketAddr = "127.0.0.1:1".parse().unwrap();
         assert_eq!(tcp_socket_owner(nobody, s.local_addr().unwrap()), None);
