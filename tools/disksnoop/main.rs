@@ -169,7 +169,9 @@ fn run(mut args: Args, mut ahead: OpenAhead<skel::DisksnoopSkelBuilder>) -> Resu
     let mut names = disks::Names::load();
     let wide = args.wide;
     let wall = args.timestamp;
-    if json {
+    if !session.begins() {
+        // Stopped while attaching: no start line for a run that is ending.
+    } else if json {
         session.status("Tracing block requests... Hit Ctrl-C to end.")?;
     } else {
         session.status(&header(wide, wall))?;

@@ -77,7 +77,8 @@ pub fn run(mut cfg: Config, ahead: Ahead) -> Result<()> {
     let skel = open.load().context("loading the BPF programs")?;
     session.attach(skel.object())?;
     match cfg.banner {
-        Some(line) => session.status(line)?,
+        Some(line) if session.begins() => session.status(line)?,
+        Some(_) => {}
         None => session.announce(&cfg.patterns)?,
     }
 

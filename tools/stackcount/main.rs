@@ -217,6 +217,9 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
     let json = session.json;
     if !args.folded {
         session.announce(std::slice::from_ref(&pattern))?;
+    } else {
+        // Folded output has no start line, but a stop while attaching is said.
+        session.begins();
     }
 
     // New processes announced by BPF: snapshot their maps before they can exit.

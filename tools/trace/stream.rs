@@ -65,7 +65,9 @@ pub fn run(
             r.add_file(binary);
         }
     }
-    if json {
+    if !session.begins() {
+        // Stopped while attaching: no start line for a run that is ending.
+    } else if json {
         session.status(&format!(
             "Tracing {nprobes} probe{}... Hit Ctrl-C to end.",
             if nprobes == 1 { "" } else { "s" }

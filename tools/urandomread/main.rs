@@ -136,7 +136,9 @@ fn run(mut args: Args, mut ahead: OpenAhead<skel::UrandomreadSkelBuilder>) -> Re
     let json = session.json;
     let wide = args.wide;
     let clock = Clock::new();
-    if json {
+    if !session.begins() {
+        // Stopped while attaching: no start line for a run that is ending.
+    } else if json {
         session.status("Tracing reads of random bytes... Hit Ctrl-C to end.")?;
     } else if wide {
         session.status(&format!(

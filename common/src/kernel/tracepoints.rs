@@ -50,6 +50,13 @@ pub fn matching(m: &Matcher) -> Result<Vec<Tracepoint>> {
         let Ok(cat_name) = cat.file_name().into_string() else {
             continue;
         };
+        // Other tracekit runs' uprobe groups (see attach/uprobe_groups.rs)
+        // come and go with those runs: a pattern that happened to match one
+        // failed when it went away before its format was read. Only a
+        // literal name reaches them.
+        if cat_name.starts_with("tracekit_") {
+            continue;
+        }
         let Ok(evs) = fs::read_dir(cat.path()) else {
             continue; // a file such as header_page
         };

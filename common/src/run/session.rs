@@ -117,15 +117,7 @@ impl Session {
     /// BCC's start line for `patterns`.
     pub fn announce<S: AsRef<str>>(&self, patterns: &[S]) -> Result<()> {
         let n = self.attached.as_ref().map_or(0, Attached::probes_attached);
-        if self.stop.reason() == Some(StopReason::Signal) {
-            // Ctrl-C came while attaching: the run ends now, so no "Tracing
-            // ... Hit Ctrl-C to end" (it said "Tracing 0 functions").
-            let planned = self.plan.probes.len();
-            if n < planned {
-                crate::diag::warn(&format!(
-                    "stopped by a signal while attaching: {n} of {planned} probes were attached"
-                ));
-            }
+        if !self.begins() {
             return Ok(());
         }
         self.status(&output::banner(n, patterns))
