@@ -4,6 +4,7 @@
 //! file-descriptor limits. Driven by funccount.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -436,5 +437,101 @@ fn trace_stopped_while_attaching_says_how_far_it_got() {
             assert!(n < m && m > 1000, "{what}");
             assert!(!out.stderr.contains("error"), "{what}");
         }
+    }
+}
+
+/// The tracefs uprobe events of group `group` (`tracekit_<ns>_<pid>/`) now.
+fn group_events(group: &str) -> usize {
+    uprobe_events()
+        .lines()
+        .filter(|l| l.contains(group))
+        .count()
+}
+
+/// The child processes of `pid` (from /proc: the fourth field of stat).
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut kids = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        let after = stat.rsplit_once(") ").map_or("", |r| r.1);
+        if after.split(' ').nth(1).and_then(|v| v.parse().ok()) == Some(pid) {
+            kids.push(p);
+        }
+    }
+    kids
+}
+
+/// Whether `pid` is alive (not gone, not a zombie).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| Some(s.rsplit_once(") ")?.1.starts_with('Z')))
+        == Some(false)
+}
+
+#[test]
+fn kill_9_in_group_mode_leaves_no_uprobe_event() {
+    // Sweep bug 8: kill -9 of a run that made tracefs uprobe groups (single
+    // mode, and auto mode without uprobe_multi) left its events until another
+    // group-mode run. Its guardian removes them, also when the run's whole
+    // process group is killed; and the guardian is gone then too.
+    let dir = Scratch::new();
+    let bin = build_many_functions(&dir, 300);
+    let spec = format!("{}:fn_*", bin.display());
+    for whole_group in [false, true] {
+        let p = CProg::start(&bin);
+        let pid = p.pid.to_string();
+        let mut cmd = Command::new(funccount());
+        cmd.args(["--attach-mode", "single", "-p", &pid, &spec]);
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        let mut t = spawn_cmd(cmd);
+        t.wait_ready();
+        let group = format!("tracekit_{}_{}/", pid_namespace_of(t.pid()), t.pid());
+        assert_eq!(group_events(&group), 300, "{whole_group}");
+        let guardians = children_of(t.pid());
+        assert_eq!(guardians.len(), 1, "{guardians:?}");
+        match whole_group {
+            true => kill(0u32.wrapping_sub(t.pid()), libc::SIGKILL),
+            false => t.signal(libc::SIGKILL),
+        }
+        let killed = std::time::Instant::now();
+        let out = t.finish(T);
+        assert_eq!(out.status.signal(), Some(libc::SIGKILL));
+        while (group_events(&group) > 0 || alive(guardians[0]))
+            && killed.elapsed() < Duration::from_secs(2)
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(
+            group_events(&group),
+            0,
+            "whole group {whole_group}: 2 s after kill -9"
+        );
+        assert!(!alive(guardians[0]), "the guardian lives on");
+        drop(p);
+    }
+}
+
+#[test]
+fn stale_uprobe_groups_are_removed_by_every_run() {
+    // Sweep bug 8: only a run that made groups removed those of dead runs; now
+    // every run does (on the side): a tracepoint run, and a tool with fixed
+    // programs. 4194305 is above PID_MAX_LIMIT: no process has it.
+    let group = format!("tracekit_{}_4194305", pid_namespace_of(std::process::id()));
+    for args in [
+        (funccount(), vec!["-d", "0.5", "t:sched:sched_switch"]),
+        (tool("urandomread"), vec!["--duration", "0.5"]),
+    ] {
+        uprobe_events_command(&format!("p:{group}/g0 /usr/bin/true:0x0"));
+        let out = run(&args.0, &args.1, T);
+        let left = group_events(&format!("{group}/"));
+        if left > 0 {
+            uprobe_events_command(&format!("-:{group}/g0"));
+        }
+        assert_eq!(out.code(), 0, "{}", out.stderr);
+        assert_eq!(left, 0, "{:?} left a dead run's group", args.0);
     }
 }

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, Object, ProgramMut};
 
+mod guardian;
 pub mod links;
 pub mod missed;
 pub mod report;
@@ -128,10 +129,64 @@ pub fn attach(plan: &Plan, obj: &Object, stop: &Stop) -> Result<Attached> {
         .filter_map(|p| p.section().to_str().and_then(ProgKind::of))
         .collect();
     crate::sys::fds::check_fd_limit(fds_needed(plan, &loaded), plan.fd_reserve)?;
+    // A run that makes tracefs groups clears stale ones first (its own name may
+    // be an earlier process's, which it would append to); every other run
+    // sweeps on the side, so none waits for it.
+    let makes_groups = plan.user_via == Some(Via::Single)
+        && !perf_uprobes()
+        && plan
+            .probes
+            .iter()
+            .any(|p| matches!(p.site, Site::User { .. }));
+    match makes_groups {
+        true => links::remove_stale_uprobe_events(),
+        false => sweep_stale_groups(),
+    }
     stop.set_phase(Phase::Attaching);
     let out = attach_all(plan, obj, stop);
     stop.set_phase(Phase::Tracing);
     out
+}
+
+/// Whether a sweep was started, and whether it is over.
+static SWEEP: (std::sync::Mutex<Option<bool>>, std::sync::Condvar) =
+    (std::sync::Mutex::new(None), std::sync::Condvar::new());
+
+/// Removes the tracefs uprobe groups of tracekit runs that are gone (killed
+/// together with their guardian, see guardian.rs, or by an older version), on
+/// a thread of its own: every run does it, so none is left for long, and no run
+/// waits for it while it starts (reading uprobe_events waits for the kernel's
+/// event_mutex, which a run removing many probes holds for seconds); the exit
+/// does, a little ([`await_sweep`]). Only where tracefs is mounted: nothing can
+/// be left where it is not.
+pub fn sweep_stale_groups() {
+    let (state, done) = &SWEEP;
+    let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
+    if s.is_some() {
+        return;
+    }
+    *s = Some(false);
+    let spawned = std::thread::Builder::new()
+        .name("sweep".into())
+        .spawn(move || {
+            if crate::kernel::tracefs::if_mounted().is_some() {
+                links::remove_stale_uprobe_events();
+            }
+            *state.lock().unwrap_or_else(|e| e.into_inner()) = Some(true);
+            done.notify_all();
+        });
+    if spawned.is_err() {
+        *s = None;
+    }
+}
+
+/// Waits up to `limit` for a sweep [`sweep_stale_groups`] started: one the exit
+/// would cut short (a short run, an event_mutex held by another run) would
+/// leave the groups it found.
+pub fn await_sweep(limit: std::time::Duration) {
+    let (state, done) = &SWEEP;
+    let s = state.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = done.wait_timeout_while(s, limit, |s| *s == Some(false));
 }
 
 fn attach_all(plan: &Plan, obj: &Object, stop: &Stop) -> Result<Attached> {
@@ -192,12 +247,6 @@ fn attach_all(plan: &Plan, obj: &Object, stop: &Stop) -> Result<Attached> {
         }
     }
     if let Some(via) = plan.user_via {
-        // Only runs that may make tracefs groups read uprobe_events: others
-        // have no name to clear, and need not wait on the kernel's
-        // event_mutex.
-        if via == Via::Single && !perf_uprobes() && !by_binary.is_empty() {
-            links::remove_stale_uprobe_events();
-        }
         let index = obj.maps().find(|m| m.name() == "uprobe_groups");
         // Hooks go in tracefs uprobe groups (fast to detach) where the
         // object can tell the functions of a group apart (its uprobe_groups

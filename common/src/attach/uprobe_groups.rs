@@ -1,6 +1,7 @@
 //! User functions as tracefs uprobe events, many to a perf event, for kernels
 //! without uprobe_multi: one perf event (and its costly removal) per group
-//! instead of per function.
+//! instead of per function; the groups' names, and the judgement of which
+//! groups dead runs left (their guardian is guardian.rs).
 
 use std::path::Path;
 
@@ -128,8 +129,9 @@ pub(super) fn remove_uprobe_events(events: &[String]) {
 }
 
 /// Removes the uprobe events left by tracekit processes that are gone (killed
-/// before they could remove them; such events are inert, no breakpoint is armed).
-/// Runs that make tracefs groups call it, before they make theirs.
+/// with their guardian before either could remove them; such events are inert,
+/// no breakpoint is armed). Runs that make tracefs groups call it before they
+/// make theirs; every other run on a thread of its own (`sweep_stale_groups`).
 pub(crate) fn remove_stale_uprobe_events() {
     let Ok(dir) = crate::kernel::tracefs::tracefs() else {
         return;
@@ -242,6 +244,10 @@ pub(crate) fn uprobe_groups<'a>(
     } else {
         vec![sites.to_vec()]
     };
+    // Before the first event is made: a kill -9 from now on leaves nothing.
+    if let Ok(dir) = crate::kernel::tracefs::tracefs() {
+        super::guardian::guard(&dir.join("uprobe_events"), &uprobe_event_group());
+    }
     let prog = Prog::of(prog);
     let mut fallback = Vec::new();
     for g in groups {

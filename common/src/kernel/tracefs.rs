@@ -21,6 +21,15 @@ pub fn tracefs() -> Result<&'static Path> {
         .map_err(|e| anyhow!("{e}"))
 }
 
+/// The tracefs mount point when tracefs is mounted; never mounts it (for work
+/// that has something to do only where tracefs has been used).
+pub fn if_mounted() -> Option<PathBuf> {
+    if mounts::is_mounted_at(Path::new(TRACEFS), TRACEFS_MAGIC) {
+        return Some(PathBuf::from(TRACEFS));
+    }
+    mounts::mount_point("tracefs")
+}
+
 /// A tracefs list (uprobe_events, say) as one consistent snapshot. The kernel
 /// gives it a page per read and finds where the next read starts by position,
 /// so a line added or removed by another process between two reads shifts the

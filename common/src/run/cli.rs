@@ -30,6 +30,7 @@ pub fn main(tool: &'static str, body: impl FnOnce() -> Result<()>) -> ! {
             1
         }
     };
+    crate::attach::await_sweep(std::time::Duration::from_secs(2));
     std::process::exit(code)
 }
 

@@ -263,6 +263,7 @@ impl Session {
         // Classic tracepoints are attached by the id tracefs gives; a failure
         // here shows up as the reason those variants did not work.
         let _ = tracefs::tracefs();
+        crate::attach::sweep_stale_groups();
         Session::new(plan, stop, common, debug, marks)
     }
 
