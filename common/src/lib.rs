@@ -54,6 +54,8 @@ pub use user::targets::at_offset;
 pub use data::events::Streamed;
 pub use data::{counters, events, stacks, symbolize};
 pub use plan::{perf_syscalls, raw_attachable, syscall_event, Plan, Probe, RawTracepoints, Site};
+// A tool's plan options beyond the shared ones (--unsafe: Go return probes).
+pub use plan::{Options as PlanOptions, UNSAFE_FLAG};
 
 // Floor 5: the object before load.
 pub use object::ahead::{self, OpenAhead};

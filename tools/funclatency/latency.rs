@@ -50,6 +50,8 @@ pub struct Config {
     /// (vfsreadlat prints BCC's example's line); such tools print no
     /// "Detaching..." either.
     pub banner: Option<&'static str>,
+    /// --unsafe: return probes on Go programs too (which crash them).
+    pub unsafe_returns: bool,
 }
 
 /// Cells of one histogram row in bpf/hist.h: slots, then total and count.
@@ -61,7 +63,16 @@ pub fn run(mut cfg: Config, ahead: Ahead) -> Result<()> {
         trampoline: true,
         ..How::default()
     };
-    let mut session = Session::prepare(&cfg.specs, &mut cfg.common, how, cfg.debug)?;
+    let (specs, unsafe_returns) = (&cfg.specs, cfg.unsafe_returns);
+    let mut session = Session::prepare_with(&mut cfg.common, how, cfg.debug, |opts| {
+        common::Plan::build(
+            specs,
+            &common::PlanOptions {
+                unsafe_returns,
+                ..opts.clone()
+            },
+        )
+    })?;
     let plan = &session.plan;
     // With --listen every probe has its own row, for a histogram per probe in
     // /metrics; the text still merges them unless -F.

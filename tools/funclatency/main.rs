@@ -62,6 +62,10 @@ struct Args {
     #[arg(short = 'D', long)]
     debug: bool,
 
+    /// Time functions of Go programs too, which crashes them (Go moves and walks goroutine stacks by return address, which a return probe replaces); refused without it
+    #[arg(long = "unsafe", alias = "force")]
+    unsafe_returns: bool,
+
     /// What to time: FUNC, p::FUNC, LIB:FUNC, /PATH:FUNC
     #[arg(required = true, value_name = "PATTERN")]
     patterns: Vec<String>,
@@ -104,6 +108,7 @@ fn run(args: Args, ahead: latency::Ahead) -> Result<()> {
             debug: args.debug,
             totals: true,
             banner: None,
+            unsafe_returns: args.unsafe_returns,
         },
         ahead,
     )

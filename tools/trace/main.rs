@@ -102,6 +102,10 @@ struct Args {
     #[arg(short, long)]
     verbose: bool,
 
+    /// Allow r: probes on Go programs, which crash them (Go moves and walks goroutine stacks by return address, which a return probe replaces); refused without it
+    #[arg(long = "unsafe", alias = "force")]
+    unsafe_returns: bool,
+
     /// Bytes read for each %s string, its NUL included
     #[arg(short = 'Z', long = "string-size", value_name = "N", default_value_t = 80, value_parser = clap::value_parser!(u32).range(1..=4096))]
     string_size: u32,
@@ -220,7 +224,11 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
         },
         args.verbose,
         |opts| {
-            let (mut plan, indexes) = Plan::build_indexed(&specs, opts)?;
+            let opts = common::PlanOptions {
+                unsafe_returns: args.unsafe_returns,
+                ..opts.clone()
+            };
+            let (mut plan, indexes) = Plan::build_indexed(&specs, &opts)?;
             per_probe = placement::specs_per_probe(&mut plan, &indexes, &parsed)?;
             Ok(plan)
         },

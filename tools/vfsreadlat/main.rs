@@ -75,6 +75,7 @@ fn run(args: Args, ahead: latency::Ahead) -> Result<()> {
             debug: args.debug,
             totals: false,
             banner: Some("Tracing... Hit Ctrl-C to end."),
+            unsafe_returns: false,
         },
         ahead,
     )

@@ -22,9 +22,11 @@ pub const BUILD: &[&str] = &[
 /// local function names, which user-function tests check with and without; binutils'
 /// objcopy strips a test binary; zlib1g is the Debian library the tests trace;
 /// iproute2 makes the network namespace and prometheus the server that scrape
-/// --listen in tests/host/serve.rs).
+/// --listen in tests/host/serve.rs; g++ builds the C++ program whose exceptions
+/// funclatency warns of).
 pub const TEST: &[&str] = &[
     "util-linux",
+    "g++",
     "libc6-dbg",
     "binutils",
     "zlib1g",

@@ -66,7 +66,14 @@ pub struct Options {
     /// Whether the tool's tracepoints may be raw tracepoint links: the plan says
     /// which of them its program may serve.
     pub raw_tracepoints: RawTracepoints,
+    /// Return probes on Go programs, which crash them: refused unless the user
+    /// asked for them (the tool's `--unsafe`, see [`UNSAFE_FLAG`]).
+    pub unsafe_returns: bool,
 }
+
+/// The flag of tools that hook returns which lets them hook a Go program's:
+/// bpftrace's name for allowing what can harm the traced system.
+pub const UNSAFE_FLAG: &str = "--unsafe";
 
 /// Whether a tool's tracepoints may be raw tracepoint links, through its
 /// object's `SEC("raw_tp")` program, and what that program needs to know
@@ -159,6 +166,7 @@ impl Plan {
                     spec,
                     opts.pid,
                     opts.hooks == Hooks::EntryAndReturn,
+                    opts.unsafe_returns,
                     &mut kfuncs,
                     by_name,
                     &wanted,
@@ -475,8 +483,8 @@ struct Binaries {
     /// By device and inode: `c:malloc` and `/usr/lib/.../libc.so.6:malloc` are one
     /// file, and one probe.
     files: HashMap<(u64, u64), Rc<Binary>>,
-    /// Go binaries already warned of (once each, however many patterns).
-    go_warned: std::collections::HashSet<(u64, u64)>,
+    /// Go and C++ binaries already warned of (once each, however many patterns).
+    warned: std::collections::HashSet<(u64, u64)>,
 }
 
 impl Binaries {
@@ -565,12 +573,14 @@ fn kernel_by_name(
     Ok(true)
 }
 
-/// Expands one spec into its probes. `returns`: the plan hooks returns too.
+/// Expands one spec into its probes. `returns`: the plan hooks returns too;
+/// `unsafe_returns`: also on Go programs.
 #[allow(clippy::too_many_arguments)]
 fn expand(
     spec: &ProbeSpec,
     pid: Option<u32>,
     returns: bool,
+    unsafe_returns: bool,
     kfuncs: &mut Option<KernelFuncs>,
     by_name: bool,
     wanted: &crate::kernel::functions::cache::Want,
@@ -625,10 +635,26 @@ fn expand(
             let mut found = targets::functions(&bin, m);
             if returns {
                 targets::skip_jump_entered(&mut found, bin.entry);
-                if bin.go && binaries.go_warned.insert((bin.dev, bin.ino)) {
+                let shown = || crate::user::elf::shown(&bin.path);
+                // Go moves a goroutine's stack when it grows it, and walks stacks
+                // by return address: a return probe's replaced address crashes
+                // the program (3 of 3 runs in the sweep, in gcBgMarkWorker).
+                if bin.go && !unsafe_returns {
+                    bail!(
+                        "{} is a Go program: return probes crash it (Go moves and walks goroutine stacks by return address, which a return probe replaces); {UNSAFE_FLAG} hooks its returns anyway",
+                        shown()
+                    );
+                }
+                if bin.go && binaries.warned.insert((bin.dev, bin.ino)) {
                     crate::diag::warn(&format!(
                         "{} is a Go program: hooking its functions' returns can crash it (Go's runtime walks goroutine stacks by return address, which a return probe replaces)",
-                        crate::user::elf::shown(&bin.path)
+                        shown()
+                    ));
+                }
+                if bin.cxx_exceptions && binaries.warned.insert((bin.dev, bin.ino)) {
+                    crate::diag::warn(&format!(
+                        "{} is C++ with exceptions: one that unwinds through a function with a return probe aborts the program (the probe replaces the return address the unwinder follows)",
+                        shown()
                     ));
                 }
             }

@@ -87,6 +87,7 @@ impl Session {
             hooks: how.hooks,
             trampoline: how.trampoline,
             raw_tracepoints: how.raw_tracepoints,
+            ..Default::default()
         })?;
         if debug {
             crate::diag::stderr(&plan.describe());

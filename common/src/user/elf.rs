@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 use object::elf;
 use object::read::elf::{ElfFile64, FileHeader, ProgramHeader, SectionHeader, Sym};
-use object::{Endianness, Object, ReadCache, ReadRef};
+use object::{Endianness, Object, ObjectSymbol, ReadCache, ReadRef};
 
 use crate::diag::shorten;
 
@@ -260,6 +260,11 @@ pub struct Binary {
     pub entry: Option<u64>,
     /// A Go program or library (its build info or pc-line table is there).
     pub go: bool,
+    /// C++ code whose exceptions can unwind through its functions: it has
+    /// exception tables (.gcc_except_table) and uses C++'s personality routine
+    /// (`__gxx_personality_v0`). The tables alone are no sign: libc and Rust
+    /// programs have them too.
+    pub cxx_exceptions: bool,
 }
 
 /// A symbol as read from one table.
@@ -298,6 +303,11 @@ impl Binary {
         let go = [".go.buildinfo", ".gopclntab"]
             .iter()
             .any(|s| file.section_by_name(s).is_some());
+        let cxx_exceptions = file.section_by_name(".gcc_except_table").is_some()
+            && file
+                .dynamic_symbols()
+                .chain(file.symbols())
+                .any(|s| s.name_bytes() == Ok(&b"__gxx_personality_v0"[..]));
         let mut syms = Vec::new();
         let mut has_symtab = symbols(&file, elf::SHT_SYMTAB, &mut syms).map_err(corrupt)?;
         symbols(&file, elf::SHT_DYNSYM, &mut syms).map_err(corrupt)?;
@@ -330,6 +340,7 @@ impl Binary {
             debug_file,
             entry,
             go,
+            cxx_exceptions,
         })
     }
 
