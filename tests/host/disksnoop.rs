@@ -48,14 +48,24 @@ fn expected() -> Vec<(String, u64)> {
 
 /// disksnoop (with `env` settings) -d LOOP -p WORKLOAD `args` over the workload.
 fn snoop(env: &[&str], args: &[&str]) -> (Output, LoopDev, u32) {
+    snoop_disk(|lo| lo.name().to_string(), env, args)
+}
+
+/// [`snoop`] with the loop device given to -d as `disk` names it.
+fn snoop_disk(
+    disk: impl Fn(&LoopDev) -> String,
+    env: &[&str],
+    args: &[&str],
+) -> (Output, LoopDev, u32) {
     let lo = LoopDev::new(16);
+    let disk = disk(&lo);
     let w = Workload::start(&prog("direct_io"), &[&lo.dev, OPS[0], OPS[1]]);
     let pid = w.pid;
     let bin = disksnoop();
     let mut cmd = vec!["env"];
     cmd.extend_from_slice(env);
     cmd.push(bin.to_str().unwrap());
-    let mut all = vec!["-d", lo.name()];
+    let mut all = vec!["-d", disk.as_str()];
     all.extend_from_slice(args);
     let out = trace_workload_until(&cmd, w, &all, header_or_tracing, T);
     (out, lo, pid)
@@ -230,6 +240,58 @@ fn wall_clock_times() {
         assert_eq!(&t[2..3], ":");
         assert_eq!(&t[8..9], ".");
     }
+}
+
+#[test]
+fn disks_are_given_by_number_and_by_path() {
+    // Sweep bug 16: -d took only names ("no disk named '7:0'"). A disk's
+    // MAJOR:MINOR, a path with .. in it and a symlink to its node (as
+    // /dev/disk/by-id/ holds) all give exactly the workload's requests.
+    let links = Scratch::new();
+    let forms: [(&str, Box<dyn Fn(&LoopDev) -> String>); 3] = [
+        (
+            "MAJOR:MINOR",
+            Box::new(|lo| {
+                std::fs::read_to_string(format!("/sys/class/block/{}/dev", lo.name()))
+                    .unwrap()
+                    .trim()
+                    .to_string()
+            }),
+        ),
+        ("..", Box::new(|lo| format!("/dev/../dev/{}", lo.name()))),
+        (
+            "symlink",
+            Box::new(|lo| {
+                let link = links.0.join(format!("by-id-{}", lo.name()));
+                std::os::unix::fs::symlink(&lo.dev, &link).unwrap();
+                link.to_str().unwrap().to_string()
+            }),
+        ),
+    ];
+    for (form, disk) in forms {
+        let (out, _lo, _) = snoop_disk(disk, &[], &[]);
+        let rows = rows_of(&out.stdout);
+        let got: Vec<(String, u64)> = rows.iter().map(|(t, b, _)| (t.clone(), *b)).collect();
+        assert_eq!(got, expected(), "{form}: {}", out.stderr);
+    }
+    // Numbers and paths that are no disk: one line each (the list of disks
+    // may change while other tests make loop devices).
+    let out = run(&disksnoop(), &["-d", "4095:1048575"], T);
+    assert_eq!(
+        (out.code(), out.stderr.lines().count()),
+        (1, 1),
+        "{}",
+        out.stderr
+    );
+    assert_starts_with(
+        &out.stderr,
+        "disksnoop: error: no block device 4095:1048575 (disks: ",
+    );
+    fails_with(
+        &disksnoop(),
+        &["-d", "/etc/passwd"],
+        "-d '/etc/passwd' is not a block device; give a disk's name, MAJOR:MINOR or device node",
+    );
 }
 
 #[test]

@@ -52,7 +52,7 @@ struct Args {
     #[command(flatten)]
     common: CommonArgs,
 
-    /// Only requests to this disk (loop0, vda, sda, /dev/nvme0n1)
+    /// Only requests to this disk: a name (loop0, vda, /dev/nvme0n1), MAJOR:MINOR (8:0) or a path to its node (/dev/disk/by-id/...)
     #[arg(short, long, value_name = "DISK")]
     disk: Option<String>,
 
