@@ -242,13 +242,16 @@ fn wall_clock_times() {
     }
 }
 
+/// How a test names its loop device to -d.
+type DiskForm<'a> = Box<dyn Fn(&LoopDev) -> String + 'a>;
+
 #[test]
 fn disks_are_given_by_number_and_by_path() {
     // Sweep bug 16: -d took only names ("no disk named '7:0'"). A disk's
     // MAJOR:MINOR, a path with .. in it and a symlink to its node (as
     // /dev/disk/by-id/ holds) all give exactly the workload's requests.
     let links = Scratch::new();
-    let forms: [(&str, Box<dyn Fn(&LoopDev) -> String>); 3] = [
+    let forms: [(&str, DiskForm); 3] = [
         (
             "MAJOR:MINOR",
             Box::new(|lo| {
