@@ -32,7 +32,7 @@ mod user;
 // Floor 1: diagnostics, timing, the system edge.
 pub use diag::{escape, stderr, tool_name, warn};
 pub use sys::errno;
-pub use sys::process::{thread_group, INIT_PIDNS_INO};
+pub use sys::process::{kernel_thread, thread_group, INIT_PIDNS_INO};
 
 // Floor 2: the stop request, what the user asked, output.
 pub use output::hist;

@@ -220,3 +220,77 @@ fn control_bytes_are_escaped_in_messages() {
         "bad probe \"x\\x1b[31m:a\\x0ab:c\": probe type must be 'p', 't' or 'u', not 'x\\x1b[31m'",
     );
 }
+
+#[test]
+fn usage_errors_are_one_line() {
+    // Sweep bug 16: clap's errors were three lines or more (the error, a blank
+    // line, usage, "For more information"). Now one, with exit status 2.
+    for (tool_name, args, msg) in [
+        (
+            "funccount",
+            vec!["--bogus"],
+            "unexpected argument '--bogus' found; tip: to pass '--bogus' as a value, use '-- --bogus'",
+        ),
+        (
+            "funccount",
+            vec![],
+            "the following required arguments were not provided: <PATTERN>...",
+        ),
+        (
+            "trace",
+            vec!["-p", "x", "t:sched:sched_switch"],
+            "invalid value 'x' for '--pid <PID>': 'x' is not a process id (a positive integer)",
+        ),
+        (
+            "disksnoop",
+            vec!["-d"],
+            "a value is required for '--disk <DISK>' but none was supplied",
+        ),
+    ] {
+        let out = run(&tool(tool_name), &args, T);
+        assert_eq!(out.code(), 2, "{args:?}: {}", out.stderr);
+        assert_eq!(
+            out.stderr,
+            format!("{tool_name}: error: {msg}; see {tool_name} --help\n")
+        );
+        assert_eq!(out.stdout, "");
+    }
+}
+
+#[test]
+fn pid_of_a_kernel_thread() {
+    // Sweep bug 16: `urandomread -p 2` (kthreadd) traced nothing in silence. A
+    // kernel thread runs no user code: refused where only user code could be
+    // traced, and taken where the kernel's work is (its tracepoints).
+    assert_eq!(
+        std::fs::read_to_string("/proc/2/comm").unwrap(),
+        "kthreadd\n"
+    );
+    crate::util::fails_with(
+        &tool("urandomread"),
+        &["-p", "2"],
+        "-p 2 is a kernel thread (kthreadd): it makes no getrandom() calls and reads no /dev/urandom; give a process",
+    );
+    fails_with(
+        &["-p", "2", "c:malloc"],
+        "-p 2 is a kernel thread (kthreadd): it runs no user code, so it has no user functions or USDT probes to trace; give a process",
+    );
+    let out = run(
+        &funccount(),
+        &["-p", "2", "-d", "0.2", "t:sched:sched_switch"],
+        T,
+    );
+    assert_eq!((out.code(), out.stderr.as_str()), (0, ""));
+}
+
+#[test]
+fn help_lists_no_option_a_tool_refuses() {
+    // Sweep bug 16 (already so on main, kept so): the tools with fixed
+    // programs refuse --attach-mode, so their --help does not offer it.
+    for t in ["urandomread", "disksnoop"] {
+        let out = run(&tool(t), &["--help"], T);
+        assert_eq!(out.code(), 0);
+        assert!(!out.stdout.contains("--attach-mode"), "{t}: {}", out.stdout);
+        assert!(out.stdout.contains("--duration"), "{t}: {}", out.stdout);
+    }
+}

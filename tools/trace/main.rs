@@ -398,8 +398,15 @@ fn common_spec(p: &grammar::Probe) -> Result<ProbeSpec> {
             p.name.clone(),
         ),
     };
+    // Messages about what the spec matched quote the spec alone (to the first
+    // blank or '(', as the grammar reads it), not its filter, format and
+    // arguments: they are about the probe.
+    let t = p.text.trim_start();
+    let spec = &t[..t
+        .find(|c: char| c.is_whitespace() || c == '(')
+        .unwrap_or(t.len())];
     Ok(ProbeSpec {
-        raw: p.text.clone(),
+        raw: spec.to_string(),
         source,
         matcher: Matcher::glob(&pattern).map_err(bad)?,
     })

@@ -108,6 +108,14 @@ fn main() {
 
 fn run(mut args: Args, mut ahead: OpenAhead<skel::UrandomreadSkelBuilder>) -> Result<()> {
     let mut session = Session::fixed(&mut args.common, args.debug)?;
+    // A kernel thread makes no getrandom() call and reads no device file: it
+    // would be traced in silence, for nothing.
+    if let Some(pid) = args.common.pid {
+        if let Some(name) = common::kernel_thread(pid) {
+            let name = common::escape(name);
+            anyhow::bail!("-p {pid} is a kernel thread ({name}): it makes no getrandom() calls and reads no /dev/urandom; give a process");
+        }
+    }
     let ring = events::ring_bytes()?;
     let filter = common::Filter::of(&session.plan, args.common.cpu);
 

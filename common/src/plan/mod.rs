@@ -139,6 +139,13 @@ impl Plan {
         check_mode(opts)?;
         if let Some(pid) = opts.pid {
             process::check_pid(pid)?;
+            let user = specs
+                .iter()
+                .any(|s| matches!(s.source, Source::User { .. } | Source::Usdt { .. }));
+            if let Some(name) = process::kernel_thread(pid).filter(|_| user) {
+                let name = escape_str(&name);
+                bail!("-p {pid} is a kernel thread ({name}): it runs no user code, so it has no user functions or USDT probes to trace; give a process");
+            }
         }
         let mut kfuncs: Option<KernelFuncs> = None;
         // Only these names are parsed out of a cached table.

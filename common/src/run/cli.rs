@@ -67,8 +67,32 @@ pub fn parse<A: clap::Parser>() -> A {
                 _ => std::process::exit(0),
             }
         }
-        Err(e) => e.exit(),
+        Err(e) => {
+            let tool = crate::diag::tool_name();
+            stderr(&format!("{tool}: error: {}\n", one_line(&e, tool)));
+            std::process::exit(e.exit_code())
+        }
     }
+}
+
+/// A clap usage error as one line, as every other error of the tools is: its
+/// message and tip, without clap's usage and "For more information" lines
+/// (which said nothing `--help` does not).
+fn one_line(e: &clap::Error, tool: &str) -> String {
+    let text = e.render().to_string();
+    let mut line = String::new();
+    for part in text.lines().map(str::trim) {
+        if part.is_empty() || part.starts_with("Usage:") || part.starts_with("For more information")
+        {
+            continue;
+        }
+        let part = part.strip_prefix("error: ").unwrap_or(part);
+        if !line.is_empty() {
+            line.push_str(if line.ends_with(':') { " " } else { "; " });
+        }
+        line.push_str(part);
+    }
+    format!("{}; see {tool} --help", escape(line))
 }
 
 /// What a command line asks for.

@@ -55,6 +55,20 @@ pub fn check_pid(pid: u32) -> Result<()> {
     thread_group(pid).map(|_| ())
 }
 
+/// The name of `pid` if it is a kernel thread (PF_KTHREAD in the flags of its
+/// stat): it has no user memory, runs no user code and makes no system calls.
+/// The name is as the kernel gives it (escape it to print).
+pub fn kernel_thread(pid: u32) -> Option<String> {
+    /// include/linux/sched.h.
+    const PF_KTHREAD: u64 = 0x0020_0000;
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (head, rest) = stat.rsplit_once(')')?;
+    // After the name: state, ppid, pgrp, session, tty_nr, tpgid, flags.
+    let flags: u64 = rest.split_whitespace().nth(6)?.parse().ok()?;
+    let name = head.split_once('(')?.1;
+    (flags & PF_KTHREAD != 0).then(|| name.to_string())
+}
+
 /// Whether process `pid` has exited: it is gone, or a zombie not yet reaped
 /// (which uprobes refuse with ESRCH).
 pub fn exited(pid: u32) -> bool {

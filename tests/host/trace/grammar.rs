@@ -280,3 +280,26 @@ fn deep_nesting_is_refused_not_overflowed() {
         "in the predicate: expression nested too deeply\n",
     );
 }
+
+#[test]
+fn spec_errors_quote_the_spec_alone() {
+    // Sweep bug 16: a spec that matched nothing was quoted with its filter,
+    // format and arguments ("u:pthread:pthread_create "%d", arg99"), its quotes
+    // nested in the message's. Only the part that matched nothing is quoted.
+    let b = bin();
+    fails_with(
+        &trace(),
+        &[&format!("u:{b}:nosuchprobe (arg1 != 0) \"%d\", arg99")],
+        &format!("no USDT probe in {b} matches \"u:{b}:nosuchprobe\""),
+    );
+    fails_with(
+        &trace(),
+        &[&format!("p:{b}:no_such_fn(int a) \"%d\", a")],
+        &format!("no function in {b} matches \"p:{b}:no_such_fn\""),
+    );
+    fails_with(
+        &trace(),
+        &["t:sched:no_such_event \"%d\", arg1"],
+        "no tracepoint matches \"t:sched:no_such_event\" (tracepoints are listed under events/ in tracefs)",
+    );
+}
