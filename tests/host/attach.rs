@@ -660,3 +660,25 @@ fn a_tracepoint_the_kernel_refuses_says_why() {
          synthetic))",
     );
 }
+
+#[test]
+fn tracepoint_patterns_skip_other_runs_uprobe_groups() {
+    // Other runs' tracefs uprobe groups (tracekit_NS_PID) are listed among the
+    // tracepoints, and go when those runs end: `trace 't:*:*'` failed with "no
+    // tracepoint tracekit_..._N:g0" when one went between listing and reading
+    // its format. Patterns no longer match them. This group's PID is this test
+    // process, alive, so no run's sweep removes it meanwhile.
+    let group = format!(
+        "tracekit_{}_{}",
+        pid_namespace_of(std::process::id()),
+        std::process::id()
+    );
+    uprobe_events_command(&format!("p:{group}/g0 /usr/bin/true:0x0"));
+    let out = run(&funccount(), &["-d", "0.1", "t:*:g0"], T);
+    uprobe_events_command(&format!("-:{group}/g0"));
+    assert_eq!(out.code(), 1, "{}", out.stdout);
+    assert_eq!(
+        out.stderr,
+        "funccount: error: no tracepoint matches \"t:*:g0\" (tracepoints are listed under events/ in tracefs)\n"
+    );
+}
