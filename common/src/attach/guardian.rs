@@ -128,11 +128,8 @@ unsafe fn watch(pidfd: libc::c_int, path: &CString, command: &[u8]) -> ! {
 /// over the usual limit before it).
 unsafe fn close_all_but(keep: libc::c_int) {
     let keep = keep as libc::c_uint;
-    let ranges = [(0, keep.wrapping_sub(1)), (keep + 1, libc::c_uint::MAX)];
-    for (lo, hi) in ranges {
-        if lo > hi {
-            continue;
-        }
+    let below = keep.checked_sub(1).map(|hi| (0, hi));
+    for (lo, hi) in below.into_iter().chain([(keep + 1, libc::c_uint::MAX)]) {
         if libc::syscall(libc::SYS_close_range, lo, hi, 0) < 0 {
             for fd in lo..hi.min(65_536) {
                 libc::close(fd as libc::c_int);
