@@ -14,6 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::util::http::*;
+use crate::util::kill;
 use crate::util::*;
 
 const T: Duration = Duration::from_secs(120);
@@ -334,6 +335,86 @@ fn a_slowloris_cannot_hoard_the_slots() {
     drop(loris);
     assert_eq!((ok, stop), (tries, 200), "{ok} of {tries} scrapes answered");
     // The work, then POST /stop; then the workload may exit.
+    w.go();
+    s.stop(T);
+    w.go();
+    assert!(w.wait().success());
+}
+
+#[test]
+fn a_stdout_nobody_reads_does_not_hold_a_stopped_run() {
+    // `trace --json ... | sleep 100` under a flood: the write to the full
+    // pipe blocked for ever, through SIGINT, SIGTERM and a second SIGINT (our
+    // own sweep). Now the run gives the output up once asked to stop.
+    let w = flood();
+    let pid = w.pid.to_string();
+    let mut child = Command::new(crate::util::tool("trace"))
+        .args(["--json", "-p", &pid, "t:syscalls:sys_enter_getrandom"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Held, never read.
+    let _stdout = child.stdout.take();
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        use std::io::BufRead;
+        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let ready = rx
+        .iter()
+        .find(|l| l.starts_with("Tracing"))
+        .expect("trace started");
+    assert!(ready.starts_with("Tracing"));
+    w.go();
+    thread::sleep(Duration::from_secs(2));
+    kill(child.id(), libc::SIGINT);
+    let asked = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if asked.elapsed() > Duration::from_secs(5) {
+            let _ = child.kill();
+            panic!("trace was still running 5 s after SIGINT");
+        }
+        thread::sleep(Duration::from_millis(10));
+    };
+    let took = asked.elapsed();
+    let said: Vec<String> = rx.try_iter().collect();
+    assert_eq!(status.code(), Some(0), "{said:?}");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert!(
+        said.iter().any(|l| l
+            == "trace: stopping: stdout is not being read; the rest of the output is dropped"),
+        "{said:?}"
+    );
+}
+
+#[test]
+fn a_client_that_closed_its_socket_is_nobody_s() {
+    // A local user's POST /stop sent on a socket closed at once: by the time
+    // the tool looked, the client's socket was in TIME_WAIT, which the kernel
+    // reports as uid 0, and it was taken for root's (our own sweep).
+    let w = Workload::start(&prog("random"), &["getrandom", "3", "8", "--hold"]);
+    let pid = w.pid.to_string();
+    let s = Served::start("urandomread", &["-p", &pid, "--listen", ":0"]);
+    let port = s.addr.port();
+    // Stopped, the tool accepts only after the client is gone.
+    s.run.signal(libc::SIGSTOP);
+    let script = "trap '' PIPE; exec 3<>/dev/tcp/127.0.0.1/$PORT && \
+                  printf 'POST /stop HTTP/1.1\\r\\nHost: localhost\\r\\n\\r\\n' >&3; exec 3>&-";
+    let posted = as_nobody(script, port).status().unwrap();
+    assert!(posted.success());
+    thread::sleep(Duration::from_millis(200));
+    s.run.signal(libc::SIGCONT);
+    thread::sleep(Duration::from_millis(500));
+    // Still tracing: root's scrape is answered, and root's POST /stop ends it.
+    assert_eq!(s.get("/metrics").0, 200);
     w.go();
     s.stop(T);
     w.go();

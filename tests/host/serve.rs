@@ -383,7 +383,7 @@ fn post_from_another_host_needs_the_token() {
     let post = "POST /stop HTTP/1.1\r\nHost: t\r\n\r\n";
     let (get_code, post_code) = ns.run(move || {
         (
-            request(remote, "GET /metrics HTTP/1.1\r\n\r\n").0,
+            request(remote, "GET /metrics HTTP/1.1\r\nHost: h\r\n\r\n").0,
             request(remote, post).0,
         )
     });
@@ -420,20 +420,20 @@ fn post_from_another_host_needs_the_token() {
     let remote: SocketAddr = format!("198.51.100.1:{}", s.addr.port()).parse().unwrap();
     let codes = ns.run(move || {
         [
-            request(remote, "POST /reset HTTP/1.1\r\n\r\n").0,
+            request(remote, "POST /reset HTTP/1.1\r\nHost: h\r\n\r\n").0,
             request(
                 remote,
-                "POST /reset HTTP/1.1\r\nAuthorization: Bearer wrong\r\n\r\n",
+                "POST /reset HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer wrong\r\n\r\n",
             )
             .0,
             request(
                 remote,
-                "POST /reset HTTP/1.1\r\nAuthorization: Bearer s3cret-token\r\n\r\n",
+                "POST /reset HTTP/1.1\r\nHost: h\r\nAuthorization: Bearer s3cret-token\r\n\r\n",
             )
             .0,
             request(
                 remote,
-                "POST /stop HTTP/1.1\r\nAuthorization: bearer s3cret-token\r\n\r\n",
+                "POST /stop HTTP/1.1\r\nHost: h\r\nAuthorization: bearer s3cret-token\r\n\r\n",
             )
             .0,
         ]

@@ -1,6 +1,9 @@
-//! Writing results: whole summaries at once, a closed stdout treated as a quiet end.
+//! Writing results: whole summaries at once, a closed stdout treated as a quiet end,
+//! and a stdout nobody reads given up once the run is asked to stop.
 
 use std::io::{self, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
 use anyhow::{Context, Result};
 
@@ -8,11 +11,84 @@ pub mod hist;
 
 /// Writes `text` to stdout and flushes, so a summary reaches a pipe in one piece.
 /// A closed stdout (`| head`) surfaces as an error that [`is_closed_stdout`] recognises.
+///
+/// To a pipe, socket or terminal it writes in pieces the kernel takes without
+/// blocking (at most PIPE_BUF bytes once poll(2) says there is room), so that a
+/// reader that stops reading (`| sleep 100`) cannot hold the run for ever:
+/// while it waits, the run's [`give_up_when`] check is asked every 100 ms, and
+/// once it says so (a stop was requested) the rest of the output is dropped,
+/// with one warning.
 pub fn emit(text: &str) -> Result<()> {
     let mut out = io::stdout().lock();
-    out.write_all(text.as_bytes())
-        .and_then(|()| out.flush())
-        .context("writing the output")
+    if !stdout_may_block() {
+        return out
+            .write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .context("writing the output");
+    }
+    let mut bytes = text.as_bytes();
+    while !bytes.is_empty() {
+        if ABANDONED.load(Ordering::Relaxed) || !writable() {
+            return Ok(());
+        }
+        let n = bytes.len().min(libc::PIPE_BUF);
+        match out.write(&bytes[..n]) {
+            Ok(k) => bytes = &bytes[k..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e).context("writing the output"),
+        }
+    }
+    out.flush().context("writing the output")
+}
+
+static GIVE_UP: OnceLock<fn() -> bool> = OnceLock::new();
+static ABANDONED: AtomicBool = AtomicBool::new(false);
+
+/// Sets when [`emit`] stops waiting for a stdout nobody reads (the session:
+/// when a stop was requested).
+pub fn give_up_when(check: fn() -> bool) {
+    let _ = GIVE_UP.set(check);
+}
+
+/// Waits until stdout takes a PIPE_BUF write; false once the wait is given up.
+fn writable() -> bool {
+    loop {
+        let mut pfd = libc::pollfd {
+            fd: 1,
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the duration of the call.
+        let rc = unsafe { libc::poll(&mut pfd, 1, 100) };
+        // Ready, or an error the write will report (POLLERR: no reader).
+        if rc != 0 && !(rc < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted) {
+            return true;
+        }
+        if GIVE_UP.get().is_some_and(|g| g()) {
+            if !ABANDONED.swap(true, Ordering::Relaxed) {
+                crate::diag::warn(
+                    "stopping: stdout is not being read; the rest of the output is dropped",
+                );
+            }
+            return false;
+        }
+    }
+}
+
+/// Whether stdout is a pipe, socket or terminal (a reader may stop taking
+/// what is written), not a file or /dev/null.
+fn stdout_may_block() -> bool {
+    static MAY: OnceLock<bool> = OnceLock::new();
+    *MAY.get_or_init(|| {
+        // SAFETY: an all-zero stat is valid; fstat(1) fills it.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(1, &mut st) } != 0 {
+            return false;
+        }
+        let kind = st.st_mode & libc::S_IFMT;
+        // SAFETY: isatty has no preconditions.
+        kind == libc::S_IFIFO || kind == libc::S_IFSOCK || unsafe { libc::isatty(1) } == 1
+    })
 }
 
 /// A status line ("Tracing...", "Detaching..."): on stdout with the tables, as BCC

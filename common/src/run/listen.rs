@@ -12,6 +12,10 @@ use crate::serve::http::{Reply, Request, Route, Served, Server};
 use crate::serve::metrics::{self, Metrics};
 use crate::stop::StopReason;
 
+/// How long a `GET /stacks` answer is served again (symbolizing every stack
+/// is the costliest answer, and any client may ask).
+const STACKS_FRESH: Duration = Duration::from_secs(1);
+
 /// How often the run loop looks for a stop while it waits for requests.
 pub(crate) const SLICE: Duration = Duration::from_millis(50);
 
@@ -50,10 +54,7 @@ impl Session {
             Route::Reset => tool
                 .reset()
                 .map(|()| Reply::json(&serde_json::json!({ "reset": true }))),
-            Route::Stacks => match tool.folded() {
-                Some(r) => r.map(|text| Reply::ok("text/plain; charset=utf-8", text)),
-                None => Ok(Reply::error(404, "this tool has no stacks")),
-            },
+            Route::Stacks => self.stacks(tool),
             Route::Stop => {
                 self.stop.trigger(StopReason::Requested);
                 self.stopping.borrow_mut().push(rq);
@@ -61,6 +62,25 @@ impl Session {
             }
         };
         rq.answer(reply.unwrap_or_else(|e| Reply::error(500, &format!("{e:#}"))));
+    }
+
+    /// `GET /stacks`, symbolized at most once a [`STACKS_FRESH`]: clients
+    /// asking again and again share one answer rather than the loop's time.
+    fn stacks(&self, tool: &mut dyn Served) -> Result<Reply> {
+        let mut cache = self.stacks_cache.borrow_mut();
+        if let Some((at, text)) = cache.as_ref() {
+            if at.elapsed() < STACKS_FRESH {
+                return Ok(Reply::ok("text/plain; charset=utf-8", text.clone()));
+            }
+        }
+        match tool.folded() {
+            Some(r) => {
+                let text = r?;
+                *cache = Some((Instant::now(), text.clone()));
+                Ok(Reply::ok("text/plain; charset=utf-8", text))
+            }
+            None => Ok(Reply::error(404, "this tool has no stacks")),
+        }
     }
 
     /// The tool's metrics and the session's own health, read now.

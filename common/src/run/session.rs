@@ -24,7 +24,7 @@ use crate::probe::mode::Hooks;
 use crate::probe::spec::ProbeSpec;
 use crate::run::cli::CommonArgs;
 use crate::run::schedule::{self, Schedule};
-use crate::serve::http::{Reply, Request, Served, Server};
+use crate::serve::http::{Reply, Request, Route, Served, Server};
 use crate::stop::{Phase, Stop, StopReason};
 use crate::sys::process;
 use crate::timing::{self, Marks};
@@ -53,6 +53,8 @@ pub struct Session {
     /// requests answered once everything is detached.
     pub(crate) server: Option<Server>,
     pub(crate) stopping: RefCell<Vec<Request>>,
+    /// The last `GET /stacks` answer and when it was made.
+    pub(crate) stacks_cache: RefCell<Option<(Instant, String)>>,
     /// Phase times for the `timing:` line ([`crate::timing`]).
     marks: RefCell<Marks>,
 }
@@ -81,6 +83,7 @@ impl Session {
         process::require_root()?;
         common.check()?;
         let stop = Stop::install()?;
+        give_up_output();
         let plan = build(&plan::Options {
             pid: common.pid,
             mode: common.attach_mode,
@@ -227,10 +230,24 @@ impl Session {
             rq.answer(Reply::json(&serde_json::json!({ "stopped": true })));
         }
         if let Some(server) = &self.server {
+            // Requests that came as the run ended (a POST /stop that ended it
+            // while the loop was held, say) are answered, not left waiting.
+            while let Some(rq) = server.next(None) {
+                let reply = match rq.route {
+                    Route::Stop => Reply::json(&serde_json::json!({ "stopped": true })),
+                    _ => Reply::error(503, "stopping"),
+                };
+                rq.answer(reply);
+            }
             server.settle(Duration::from_secs(2));
         }
         printed
     }
+}
+
+/// A stdout nobody reads holds the run only until a stop is asked for.
+fn give_up_output() {
+    output::give_up_when(|| Stop::global().is_some_and(Stop::is_set));
 }
 
 /// Tools with fixed programs (no probe pattern; see [`crate::object::trials`]).
@@ -254,6 +271,7 @@ impl Session {
             bail!("--attach-mode is for tools that trace patterns of functions; this tool picks its programs itself (--debug shows them)");
         }
         let stop = Stop::install()?;
+        give_up_output();
         let plan = Plan::build(
             &[],
             &plan::Options {
@@ -285,6 +303,7 @@ impl Session {
             links: Vec::new(),
             server: crate::run::listen::bind(common)?,
             stopping: RefCell::new(Vec::new()),
+            stacks_cache: RefCell::new(None),
             marks: RefCell::new(marks),
         })
     }

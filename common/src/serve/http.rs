@@ -393,15 +393,17 @@ struct Caller {
 }
 
 impl Caller {
-    /// The client at `peer` of our socket at `local` (the address it connected to).
+    /// The client at `peer` of our socket at `local` (the address it connected
+    /// to). A client on this machine is known by its user, whatever address
+    /// it came from (one of the machine's own: loopback or not).
     fn of(peer: SocketAddr, local: SocketAddr, ctx: &Shared) -> Caller {
-        if !is_loopback(peer.ip()) {
+        let uid = owner(peer, local);
+        if uid.is_none() && !is_loopback(peer.ip()) {
             return Caller {
                 peer: Peer::Remote(peer.ip()),
                 trusted: false,
             };
         }
-        let uid = owner(peer, local);
         Caller {
             peer: Peer::Local(uid),
             trusted: uid.is_some_and(|u| u == 0 || u == ctx.euid),
@@ -541,6 +543,7 @@ fn connection(mut s: TcpStream, tx: &SyncSender<Request>, slot: Slot) {
         }
         Verdict::Forward(route, head) => {
             let (reply_tx, reply_rx) = mpsc::sync_channel(1);
+            let stops = route == Route::Stop;
             let rq = Request {
                 route,
                 reply: reply_tx,
@@ -555,6 +558,14 @@ fn connection(mut s: TcpStream, tx: &SyncSender<Request>, slot: Slot) {
                 write_reply(&mut s, &Reply::error(503, why), &[], false);
                 linger(&mut s);
                 return;
+            }
+            // The stop is asked for here too, once the request is queued (the
+            // end of the run answers it): the tool's thread may be held by a
+            // stdout nobody reads, which gives up only on a stop request.
+            if stops {
+                if let Some(stop) = crate::stop::Stop::global() {
+                    stop.trigger(crate::stop::StopReason::Requested);
+                }
             }
             match reply_rx.recv_timeout(ANSWER_TIMEOUT) {
                 Ok(reply) => {
@@ -736,6 +747,15 @@ fn judge(head: &[u8], caller: &Caller, bound: SocketAddr, token: Option<&str>) -
             ),
         );
     }
+    // HTTP/1.1 needs one Host (RFC 9112 3.2); two are how a name is smuggled.
+    let hosts = req
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("host"))
+        .count();
+    if hosts > 1 || (hosts == 0 && req.version == Some(1)) {
+        return answer(400, "an HTTP/1.1 request needs one Host header");
+    }
     // On loopback, the name asked for must be a loopback one: a page whose
     // DNS name was rebound to 127.0.0.1 sends its own name.
     let host = header("host");
@@ -780,7 +800,10 @@ fn judge(head: &[u8], caller: &Caller, bound: SocketAddr, token: Option<&str>) -
                     );
                 }
                 if !host_ok {
-                    return answer(403, "POST on loopback needs a loopback Host");
+                    return answer(
+                        403,
+                        "POST without a token needs a Host of this machine: localhost or an address",
+                    );
                 }
             }
         }
@@ -788,18 +811,29 @@ fn judge(head: &[u8], caller: &Caller, bound: SocketAddr, token: Option<&str>) -
     Verdict::Forward(route, method == "HEAD")
 }
 
-/// Whether a Host header's value names this machine from itself: a loopback
-/// name or address, or the address the server is bound to (a port may follow).
+/// Whether a Host header's value names this machine without DNS: a loopback
+/// name, or an address (a port may follow). A rebinding page can only send a
+/// DNS name of its own; an address it could send is the page's own origin,
+/// and pages are refused by their Origin.
 fn host_is_local(host: &[u8], bound: SocketAddr) -> bool {
     let Ok(h) = std::str::from_utf8(host) else {
         return false;
     };
     let h = h.trim();
+    let port_ok = |p: &str| {
+        p.is_empty()
+            || p.strip_prefix(':')
+                .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+    };
     let name = match h.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        Some(v6) => match v6.split_once(']') {
+            Some((addr, rest)) if port_ok(rest) => addr,
+            _ => return false,
+        },
         None => match h.rsplit_once(':') {
-            Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
-            _ => h,
+            Some((name, port)) if port_ok(&format!(":{port}")) => name,
+            Some(_) => return false,
+            None => h,
         },
     };
     let name = name.trim_end_matches('.').to_ascii_lowercase();
@@ -807,7 +841,7 @@ fn host_is_local(host: &[u8], bound: SocketAddr) -> bool {
         return true;
     }
     name.parse::<IpAddr>()
-        .is_ok_and(|ip| is_loopback(ip) || ip == bound.ip())
+        .is_ok_and(|ip| is_loopback(ip) || ip == bound.ip() || !bound.ip().is_loopback())
 }
 
 fn is_loopback(ip: IpAddr) -> bool {
@@ -927,7 +961,7 @@ mod tests {
         // The absolute form names the same endpoint (it was a 404).
         assert_eq!(
             j(
-                "GET http://x:9435/summary?y HTTP/1.1\r\n\r\n",
+                "GET http://x:9435/summary?y HTTP/1.1\r\nHost: x\r\n\r\n",
                 "127.0.0.1",
                 None
             ),
@@ -980,12 +1014,12 @@ mod tests {
             j(stop, "127.0.0.1", Some("s3")),
             Verdict::Answer(401, ..)
         ));
-        let authed = "POST /reset?x HTTP/1.1\r\nauthorization: Bearer s3\r\n\r\n";
+        let authed = "POST /reset?x HTTP/1.1\r\nHost: x\r\nauthorization: Bearer s3\r\n\r\n";
         assert_eq!(
             j(authed, "10.0.0.1", Some("s3")),
             Verdict::Forward(Route::Reset, false)
         );
-        let wrong = "POST /reset HTTP/1.1\r\nAuthorization: Bearer s4\r\n\r\n";
+        let wrong = "POST /reset HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s4\r\n\r\n";
         assert!(matches!(
             j(wrong, "127.0.0.1", Some("s3")),
             Verdict::Answer(401, ..)
@@ -1014,7 +1048,7 @@ mod tests {
                 "{bad}"
             );
         }
-        let none = "POST /stop HTTP/1.1\r\nContent-Length: 00\r\n\r\n";
+        let none = "POST /stop HTTP/1.1\r\nHost: localhost\r\nContent-Length: 00\r\n\r\n";
         assert_eq!(
             j(none, "127.0.0.1", None),
             Verdict::Forward(Route::Stop, false)
@@ -1039,7 +1073,14 @@ mod tests {
             on_lo(&stop("Host: 127.0.0.1:9435\r\n"), root),
             Verdict::Forward(Route::Stop, false)
         );
-        assert_eq!(on_lo(&stop(""), root), Verdict::Forward(Route::Stop, false));
+        // HTTP/1.1 needs one Host; 1.0 may go without.
+        assert!(matches!(on_lo(&stop(""), root), Verdict::Answer(400, ..)));
+        let twice = stop("Host: localhost\r\nHost: evil.example\r\n");
+        assert!(matches!(on_lo(&twice, root), Verdict::Answer(400, ..)));
+        assert_eq!(
+            on_lo("POST /stop HTTP/1.0\r\n\r\n", root),
+            Verdict::Forward(Route::Stop, false)
+        );
         for host in [
             "localhost",
             "LOCALHOST.:1",
@@ -1059,6 +1100,21 @@ mod tests {
             assert!(
                 matches!(on_lo(&head, root), Verdict::Answer(403, ..)),
                 "{origin}"
+            );
+        }
+        // Anything after an address but a port is another name.
+        for host in [
+            "[::1]evil.example",
+            "[::1]:9520@evil",
+            "127.0.0.1:x",
+            "[::1",
+        ] {
+            assert!(
+                matches!(
+                    on_lo(&stop(&format!("Host: {host}\r\n")), root),
+                    Verdict::Answer(403, ..)
+                ),
+                "{host}"
             );
         }
         // DNS rebinding: a page's own name, even for a GET.
@@ -1095,6 +1151,16 @@ mod tests {
             judge(stop("Host: node7.example\r\n").as_bytes(), &root, any, None),
             Verdict::Answer(403, ..)
         ));
+        // Root on this machine by one of its own addresses.
+        assert_eq!(
+            judge(
+                stop("Host: 192.0.2.2:9435\r\n").as_bytes(),
+                &root,
+                any,
+                None
+            ),
+            Verdict::Forward(Route::Stop, false)
+        );
     }
 
     #[test]

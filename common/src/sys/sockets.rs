@@ -75,8 +75,9 @@ fn put(a: IpAddr, out: &mut [u8; 16]) {
 
 /// The uid owning the TCP socket bound to `from` and connected to `to`, both on
 /// this machine (a client of our server: `from` is its address as our accepted
-/// socket sees the peer, `to` our listening address). None when the kernel
-/// does not say (no sock_diag, another namespace, the client already gone).
+/// socket sees the peer, `to` our socket's address). None when the kernel does
+/// not say (no sock_diag), the client is not on this machine (or in another
+/// network namespace), or its socket was closed (no process holds it).
 pub fn tcp_socket_owner(from: SocketAddr, to: SocketAddr) -> Option<u32> {
     // A v4 client of a v6 socket (bound to ::) shows as ::ffff:a.b.c.d on our
     // side; its own socket is a v4 one.
@@ -181,7 +182,9 @@ pub fn tcp_socket_owner(from: SocketAddr, to: SocketAddr) -> Option<u32> {
             std::ptr::read_unaligned(p.add(hdr_len).cast::<Answer>()),
         )
     };
-    (hdr.kind == SOCK_DIAG_BY_FAMILY).then_some(ans.uid)
+    // A socket no process holds (closed: TIME_WAIT, an orphan in FIN_WAIT)
+    // has no owner to speak of; the kernel reports uid 0 for TIME_WAIT ones.
+    (hdr.kind == SOCK_DIAG_BY_FAMILY && ans.inode != 0).then_some(ans.uid)
 }
 
 #[cfg(test)]
@@ -205,6 +208,14 @@ mod tests {
         let (s6, peer6) = l6.accept().unwrap();
         assert_eq!(peer6.ip().to_canonical(), c4.local_addr().unwrap().ip());
         assert_eq!(tcp_socket_owner(peer6, s6.local_addr().unwrap()), Some(me));
+        // A client that closed its socket at once (TIME_WAIT on loopback) has
+        // no owner: the kernel says uid 0 for it, which must not pass for root.
+        let l2 = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c2 = TcpStream::connect(l2.local_addr().unwrap()).unwrap();
+        let (s2, peer2) = l2.accept().unwrap();
+        drop(c2);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(tcp_socket_owner(peer2, s2.local_addr().unwrap()), None);
         // No socket has these addresses.
         let nobody: SocketAddr = "127.0.0.1:1".parse().unwrap();
         assert_eq!(tcp_socket_owner(nobody, s.local_addr().unwrap()), None);

@@ -30,7 +30,7 @@ const ROUNDS: usize = 5;
 
 fn get(addr: SocketAddr, path: &str) -> Result<String> {
     let mut s = TcpStream::connect(addr)?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: b\r\n\r\n").as_bytes())?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes())?;
     let mut text = String::new();
     s.read_to_string(&mut text)?;
     if !text.starts_with("HTTP/1.1 200") {
