@@ -171,8 +171,29 @@ impl Tracer {
     /// exits or is not ready in time ([`NotReady`]) is an error with the tail of
     /// its stderr.
     pub fn start(
+        cmd: Command,
+        ready: impl Fn(&str) -> bool + Send + Sync + 'static,
+        limit: Duration,
+        classify: impl FnMut(&str) -> Line + Send + 'static,
+    ) -> Result<Tracer> {
+        Self::start_on(cmd, ready, false, limit, classify)
+    }
+
+    /// [`Tracer::start`] for a tool whose ready line comes on stderr: a JSON
+    /// run writes its status lines there, and records only on stdout.
+    pub fn start_ready_on_stderr(
+        cmd: Command,
+        ready: impl Fn(&str) -> bool + Send + Sync + 'static,
+        limit: Duration,
+        classify: impl FnMut(&str) -> Line + Send + 'static,
+    ) -> Result<Tracer> {
+        Self::start_on(cmd, ready, true, limit, classify)
+    }
+
+    fn start_on(
         mut cmd: Command,
-        ready: impl Fn(&str) -> bool + Send + 'static,
+        ready: impl Fn(&str) -> bool + Send + Sync + 'static,
+        on_stderr: bool,
         limit: Duration,
         mut classify: impl FnMut(&str) -> Line + Send + 'static,
     ) -> Result<Tracer> {
@@ -192,9 +213,11 @@ impl Tracer {
         // Dropped when stdout closes: a tool that exits before it is ready is
         // seen at once, not at the limit.
         let (ready_tx, ready_rx) = mpsc::channel();
+        let ready = std::sync::Arc::new(ready);
+        let (ready_err, ready_err_tx) = (ready.clone(), ready_tx.clone());
         let reader = thread::spawn(move || {
             let mut o = Output::default();
-            let mut started = false;
+            let mut started = on_stderr;
             for l in BufReader::new(out).lines().map_while(Result::ok) {
                 if !started {
                     started = ready(&l);
@@ -215,10 +238,15 @@ impl Tracer {
             o
         });
         let stderr = thread::spawn(move || {
-            BufReader::new(err)
-                .lines()
-                .map_while(Result::ok)
-                .collect::<Vec<_>>()
+            let mut lines = Vec::new();
+            let mut tx = on_stderr.then_some(ready_err_tx);
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.as_ref().is_some_and(|_| ready_err(&l)) {
+                    let _ = tx.take().map(|t| t.send(()));
+                }
+                lines.push(l);
+            }
+            lines
         });
         let mut t = Tracer {
             child,
@@ -746,4 +774,20 @@ pub fn guest_runs(
         );
     }
     Ok(GuestResults { results, failure })
+}
+
+/// User plus system CPU time of process `pid`, in ns.
+pub fn cpu_ns(pid: u32) -> u64 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command (which may hold spaces): utime is the 12th, stime the 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    f.iter().sum::<u64>() * 1_000_000_000 / hz
 }

@@ -19,7 +19,7 @@ use anyhow::{bail, Context, Result};
 use tabled::builder::Builder;
 use tabled::settings::Style;
 
-use super::harness::{median, num_cpus, BpfStats, Line, Output, Tracer};
+use super::harness::{cpu_ns, median, num_cpus, BpfStats, Line, Output, Tracer};
 
 const REPEATS: usize = 5;
 const SECS: f64 = 2.0;
@@ -205,22 +205,6 @@ fn bpf_run_ns(pid: u32) -> u64 {
             .unwrap_or(0);
     }
     total
-}
-
-/// User plus system CPU time of process `pid`, in ns.
-fn cpu_ns(pid: u32) -> u64 {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command (which may hold spaces): utime is the 12th, stime the 13th.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<u64> = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    f.iter().sum::<u64>() * 1_000_000_000 / hz
 }
 
 fn measure(tool: Tool, root: &Path, lo: &Loop) -> Result<Sample> {

@@ -8,6 +8,7 @@ pub mod harness;
 mod host;
 mod io;
 mod latency;
+mod load;
 mod serve;
 mod stacks;
 mod startup;
@@ -32,6 +33,7 @@ pub fn run(task: &str, args: &[String], root: &Path) -> Option<Result<()>> {
             .and_then(|()| startup::host(root)),
         "bench-stacks" => bench_deps().and_then(|()| stacks::run(root)),
         "bench-io" => bench_deps().and_then(|()| io::run(root)),
+        "bench-load" => bench_deps().and_then(|()| load::run(root)),
         "bench-serve" => deps::ensure(deps::BUILD).and_then(|()| serve::run(root)),
         "bench-attach" => attach::host(root, args),
         "bench-ab" => ab::host(root, args),
