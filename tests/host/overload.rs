@@ -113,55 +113,33 @@ fn a_closed_pipe_ends_a_flooded_run_at_once() {
 fn every_record_of_a_flood_is_printed_or_counted_lost() {
     // A 16 KiB ring, filled faster than JSON is written: the sum is exact.
     const N: u64 = 100_000;
-    let env = |tool: &str| {
+    let cases: [(&str, &[&str], fn(&str) -> u64); 2] = [
+        (
+            "trace",
+            // Rust's std asks getrandom() for 0 bytes to see that it works.
+            &["--json", "t:syscalls:sys_enter_getrandom (args->len == 8)"],
+            possibly_lost,
+        ),
+        ("urandomread", &["--json"], lost_reported),
+    ];
+    for (tool, args, lost_in) in cases {
+        let w = Workload::start(&prog("random"), &["getrandom", &N.to_string(), "8"]);
         let bin = crate::util::tool(tool);
-        [
-            "env".to_string(),
-            "TRACEKIT_RING_BYTES=16384".into(),
-            bin.display().to_string(),
-        ]
-    };
-    let n = N.to_string();
-
-    let w = Workload::start(&prog("random"), &["getrandom", &n, "8"]);
-    let cmd = env("trace");
-    let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
-    let out = trace_workload_via(
-        &cmd,
-        w,
-        // Rust's std asks getrandom() for 0 bytes to see that it works.
-        &["--json", "t:syscalls:sys_enter_getrandom (args->len == 8)"],
-        T,
-    );
-    let lines = out
-        .stdout
-        .lines()
-        .filter(|l| l.contains("\"pid\":"))
-        .count() as u64;
-    let lost = possibly_lost(&out.stderr);
-    assert_eq!(
-        lines + lost,
-        N,
-        "{lines} printed, {lost} lost:\n{}",
-        out.stderr
-    );
-
-    let w = Workload::start(&prog("random"), &["getrandom", &n, "8"]);
-    let cmd = env("urandomread");
-    let cmd: Vec<&str> = cmd.iter().map(String::as_str).collect();
-    let out = trace_workload_via(&cmd, w, &["--json"], T);
-    let lines = out
-        .stdout
-        .lines()
-        .filter(|l| l.contains("\"pid\":"))
-        .count() as u64;
-    let lost = lost_reported(&out.stderr);
-    assert_eq!(
-        lines + lost,
-        N,
-        "{lines} printed, {lost} lost:\n{}",
-        out.stderr
-    );
+        let cmd = ["env", "TRACEKIT_RING_BYTES=16384", bin.to_str().unwrap()];
+        let out = trace_workload_via(&cmd, w, args, T);
+        let lines = out
+            .stdout
+            .lines()
+            .filter(|l| l.contains("\"pid\":"))
+            .count() as u64;
+        let lost = lost_in(&out.stderr);
+        assert_eq!(
+            lines + lost,
+            N,
+            "{tool}: {lines} printed, {lost} lost:\n{}",
+            out.stderr
+        );
+    }
 }
 
 #[test]
@@ -389,8 +367,9 @@ fn a_stdout_nobody_reads_does_not_hold_a_stopped_run() {
     assert_eq!(status.code(), Some(0), "{said:?}");
     assert!(took < Duration::from_secs(1), "{took:?}");
     assert!(
-        said.iter().any(|l| l
-            == "trace: stopping: stdout is not being read; the rest of the output is dropped"),
+        said.iter()
+            .any(|l| l
+                == "trace: stopping: stdout is not being read; the rest of the output is dropped"),
         "{said:?}"
     );
 }
