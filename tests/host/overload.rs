@@ -109,11 +109,14 @@ fn a_closed_pipe_ends_a_flooded_run_at_once() {
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
+/// A tool, its arguments, and how it reports lost records.
+type Counted = (&'static str, &'static [&'static str], fn(&str) -> u64);
+
 #[test]
 fn every_record_of_a_flood_is_printed_or_counted_lost() {
     // A 16 KiB ring, filled faster than JSON is written: the sum is exact.
     const N: u64 = 100_000;
-    let cases: [(&str, &[&str], fn(&str) -> u64); 2] = [
+    let cases: [Counted; 2] = [
         (
             "trace",
             // Rust's std asks getrandom() for 0 bytes to see that it works.
