@@ -71,8 +71,9 @@ impl Header {
 /// The caller a user function's entry added as frame 1 (bpf/trace/vm.h
 /// entry_ustack()), dropped where the kernel's walk has it already (frame 2
 /// names the same place; kernels since 6.12 add it for functions that begin
-/// with push %rbp) or where it has no name (its process's map was not read
-/// before it exited: the kernel's own frames, by build ID, stay). As
+/// with push %rbp) or where nothing names it, not even its file (its
+/// process's map was not read before it exited: the kernel's own frames, by
+/// build ID, stay). As
 /// stackcount's, a caller that is its own caller's caller at the same place
 /// (recursion from one call site) is taken for the kernel's.
 fn drop_repeated_caller(frames: &mut Vec<(u64, String)>) {
@@ -80,9 +81,10 @@ fn drop_repeated_caller(frames: &mut Vec<(u64, String)>) {
         (Some((_, one)), Some((_, two))) => one == two,
         _ => false,
     };
+    // Not even its file known: no map of the process was read.
     let unnamed = frames
         .get(1)
-        .is_some_and(|(_, name)| name.starts_with(Frame::UNKNOWN));
+        .is_some_and(|(_, name)| name == Frame::UNKNOWN);
     if repeated || unnamed {
         frames.remove(1);
     }
@@ -408,5 +410,36 @@ fn ksym_text(f: &Frame) -> String {
     match &f.name {
         Some(n) => format!("{n}+0x{:x}", f.offset),
         None => Frame::UNKNOWN.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(names: &[&str]) -> Vec<(u64, String)> {
+        names.iter().map(|n| (0, n.to_string())).collect()
+    }
+
+    #[test]
+    fn the_added_caller_is_dropped_only_when_repeated_or_unknown() {
+        let mut f = frames(&["leaf+0x0 [a]", "mid+0x9 [a]", "main+0xa0 [a]"]);
+        drop_repeated_caller(&mut f);
+        assert_eq!(f, frames(&["leaf+0x0 [a]", "mid+0x9 [a]", "main+0xa0 [a]"]));
+        // The kernel's walk had it (push %rbp, 6.12+).
+        let mut f = frames(&["mid+0x0 [a]", "main+0xa0 [a]", "main+0xa0 [a]", "x [b]"]);
+        drop_repeated_caller(&mut f);
+        assert_eq!(f, frames(&["mid+0x0 [a]", "main+0xa0 [a]", "x [b]"]));
+        // No map read: not even its file is known.
+        let mut f = frames(&["leaf+0x0 [a]", "[unknown]", "main+0xa0 [a]"]);
+        drop_repeated_caller(&mut f);
+        assert_eq!(f, frames(&["leaf+0x0 [a]", "main+0xa0 [a]"]));
+        // A stripped file's frame is kept.
+        let mut f = frames(&["[unknown] [s]", "[unknown] [s]", "main+0xa0 [a]"]);
+        drop_repeated_caller(&mut f);
+        assert_eq!(
+            f,
+            frames(&["[unknown] [s]", "[unknown] [s]", "main+0xa0 [a]"])
+        );
     }
 }
