@@ -609,6 +609,7 @@ static __always_inline void emit(void *ctx, __u32 probe, __u32 id, struct spec *
 {
 	struct tk_event *e = &sc->ev;
 	__u32 off, n;
+	__u64 len;
 	long k;
 
 	if (!spec_run(sc, sp, probe, id))
@@ -652,9 +653,15 @@ static __always_inline void emit(void *ctx, __u32 probe, __u32 id, struct spec *
 		if (k > 0)
 			off += k;
 	}
-	n = offsetof(struct tk_event, tail) + off;
-	if (n > sizeof(*e))
-		n = sizeof(*e);
+	/* Clamped in 64 bits, and that register passed on, not a 32-bit copy
+	 * tested before: 6.1's verifier follows the branch of k > 0 even after
+	 * entry_ustack() returned k <= 0, where off has no bound, and refused an
+	 * unbounded size at bpf_ringbuf_output. */
+	len = (__u64)offsetof(struct tk_event, tail) + off;
+	if (len > sizeof(*e))
+		len = sizeof(*e);
+	asm volatile("" : "+r"(len));
+	n = len;
 out:
 	event_output(e, n);
 }

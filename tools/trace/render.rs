@@ -71,9 +71,9 @@ impl Header {
 /// The caller a user function's entry added as frame 1 (bpf/trace/vm.h
 /// entry_ustack()), dropped where the kernel's walk has it already (frame 2
 /// names the same place; kernels since 6.12 add it for functions that begin
-/// with push %rbp) or where nothing names it, not even its file (its
-/// process's map was not read before it exited: the kernel's own frames, by
-/// build ID, stay). As
+/// with push %rbp) or where it has no name (its process's map was not read
+/// before it exited, or its file is stripped: the kernel's own frames, by
+/// build ID, stay, and -s names those). As
 /// stackcount's, a caller that is its own caller's caller at the same place
 /// (recursion from one call site) is taken for the kernel's.
 fn drop_repeated_caller(frames: &mut Vec<(u64, String)>) {
@@ -81,10 +81,12 @@ fn drop_repeated_caller(frames: &mut Vec<(u64, String)>) {
         (Some((_, one)), Some((_, two))) => one == two,
         _ => false,
     };
-    // Not even its file known: no map of the process was read.
+    // No name: no map of the process was read, or its file has no symbols,
+    // where -s names the kernel's frame by build ID but not this address:
+    // frame 2 may be the same place, which only a name could tell.
     let unnamed = frames
         .get(1)
-        .is_some_and(|(_, name)| name == Frame::UNKNOWN);
+        .is_some_and(|(_, name)| name.starts_with(Frame::UNKNOWN));
     if repeated || unnamed {
         frames.remove(1);
     }
@@ -422,7 +424,7 @@ mod tests {
     }
 
     #[test]
-    fn the_added_caller_is_dropped_only_when_repeated_or_unknown() {
+    fn the_added_caller_is_dropped_when_repeated_or_unnamed() {
         let mut f = frames(&["leaf+0x0 [a]", "mid+0x9 [a]", "main+0xa0 [a]"]);
         drop_repeated_caller(&mut f);
         assert_eq!(f, frames(&["leaf+0x0 [a]", "mid+0x9 [a]", "main+0xa0 [a]"]));
@@ -434,12 +436,9 @@ mod tests {
         let mut f = frames(&["leaf+0x0 [a]", "[unknown]", "main+0xa0 [a]"]);
         drop_repeated_caller(&mut f);
         assert_eq!(f, frames(&["leaf+0x0 [a]", "main+0xa0 [a]"]));
-        // A stripped file's frame is kept.
-        let mut f = frames(&["[unknown] [s]", "[unknown] [s]", "main+0xa0 [a]"]);
+        // A stripped file's: -s may name frame 2, the same place.
+        let mut f = frames(&["snprintf+0x0 [c]", "[unknown] [s]", "main+0x1a [s]"]);
         drop_repeated_caller(&mut f);
-        assert_eq!(
-            f,
-            frames(&["[unknown] [s]", "[unknown] [s]", "main+0xa0 [a]"])
-        );
+        assert_eq!(f, frames(&["snprintf+0x0 [c]", "main+0x1a [s]"]));
     }
 }
