@@ -247,7 +247,7 @@ static __always_inline bool fn_entry(struct pt_regs *ctx, __u32 probe, bool sess
 		sp = bpf_map_lookup_elem(&specs, &id);
 		if (!sp || (sp->flags & F_RETURN))
 			continue;
-		emit(ctx, probe, id, sp, sc);
+		emit(ctx, probe, id, sp, sc, user);
 	}
 	if (want_ret) {
 		struct frame *f;
@@ -314,7 +314,7 @@ static __always_inline void fn_return(struct pt_regs *ctx, __u32 probe, __u64 en
 		sp = bpf_map_lookup_elem(&specs, &id);
 		if (!sp || !(sp->flags & F_RETURN))
 			continue;
-		emit(ctx, f.probe, id, sp, sc);
+		emit(ctx, f.probe, id, sp, sc, false);
 	}
 }
 
@@ -455,7 +455,7 @@ static __always_inline void hit(void *ctx, struct scratch *sc, __u32 probe, bool
 		sp = bpf_map_lookup_elem(&specs, &id);
 		if (!sp)
 			continue;
-		emit(ctx, probe, id, sp, sc);
+		emit(ctx, probe, id, sp, sc, false);
 	}
 }
 

@@ -87,6 +87,7 @@ enum spec_flag {
 	F_FAST_VALS = 16,	/* the values are the `fast` copies: no interpreter */
 	F_GATE = 32,		/* specs_of only: `gate` decides a function hit first */
 	F_ENTRY_ARGS = 64,	/* specs_of only: a return spec reads the entry's arguments */
+	F_USER_ENTRY = 128,	/* a user function's first instruction: -U adds the caller */
 };
 
 /* A plain value: an input or a record field, truncated/extended to `size`. */
@@ -190,7 +191,8 @@ struct tk_event_head {
 	__u32 str_bytes;
 	__s32 kstack;	/* bytes of kernel stack after the strings, or -errno */
 	__s32 ustack;	/* bytes of user stack after that, or -errno */
-	__u32 pad;
+	__u16 ucaller;		/* 1: the user stack's frame 1 is the caller, read at entry (entry_ustack()) */
+	__u16 ustack_skip;	/* bytes left unused before the user stack */
 	char comm[16];
 };
 

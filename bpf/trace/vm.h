@@ -557,12 +557,59 @@ __noinline int spec_run(struct scratch *sc, struct spec *sp, __u32 probe, __u32 
 	return 1;
 }
 
-/* Runs spec `id` on the hit (spec_run) and sends its record, stacks included. */
+/* The user stack at a user function's entry, its caller included: the return
+ * address is at the stack pointer, not yet in the frame chain, so a
+ * frame-pointer walk skips it (the kernel adds it since 6.12 for functions
+ * that begin with push %rbp or endbr64, not for frameless leaves). As stacks.h's
+ * add_entry_caller(), which stackcount uses: the walk goes to frames 1.., then
+ * the function's own frame to 0 and the caller to 1, without moving the
+ * others. The caller is an address (BPF_STACK_BUILD_ID_IP: its build ID is not
+ * known here); user space drops it where the walk has it already, which only
+ * names can tell in build-ID form. Returns the bytes taken; *skip: the bytes
+ * left unused before them, *caller: whether frame 1 is the one added. */
+/* struct bpf_stack_build_id's layout, declared here: vmlinux.h's type would
+ * make its field accesses CO-RE relocations, and every program would need the
+ * kernel's BTF at load (the lean build's point is not to read it). */
+struct ustack_frame {
+	__s32 status;
+	__u8 build_id[20];
+	__u64 ip;
+};
+_Static_assert(sizeof(struct ustack_frame) == sizeof(struct bpf_stack_build_id),
+	       "a build-ID stack frame");
+
+static __always_inline long entry_ustack(void *ctx, __u8 *at, __u16 *skip, __u16 *caller)
+{
+	struct ustack_frame *f = (struct ustack_frame *)at;
+	__u64 ret = 0;
+	long k;
+
+	*skip = sizeof(*f);
+	*caller = 0;
+	k = bpf_get_stack(ctx, &f[1], USTACK_BYTES - sizeof(*f),
+			  BPF_F_USER_STACK | BPF_F_USER_BUILD_ID);
+	if (k < (long)sizeof(*f))
+		return k;
+	if (bpf_probe_read_user(&ret, sizeof(ret), (void *)PT_REGS_SP((struct pt_regs *)ctx)) || !ret)
+		return k;
+	__builtin_memcpy(&f[0], &f[1], sizeof(*f));
+	__builtin_memset(&f[1], 0, sizeof(*f));
+	f[1].status = BPF_STACK_BUILD_ID_IP;
+	f[1].ip = ret;
+	*skip = 0;
+	*caller = 1;
+	return k + sizeof(*f);
+}
+
+/* Runs spec `id` on the hit (spec_run) and sends its record, stacks included.
+ * `user_fn`: ctx is a user function's pt_regs (a constant at each call, so
+ * that other programs, whose ctx has no stack pointer, do not read one). */
 static __always_inline void emit(void *ctx, __u32 probe, __u32 id, struct spec *sp,
-				 struct scratch *sc)
+				 struct scratch *sc, bool user_fn)
 {
 	struct tk_event *e = &sc->ev;
 	__u32 off, n;
+	__u64 len;
 	long k;
 
 	if (!spec_run(sc, sp, probe, id))
@@ -573,6 +620,8 @@ static __always_inline void emit(void *ctx, __u32 probe, __u32 id, struct spec *
 	e->h.str_bytes = off;
 	e->h.kstack = 0;
 	e->h.ustack = 0;
+	e->h.ucaller = 0;
+	e->h.ustack_skip = 0;
 	if (!off && !want_kstack && !want_ustack) {
 		/* Only the values the format uses (user space reads the rest as 0). */
 		n = sp->nvals;
@@ -588,15 +637,31 @@ static __always_inline void emit(void *ctx, __u32 probe, __u32 id, struct spec *
 			off += k;
 	}
 	if (want_ustack && off <= STR_AREA + STACK_BYTES) {
-		k = bpf_get_stack(ctx, &e->tail[off], USTACK_BYTES,
-				  BPF_F_USER_STACK | (ustack_build_id ? BPF_F_USER_BUILD_ID : 0));
+		if (user_fn && ustack_build_id && (sp->flags & F_USER_ENTRY)) {
+			__u16 skip = 0, caller = 0;
+
+			k = entry_ustack(ctx, &e->tail[off], &skip, &caller);
+			e->h.ustack_skip = skip;
+			e->h.ucaller = caller;
+			if (k > 0)
+				off += skip;
+		} else {
+			k = bpf_get_stack(ctx, &e->tail[off], USTACK_BYTES,
+					  BPF_F_USER_STACK | (ustack_build_id ? BPF_F_USER_BUILD_ID : 0));
+		}
 		e->h.ustack = k;
 		if (k > 0)
 			off += k;
 	}
-	n = offsetof(struct tk_event, tail) + off;
-	if (n > sizeof(*e))
-		n = sizeof(*e);
+	/* Clamped in 64 bits, and that register passed on, not a 32-bit copy
+	 * tested before: 6.1's verifier follows the branch of k > 0 even after
+	 * entry_ustack() returned k <= 0, where off has no bound, and refused an
+	 * unbounded size at bpf_ringbuf_output. */
+	len = (__u64)offsetof(struct tk_event, tail) + off;
+	if (len > sizeof(*e))
+		len = sizeof(*e);
+	asm volatile("" : "+r"(len));
+	n = len;
 out:
 	event_output(e, n);
 }

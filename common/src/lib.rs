@@ -62,6 +62,7 @@ pub use object::ahead::{self, OpenAhead};
 /// What [`open_skeleton!`] expands to; not for direct use.
 #[doc(hidden)]
 pub use object::configure as configure_plan;
+pub use object::describe_programs;
 pub use object::trials;
 pub use object::{raw_tp_clones, Filter, ProgKind, SyscallGlobals, RAW_TP_CLONES};
 

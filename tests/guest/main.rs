@@ -25,6 +25,8 @@ mod urandomread;
 mod trace;
 // The kernel function table cache.
 mod cache;
+// Every example of the man pages, as written.
+mod examples;
 // Attach machinery the tools share: the cgroup filter in every kernel program,
 // older kernels' uprobe groups and raw syscall links, compat syscalls.
 mod attach;

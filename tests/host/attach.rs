@@ -682,3 +682,63 @@ fn tracepoint_patterns_skip_other_runs_uprobe_groups() {
         "funccount: error: no tracepoint matches \"t:*:g0\" (tracepoints are listed under events/ in tracefs)\n"
     );
 }
+
+/// The file offset of `sym` in `bin` (what uprobe_events takes), from nm and
+/// the program headers.
+fn file_offset(bin: &std::path::Path, sym: &str) -> u64 {
+    let text = |cmd: &str, args: &[&str]| {
+        let out = Command::new(cmd).args(args).arg(bin).output().unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+    let nm = text("nm", &[]);
+    let addr = nm
+        .lines()
+        .find_map(|l| l.strip_suffix(&format!(" T {sym}")))
+        .map(hex)
+        .unwrap_or_else(|| panic!("{sym} not in nm of {}", bin.display()));
+    let phdrs = text("readelf", &["-lW"]);
+    phdrs
+        .lines()
+        .filter(|l| l.trim_start().starts_with("LOAD"))
+        .map(|l| l.split_whitespace().map(String::from).collect::<Vec<_>>())
+        .find_map(|f| {
+            let (off, vaddr, filesz) = (hex(&f[1]), hex(&f[2]), hex(&f[4]));
+            (vaddr..vaddr + filesz)
+                .contains(&addr)
+                .then(|| addr - vaddr + off)
+        })
+        .unwrap()
+}
+
+#[test]
+fn a_uprobe_another_tracer_holds_with_a_semaphore_is_named() {
+    // BCC's and bpftrace's USDT probes with a semaphore register their uprobe
+    // with a reference counter; the kernel refuses another probe at that
+    // offset with a different one (EINVAL). A tracefs event with one stands
+    // in for the other tracer, on a private copy no other test probes.
+    let dir = Scratch::new();
+    let bin = dir.copy(&prog("traced"));
+    let off = file_offset(&bin, "tt_args");
+    let event = format!("tkheld_{}/held", std::process::id());
+    uprobe_events_command(&format!("p:{event} {}:{off:#x}(0x100)", bin.display()));
+    struct Remove(String);
+    impl Drop for Remove {
+        fn drop(&mut self) {
+            let enable = tracefs().join("events").join(&self.0).join("enable");
+            let _ = std::fs::write(enable, "0");
+            uprobe_events_command(&format!("-:{}", self.0));
+        }
+    }
+    let _remove = Remove(event.clone());
+    std::fs::write(tracefs().join("events").join(&event).join("enable"), "1").unwrap();
+    for mode in ["multi", "single"] {
+        fails_with(
+            &["--attach-mode", mode, &format!("{}:tt_args", bin.display())],
+            "nothing could be attached: tt_args (the kernel refused a probe at this \
+             address (EINVAL): another tracer (BCC, bpftrace, perf) holds one there with \
+             a different USDT semaphore, as dmesg's \"ref_ctr_offset mismatch\" says; stop \
+             that tracer and retry)",
+        );
+    }
+}

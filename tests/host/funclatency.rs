@@ -457,9 +457,52 @@ fn errors() {
         &["-p", &gone.to_string(), &format!("{bin}:tk_sleep")],
         &format!("no process with PID {gone}"),
     );
-    let out = run(&funclatency(), &["-u", "-m", "c:read"], T);
-    assert_eq!(out.code(), 2, "{}", out.stderr);
-    assert_contains(&out.stderr, "cannot be used with");
+}
+
+#[test]
+fn bccs_unit_and_verbose_options() {
+    // BCC tests -m before -u: both give milliseconds (tracekit refused them).
+    let out = time_calls("sleep", 8, "tk_sleep", &["-u", "-m"]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert_contains(
+        &out.stdout,
+        "     msecs               : count     distribution\n",
+    );
+    assert_eq!(buckets(&out.stdout), vec![(64, 127, 8)], "{}", out.stdout);
+    // BCC's -v prints its C source; here the plan and the programs loaded.
+    let out = time_calls("sleep", 2, "tk_sleep", &["-v"]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert_contains(
+        &out.stderr,
+        "attach mode: user functions: uprobe.session (1 functions)\n",
+    );
+    assert_contains(
+        &out.stderr,
+        "\nprogram lat_uprobe_session (SEC(\"uprobe.session\")): ",
+    );
+    assert_eq!(buckets(&out.stdout), vec![(67108864, 134217727, 2)]);
+}
+
+#[test]
+fn regexp_says_what_bccs_prefix_match_would_take() {
+    // BCC's -r is re.match, anchored at the start only: 'tk_sl(ow)?' takes
+    // tk_sleep too. Whole names are matched here, and one line says so.
+    let out = time_calls("two", 5, "tk_sl(ow)?", &["-r", "-F"]);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert_eq!(
+        out.stderr,
+        "funclatency: -r 'tk_sl(ow)?' matches whole names; BCC's -r, which matches the \
+         start of a name, would also take tk_sleep (write 'tk_sl(ow)?.*' to take them)\n"
+    );
+    assert!(
+        out.stdout.contains("\nFunction = tk_slow\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("tk_sleep"), "{}", out.stdout);
+    // Nothing more to take: nothing said.
+    let out = time_calls("two", 5, "tk_(fast|slow)", &["-r"]);
+    assert_eq!(out.stderr, "", "{}", out.stdout);
 }
 
 #[test]

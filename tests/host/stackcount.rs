@@ -318,7 +318,7 @@ fn kernel_and_user_only_exclude_each_other() {
 }
 
 /// Compiles tests/progs/leaf.c with the system gcc into `dir`.
-fn build_leaf(dir: &Scratch) -> PathBuf {
+pub(crate) fn build_leaf(dir: &Scratch) -> PathBuf {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/progs/leaf.c");
     let bin = dir.0.join("leaf");
     let st = std::process::Command::new("gcc")

@@ -86,6 +86,9 @@ pub fn run(mut cfg: Config, ahead: Ahead) -> Result<()> {
     });
     open.maps.hists.set_max_entries(rows as u32)?;
     let skel = open.load().context("loading the BPF programs")?;
+    if cfg.debug {
+        common::stderr(&common::describe_programs(skel.object()));
+    }
     session.attach(skel.object())?;
     match cfg.banner {
         Some(line) if session.begins() => session.status(line)?,

@@ -43,10 +43,10 @@ struct Args {
     duration: Option<Duration>,
 
     /// Microsecond histogram
-    #[arg(short = 'u', long, conflicts_with = "milliseconds")]
+    #[arg(short = 'u', long)]
     microseconds: bool,
 
-    /// Millisecond histogram
+    /// Millisecond histogram (with -u too, as BCC)
     #[arg(short = 'm', long)]
     milliseconds: bool,
 
@@ -58,9 +58,13 @@ struct Args {
     #[arg(short = 'l', long, value_name = "LEVEL", value_parser = clap::value_parser!(u32).range(1..))]
     level: Option<u32>,
 
-    /// Print the plan (what matched, the attach mechanism, skipped probes) and the time of each start-up phase
+    /// Print the plan (what matched, the attach mechanism, skipped probes), the BPF programs loaded and the time of each start-up phase
     #[arg(short = 'D', long)]
     debug: bool,
+
+    /// BCC's -v: as -D (the plan and the BPF programs, where BCC prints its C source)
+    #[arg(short = 'v', long)]
+    verbose: bool,
 
     /// Time functions of Go programs too, which crashes them (Go moves and walks goroutine stacks by return address, which a return probe replaces); refused without it
     #[arg(long = "unsafe", alias = "force")]
@@ -86,6 +90,7 @@ fn run(args: Args, ahead: latency::Ahead) -> Result<()> {
              not tracepoints or USDT probes"
         );
     }
+    // BCC tests -m first, so -u -m is milliseconds.
     let unit = if args.milliseconds {
         Unit::Msecs
     } else if args.microseconds {
@@ -105,7 +110,7 @@ fn run(args: Args, ahead: latency::Ahead) -> Result<()> {
             unit,
             per_function: args.function,
             timestamp: args.summary.timestamp,
-            debug: args.debug,
+            debug: args.debug || args.verbose,
             totals: true,
             banner: None,
             unsafe_returns: args.unsafe_returns,

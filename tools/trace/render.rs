@@ -36,6 +36,11 @@ pub struct Header {
     pub str_bytes: u32,
     pub kstack: i32,
     pub ustack: i32,
+    /// The user stack's frame 1 is the caller, added at the entry (bpf/trace/vm.h
+    /// entry_ustack()).
+    pub ucaller: bool,
+    /// Bytes unused before the user stack.
+    pub ustack_skip: u32,
     pub comm: String,
 }
 
@@ -56,8 +61,34 @@ impl Header {
             str_bytes: h.str_bytes,
             kstack: h.kstack,
             ustack: h.ustack,
+            ucaller: h.ucaller != 0,
+            ustack_skip: h.ustack_skip as u32,
             comm: String::from_utf8_lossy(comm).into_owned(),
         }
+    }
+}
+
+/// The caller a user function's entry added as frame 1 (bpf/trace/vm.h
+/// entry_ustack()), dropped where the kernel's walk has it already (frame 2
+/// names the same place; kernels since 6.12 add it for functions that begin
+/// with push %rbp) or where it has no name (its process's map was not read
+/// before it exited, or its file is stripped: the kernel's own frames, by
+/// build ID, stay, and -s names those). As
+/// stackcount's, a caller that is its own caller's caller at the same place
+/// (recursion from one call site) is taken for the kernel's.
+fn drop_repeated_caller(frames: &mut Vec<(u64, String)>) {
+    let repeated = match (frames.get(1), frames.get(2)) {
+        (Some((_, one)), Some((_, two))) => one == two,
+        _ => false,
+    };
+    // No name: no map of the process was read, or its file has no symbols,
+    // where -s names the kernel's frame by build ID but not this address:
+    // frame 2 may be the same place, which only a name could tell.
+    let unnamed = frames
+        .get(1)
+        .is_some_and(|(_, name)| name.starts_with(Frame::UNKNOWN));
+    if repeated || unnamed {
+        frames.remove(1);
     }
 }
 
@@ -244,7 +275,7 @@ impl Renderer {
         let kstack = self.o.kernel_stack.then(|| frames(stack_at, kbytes));
         // User stacks come as build ID and file offset per frame.
         let ustack = self.o.user_stack.then(|| {
-            let from = stack_at + kbytes;
+            let from = stack_at + kbytes + h.ustack_skip as usize;
             UserFrame::decode(
                 tail.get(from..from + h.ustack.max(0) as usize)
                     .unwrap_or(&[]),
@@ -263,7 +294,13 @@ impl Renderer {
                 .map(|f| (f.addr, format!("{} [kernel]", ksym_text(f))))
                 .collect()
         });
-        let uframes: Option<Vec<(u64, String)>> = ustack.map(|f| self.usyms(h.tgid, &h.comm, &f));
+        let uframes: Option<Vec<(u64, String)>> = ustack.map(|f| {
+            let mut named = self.usyms(h.tgid, &h.comm, &f);
+            if h.ucaller {
+                drop_repeated_caller(&mut named);
+            }
+            named
+        });
         let secs = h.ts.saturating_sub(self.start_ns) as f64 / 1e9;
         if self.o.json {
             let mut v = json!({
@@ -375,5 +412,33 @@ fn ksym_text(f: &Frame) -> String {
     match &f.name {
         Some(n) => format!("{n}+0x{:x}", f.offset),
         None => Frame::UNKNOWN.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frames(names: &[&str]) -> Vec<(u64, String)> {
+        names.iter().map(|n| (0, n.to_string())).collect()
+    }
+
+    #[test]
+    fn the_added_caller_is_dropped_when_repeated_or_unnamed() {
+        let mut f = frames(&["leaf+0x0 [a]", "mid+0x9 [a]", "main+0xa0 [a]"]);
+        drop_repeated_caller(&mut f);
+        assert_eq!(f, frames(&["leaf+0x0 [a]", "mid+0x9 [a]", "main+0xa0 [a]"]));
+        // The kernel's walk had it (push %rbp, 6.12+).
+        let mut f = frames(&["mid+0x0 [a]", "main+0xa0 [a]", "main+0xa0 [a]", "x [b]"]);
+        drop_repeated_caller(&mut f);
+        assert_eq!(f, frames(&["mid+0x0 [a]", "main+0xa0 [a]", "x [b]"]));
+        // No map read: not even its file is known.
+        let mut f = frames(&["leaf+0x0 [a]", "[unknown]", "main+0xa0 [a]"]);
+        drop_repeated_caller(&mut f);
+        assert_eq!(f, frames(&["leaf+0x0 [a]", "main+0xa0 [a]"]));
+        // A stripped file's: -s may name frame 2, the same place.
+        let mut f = frames(&["snprintf+0x0 [c]", "[unknown] [s]", "main+0x1a [s]"]);
+        drop_repeated_caller(&mut f);
+        assert_eq!(f, frames(&["snprintf+0x0 [c]", "main+0x1a [s]"]));
     }
 }

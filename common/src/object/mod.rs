@@ -272,6 +272,21 @@ pub fn prog_kinds(plan: &Plan) -> Vec<ProgKind> {
     kinds
 }
 
+/// What `--debug` (BCC's `-v`, which prints its C source) shows of a loaded
+/// object: each program loaded, with its section and size.
+pub fn describe_programs(obj: &libbpf_rs::Object) -> String {
+    let mut s = String::new();
+    for p in obj.progs().filter(|p| p.autoload()) {
+        s.push_str(&format!(
+            "program {} (SEC(\"{}\")): {} instructions\n",
+            p.name().to_string_lossy(),
+            p.section().to_string_lossy(),
+            p.insn_cnt()
+        ));
+    }
+    s
+}
+
 /// Loads only the programs this plan needs: a kprobe.multi program would fail
 /// to load on a kernel without that attach type, and unused ones cost verifier
 /// time. Raw tracepoint programs are loaded when the object has them and the

@@ -580,6 +580,29 @@ fn kernel_by_name(
     Ok(true)
 }
 
+/// One line when BCC's `-r` (anchored at the start only) would have taken
+/// functions `-r` here does not (it matches whole names): `more`, by name.
+fn warn_bcc_prefix<'a>(spec: &ProbeSpec, more: impl Iterator<Item = &'a str>) {
+    let more: Vec<&str> = more.collect();
+    if more.is_empty() {
+        return;
+    }
+    let shown = more
+        .iter()
+        .take(3)
+        .map(|n| escape_str(n))
+        .collect::<Vec<_>>();
+    let rest = match more.len() {
+        n if n > 3 => format!(" and {} more", n - 3),
+        _ => String::new(),
+    };
+    let re = escape_str(spec.matcher.as_str());
+    crate::diag::warn(&format!(
+        "-r '{re}' matches whole names; BCC's -r, which matches the start of a name, would also take {}{rest} (write '{re}.*' to take them)",
+        shown.join(", ")
+    ));
+}
+
 /// Expands one spec into its probes. `returns`: the plan hooks returns too;
 /// `unsafe_returns`: also on Go programs.
 #[allow(clippy::too_many_arguments)]
@@ -624,6 +647,10 @@ fn expand(
                     site: Site::Kernel(f.clone()),
                 })
                 .collect();
+            if let Some(bcc) = m.bcc_prefix() {
+                let more = k.matching(&bcc).filter(|f| !m.is_match(&f.name));
+                warn_bcc_prefix(spec, more.map(|f| f.name.as_str()));
+            }
             if found.is_empty() {
                 if let Some(name) = m.literal() {
                     if k.is_removed(name) {
@@ -640,6 +667,13 @@ fn expand(
             let binary = binaries.resolve(target, pid).with_context(in_spec)?;
             let bin = binaries.read(&binary).with_context(in_spec)?;
             let mut found = targets::functions(&bin, m);
+            if let Some(bcc) = m.bcc_prefix() {
+                let wider = targets::functions(&bin, &bcc);
+                // By address: a function may have matched by another of its names.
+                let ours: HashSet<u64> = found.funcs.iter().map(|f| f.offset).collect();
+                let more = wider.funcs.iter().filter(|f| !ours.contains(&f.offset));
+                warn_bcc_prefix(spec, more.map(|f| f.name.as_str()));
+            }
             if returns {
                 targets::skip_jump_entered(&mut found, bin.entry);
                 let shown = || crate::user::elf::shown(&bin.path);

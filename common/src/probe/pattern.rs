@@ -85,6 +85,19 @@ impl Matcher {
         })
     }
 
+    /// For a regular expression, the matcher BCC's `-r` is: Python's
+    /// `re.match`, anchored at the start of the name only, so that `vfs_read`
+    /// also takes `vfs_readv`. Used only to say what BCC would have taken.
+    pub fn bcc_prefix(&self) -> Option<Matcher> {
+        match self.how {
+            How::Regex(_) => Some(Matcher {
+                text: self.text.clone(),
+                how: How::Regex(Regex::new(&format!("^(?:{})", self.text)).ok()?),
+            }),
+            _ => None,
+        }
+    }
+
     pub fn is_match(&self, name: &str) -> bool {
         match &self.how {
             How::Literal => name == self.text,
@@ -120,6 +133,14 @@ impl Matcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bcc_prefix_is_anchored_at_the_start_only() {
+        let m = Matcher::regex("vfs_read").unwrap().bcc_prefix().unwrap();
+        assert!(m.is_match("vfs_readv"));
+        assert!(!m.is_match("do_vfs_read"));
+        assert!(Matcher::glob("vfs_*").unwrap().bcc_prefix().is_none());
+    }
 
     #[test]
     fn glob_matches_whole_name() {

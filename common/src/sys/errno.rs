@@ -47,7 +47,15 @@ pub fn tracepoint_errno_reason(errno: i32) -> String {
 /// the user (the kernel-function wording of [`errno_reason`] would mislead).
 pub fn user_errno_reason(errno: i32) -> String {
     let why = match errno {
-        libc::EINVAL => "the kernel refused a probe at this address (EINVAL)",
+        // The kernel keeps one uprobe per file and offset, with one USDT
+        // semaphore (reference counter): a probe there with another one is
+        // refused (uprobes.c's "ref_ctr_offset mismatch"). The address itself
+        // was checked against the ELF before, so this is the cause seen.
+        libc::EINVAL => {
+            "the kernel refused a probe at this address (EINVAL): another tracer (BCC, \
+             bpftrace, perf) holds one there with a different USDT semaphore, as dmesg's \
+             \"ref_ctr_offset mismatch\" says; stop that tracer and retry"
+        }
         libc::ENOENT => "the kernel could not find the file or offset (ENOENT)",
         libc::ESRCH => "the traced process is gone (ESRCH)",
         libc::EOPNOTSUPP | 524 => {

@@ -234,6 +234,10 @@ const BAD: &[(&str, &str)] = &[
     ("r::", "the function name is empty"),
     (":::", "the function name is empty"),
     ("p:c:malloc \"%d\",", "empty argument after the format"),
+    // Sweep bug 10: a declared integer is not an address (an undeclared
+    // register argument still is, as in BCC).
+    ("p:c:malloc(int n) \"%d\", *n", "malloc: 'n' is an integer (s32), not a pointer, so '*n' cannot be read (if it holds an address, cast it: *(int *)n)"),
+    ("p:c:malloc(int n) (STRCMP(\"hello\", *n))", "malloc: 'n' is an integer (s32), not a pointer, so '*n' cannot be read (if it holds an address, cast it: *(int *)n)"),
 ];
 
 #[test]

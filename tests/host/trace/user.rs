@@ -351,3 +351,53 @@ fn bad_path_is_one_line() {
     assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
     assert_starts_with(&out.stderr, "trace: error: ");
 }
+
+#[test]
+fn user_stack_at_an_entry_has_the_caller() {
+    // At a function's first instruction its caller is only at the stack
+    // pointer: tk_leaf (no frame of its own) lost via_one, as stackcount once
+    // did. via_one begins with push %rbp, for which this kernel adds the caller
+    // itself: it is not repeated.
+    let dir = Scratch::new();
+    let bin = crate::stackcount::build_leaf(&dir);
+    let w = Workload::start(&bin, &["1"]);
+    let pid = w.pid.to_string();
+    let (leaf, via) = (
+        format!("{}:tk_leaf", bin.display()),
+        format!("{}:via_one", bin.display()),
+    );
+    let mut t = spawn(&trace(), &["-p", &pid, "-U", &leaf, &via]);
+    t.wait_line(|l| l.starts_with("PID "), T);
+    let out = t.finish_after(w, T);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    // Each event's frames by name, to the first of libc's.
+    let stacks: Vec<Vec<String>> = out
+        .stdout
+        .split("\n\n")
+        .filter(|e| !e.trim().is_empty())
+        .map(|e| {
+            e.lines()
+                .filter_map(|l| l.strip_prefix("        "))
+                .map(|f| match f.split_once("+0x") {
+                    Some((name, rest)) => format!("{name} {}", rest.split_once(' ').unwrap().1),
+                    None => f.to_string(),
+                })
+                .take_while(|f| !f.ends_with("[libc.so.6]"))
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        stacks,
+        [
+            vec!["via_one [leaf]", "main [leaf]"],
+            vec!["tk_leaf [leaf]", "via_one [leaf]", "main [leaf]"],
+        ],
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("        tk_leaf+0x0 [leaf]\n"),
+        "{}",
+        out.stdout
+    );
+}

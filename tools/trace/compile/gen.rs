@@ -35,6 +35,11 @@ pub(super) struct Val {
     pub(super) ty: Ty,
     loc: Loc,
     space: Space,
+    /// A register's bits whose C type nothing declares (argN at a kernel or
+    /// user function, an 8-byte or unsized USDT argument, retval without
+    /// BTF, constants and arithmetic on them): BCC reads these as u64 and
+    /// lets `*` take them as an address. A declared integer cannot be.
+    raw: bool,
 }
 
 /// A named parameter: argument register index and type.
@@ -87,6 +92,8 @@ pub(super) struct Gen<'a> {
     pub(super) prog: Program,
     params: Vec<Param>,
     ret_ty: Ty,
+    /// No prototype gives retval's type.
+    ret_raw: bool,
     depth: usize,
     max_depth: usize,
 }
@@ -99,6 +106,7 @@ impl<'a> Gen<'a> {
             prog: Program::default(),
             params: Vec::new(),
             ret_ty: Ty::U64,
+            ret_raw: true,
             depth: 0,
             max_depth: 0,
         }
@@ -191,6 +199,7 @@ impl<'a> Gen<'a> {
         let btf = self.ctx.btf;
         if let (Some(p), Some(b)) = (proto, btf) {
             self.ret_ty = b.ty(p.ret);
+            self.ret_raw = false;
         }
         if let Some(sig) = &self.probe.signature {
             if sig.len() > 6 {
@@ -314,6 +323,7 @@ impl<'a> Gen<'a> {
                     ty: Ty::Ptr(e.clone()),
                     loc: Loc::Value,
                     space: v.space,
+                    raw: false,
                 }),
                 Ty::Record(_, n) => Err(format!(
                     "'{n}' is a struct: name one of its members (->member or .member)"
@@ -393,7 +403,7 @@ impl<'a> Gen<'a> {
     /// Register `input` as a value of type `ty`: an integer narrower than the
     /// register is truncated to it (and sign-extended when signed), as C reads
     /// an `int` argument: the register's upper bits are not part of it.
-    fn value(&mut self, ty: Ty, input: u32) -> Val {
+    fn value(&mut self, ty: Ty, input: u32, raw: bool) -> Val {
         self.emit(OP_IN, 0, 0, input, 0, 1);
         if let Ty::Int { bytes, signed } = ty {
             if bytes < 8 {
@@ -404,6 +414,7 @@ impl<'a> Gen<'a> {
             ty,
             loc: Loc::Value,
             space: self.default_space(),
+            raw,
         }
     }
 
@@ -418,6 +429,8 @@ impl<'a> Gen<'a> {
                     },
                     loc: Loc::Value,
                     space: self.default_space(),
+                    // An address, as BCC takes `*0x...`.
+                    raw: true,
                 })
             }
             Expr::Str(s) => Err(format!(
@@ -448,6 +461,7 @@ impl<'a> Gen<'a> {
                         signed: false,
                     },
                     input,
+                    false,
                 ))
             }
             Expr::Ident(name) => self.ident(name),
@@ -474,20 +488,36 @@ impl<'a> Gen<'a> {
                     ty: elem,
                     loc: Loc::Addr,
                     space: b.space,
+                    raw: false,
                 })
             }
             Expr::Unary(UnOp::Deref, x) => {
                 let v = self.expr(x)?;
                 let v = self.rvalue(v)?;
-                let pointee = match &v.ty {
-                    Ty::Ptr(t) => (**t).clone(),
-                    // BCC's values are u64: *(arg1) reads 8 bytes.
-                    _ => Ty::U64,
+                let (pointee, raw) = match &v.ty {
+                    Ty::Ptr(t) => ((**t).clone(), false),
+                    // BCC's values are u64: *(arg1) reads 8 bytes, which may
+                    // be an address again (**arg1).
+                    _ if v.raw => (Ty::U64, true),
+                    // An integer whose type is declared (a signature, BTF, a
+                    // tracepoint field, a 4-byte USDT argument, a cast) holds
+                    // no address: reading at it is a mistake that yields 0.
+                    t => {
+                        let operand = match **x {
+                            Expr::Binary(..) => format!("({x})"),
+                            _ => x.to_string(),
+                        };
+                        return Err(format!(
+                            "'{x}' is an integer ({}), not a pointer, so '*{operand}' cannot be read (if it holds an address, cast it: *(int *){operand})",
+                            t.name()
+                        ));
+                    }
                 };
                 Ok(Val {
                     ty: pointee,
                     loc: Loc::Addr,
                     space: v.space,
+                    raw,
                 })
             }
             Expr::Unary(op, x) => {
@@ -523,6 +553,8 @@ impl<'a> Gen<'a> {
                 let ty = self.resolve_type(tn)?;
                 let v = self.expr(x)?;
                 let v = self.rvalue(v)?;
+                // A cast declares the type.
+                let v = Val { raw: false, ..v };
                 if let Ty::Int { bytes, signed } = ty {
                     if bytes < 8 || signed != v.ty.signed() {
                         self.emit(OP_CAST, bytes, if signed { SIGNED } else { 0 }, 0, 0, 0);
@@ -634,6 +666,8 @@ impl<'a> Gen<'a> {
                     ty,
                     loc: Loc::Value,
                     space: a.space,
+                    // arg1 + 8 is still an address; a declared operand is not.
+                    raw: !cmp && a.raw && b.raw,
                 })
             }
             Expr::Call(name, args) => {
@@ -682,6 +716,7 @@ impl<'a> Gen<'a> {
                     },
                     loc: Loc::Value,
                     space: self.default_space(),
+                    raw: false,
                 })
             }
         }
@@ -716,7 +751,10 @@ impl<'a> Gen<'a> {
                     },
                     _ => Ty::U64,
                 };
-                return Ok(self.value(ty, IN_USDT0 + n - 1));
+                // An 8-byte argument may be a pointer (the note does not
+                // say); a narrower one is an integer.
+                let raw = ty.bytes() == 8;
+                return Ok(self.value(ty, IN_USDT0 + n - 1, raw));
             }
             if let SiteCtx::Tracepoint { .. } = self.ctx.site {
                 return Err(format!(
@@ -727,14 +765,14 @@ impl<'a> Gen<'a> {
             if n == 0 || n > 6 {
                 return Err(format!("only arg1..arg6 are in registers, not {name}"));
             }
-            return Ok(self.value(Ty::U64, n - 1));
+            return Ok(self.value(Ty::U64, n - 1, true));
         }
         if name == "retval" {
             if self.probe.kind != Kind::Return {
                 return Err("retval is only available in return probes (r:)".into());
             }
-            let ty = self.ret_ty.clone();
-            return Ok(self.value(ty, IN_RETVAL));
+            let (ty, raw) = (self.ret_ty.clone(), self.ret_raw);
+            return Ok(self.value(ty, IN_RETVAL, raw));
         }
         if name == "args" {
             if let SiteCtx::Tracepoint { .. } = self.ctx.site {
@@ -743,7 +781,7 @@ impl<'a> Gen<'a> {
         }
         if let Some(p) = self.params.iter().find(|p| p.name == name) {
             let (ty, index) = (p.ty.clone(), p.index);
-            return Ok(self.value(ty, index));
+            return Ok(self.value(ty, index, false));
         }
         let mut known = vec!["arg1..arg6".to_string()];
         if self.probe.kind == Kind::Return {
@@ -822,6 +860,7 @@ impl<'a> Gen<'a> {
                     ty: f.ty.clone(),
                     loc: Loc::Rec(f.offset),
                     space: self.default_space(),
+                    raw: false,
                 });
             }
         }
@@ -833,6 +872,7 @@ impl<'a> Gen<'a> {
                     ty: (**t).clone(),
                     loc: Loc::Addr,
                     space: v.space,
+                    raw: false,
                 },
                 other => {
                     return Err(format!(
@@ -873,6 +913,7 @@ impl<'a> Gen<'a> {
             ty: btf.ty(tid),
             loc: Loc::Addr,
             space: b.space,
+            raw: false,
         })
     }
 
@@ -927,6 +968,97 @@ mod tests {
         assert_eq!(cmp(usdt("u:x:p (arg1 < 0)")), Some(B_LTS));
         assert_eq!(cmp(usdt("u:x:p (arg2 < -1)")), Some(B_LTS));
         assert_eq!(cmp(usdt("u:x:p (arg3 < 0)")), Some(B_LTU));
+    }
+
+    #[test]
+    fn declared_integers_are_not_addresses() {
+        let usdt = |text: &str| {
+            let p = grammar::parse(text).unwrap();
+            let ctx = Ctx {
+                site: SiteCtx::Usdt {
+                    args: 3,
+                    types: &[Some((8, true)), Some((4, true)), None],
+                },
+                btf: None,
+                kernel_reads: false,
+                str_size: 80,
+                bin_cmp: false,
+            };
+            compile(&p, &ctx)
+        };
+        // "-4@...": an int, which no read at it can make a string or a value.
+        assert_eq!(
+            usdt("u:x:p (STRCMP(\"hello\", *arg2))").unwrap_err(),
+            "'arg2' is an integer (s32), not a pointer, so '*arg2' cannot be read (if it holds an address, cast it: *(int *)arg2)"
+        );
+        assert_eq!(
+            usdt("u:x:p \"%d\", *arg2").unwrap_err(),
+            "'arg2' is an integer (s32), not a pointer, so '*arg2' cannot be read (if it holds an address, cast it: *(int *)arg2)"
+        );
+        // "-8@..." may be a pointer and an unsized one may be anything: read
+        // as BCC reads them.
+        assert!(usdt("u:x:p \"%d\", *arg1").is_ok());
+        assert!(usdt("u:x:p (STRCMP(\"hello\", *arg3))").is_ok());
+        assert!(usdt("u:x:p \"%d\", *(int *)arg2").is_ok());
+        // A signature's integer, a cast's, and arithmetic on one are declared.
+        assert_eq!(
+            user("c:read(int fd) \"%d\", *fd").unwrap_err(),
+            "'fd' is an integer (s32), not a pointer, so '*fd' cannot be read (if it holds an address, cast it: *(int *)fd)"
+        );
+        assert_eq!(
+            user("c:read(long n) \"%d\", *(n + 8)").unwrap_err(),
+            "'n + 8' is an integer (s64), not a pointer, so '*(n + 8)' cannot be read (if it holds an address, cast it: *(int *)(n + 8))"
+        );
+        assert!(user("c:read \"%d\", *(u32)arg1")
+            .unwrap_err()
+            .starts_with("'(u32)arg1' is an integer (u32)"));
+        // A register argument's type is unknown at a user or kernel function
+        // (BCC's u64): its bits, and arithmetic on them, are an address.
+        for ok in [
+            "c:read \"%d\", *arg1",
+            "c:read \"%d\", **arg1",
+            "c:read \"%d\", *(arg1 + 8)",
+            "r:c:read \"%d\", *retval",
+            "c:read(int *p) \"%d\", *p",
+        ] {
+            assert!(user(ok).is_ok(), "{ok}");
+        }
+        // A tracepoint field's type is its format's.
+        let fields = crate::tp_format::tp_fields(
+            "\tfield:int fd;\toffset:16;\tsize:4;\tsigned:1;\n\tfield:char * buf;\toffset:24;\tsize:8;\tsigned:0;\n",
+        );
+        let tp = |text: &str| {
+            let p = grammar::parse(text).unwrap();
+            let ctx = Ctx {
+                site: SiteCtx::Tracepoint {
+                    fields: &fields,
+                    syscalls: false,
+                },
+                btf: None,
+                kernel_reads: true,
+                str_size: 80,
+                bin_cmp: false,
+            };
+            compile(&p, &ctx)
+        };
+        assert_eq!(
+            tp("t:a:b \"%d\", *args->fd").unwrap_err(),
+            "'args->fd' is an integer (s32), not a pointer, so '*args->fd' cannot be read (if it holds an address, cast it: *(int *)args->fd)"
+        );
+        assert!(tp("t:a:b \"%d\", *args->buf").is_ok());
+    }
+
+    #[test]
+    fn strcmp_takes_its_literal_on_either_side() {
+        // Equality is symmetric: STRCMP(arg1, "a") is STRCMP("a", arg1).
+        let a = user("c:open (STRCMP(\"a.txt\", arg1))").unwrap();
+        let b = user("c:open (STRCMP(arg1, \"a.txt\"))").unwrap();
+        assert_eq!(format!("{:?}", a.insns), format!("{:?}", b.insns));
+        assert_eq!(a.lits, b"a.txt\0");
+        assert_eq!(
+            user("c:open (STRCMP(arg1, arg2))").unwrap_err(),
+            "STRCMP takes a string literal and a value: STRCMP(\"text\", arg1)"
+        );
     }
 
     #[test]

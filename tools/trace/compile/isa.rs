@@ -49,7 +49,7 @@ from_abi!(pub(super) un as u32: U_NOT, U_NEG, U_BNOT);
 // arguments, so the entry is kept for its return (else the return is not
 // paired with it).
 from_abi!(pub spec_flag as u32: F_RETURN, F_SYSCALL, F_IDS, F_FAST_PRED, F_FAST_VALS, F_GATE,
-    F_ENTRY_ARGS);
+    F_ENTRY_ARGS, F_USER_ENTRY);
 
 from_abi!(pub(super) operand_src as u8: OPD_IN, OPD_REC);
 // A fast predicate's arithmetic step: none.

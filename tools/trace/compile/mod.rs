@@ -160,6 +160,11 @@ pub fn compile(probe: &Probe, ctx: &Ctx) -> Result<Program, String> {
     if probe.kind == Kind::Return {
         g.prog.flags |= F_RETURN;
     }
+    // At a user function's first instruction the caller is only at the stack
+    // pointer: -U adds it there (bpf/trace/vm.h entry_ustack()), not past it.
+    if probe.kind == Kind::Entry && probe.offset == 0 && matches!(ctx.site, SiteCtx::User) {
+        g.prog.flags |= F_USER_ENTRY;
+    }
     if let SiteCtx::Kernel { syscall: true, .. } = ctx.site {
         g.prog.flags |= F_SYSCALL;
         if !ctx.kernel_reads {

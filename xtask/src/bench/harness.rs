@@ -111,6 +111,76 @@ impl Drop for Workload {
     }
 }
 
+/// How long a tool may take to exit after SIGINT before its process group is
+/// killed ([`Peer::stop`]): every tool here exits within seconds, but a peer
+/// once ignored SIGINT (bpftrace 0.17), and the bench waited for ever.
+pub const STOP_LIMIT: Duration = Duration::from_secs(30);
+
+/// A tool run as a child in its own process group, so that a peer that will
+/// not stop is killed with whatever it started; killed so if dropped still
+/// running (a run that failed half-way leaves nothing tracing).
+pub struct Peer {
+    pub child: Child,
+    what: String,
+}
+
+impl Peer {
+    /// Spawns `cmd` (its stdio as the caller set it) in a process group of its own.
+    pub fn spawn(mut cmd: Command, what: &str) -> Result<Peer> {
+        use std::os::unix::process::CommandExt as _;
+        let child = cmd
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("starting {what}"))?;
+        Ok(Peer {
+            child,
+            what: what.to_string(),
+        })
+    }
+
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGINT, as Ctrl-C sends, then up to `limit` for the exit; past it, the
+    /// process group is killed (SIGKILL) and the error says so, for the
+    /// peer's row.
+    pub fn stop(&mut self, limit: Duration) -> Result<ExitStatus> {
+        // SAFETY: plain kill(2) on our child, which has not been reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let start = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait()? {
+                return Ok(st);
+            }
+            if start.elapsed() > limit {
+                self.kill();
+                bail!(
+                    "{} did not exit within {} s of SIGINT: killed",
+                    self.what,
+                    limit.as_secs_f64()
+                );
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGKILL to the process group, then reaps the child.
+    fn kill(&mut self) {
+        // SAFETY: kill(2) of the group our unreaped child leads (spawn).
+        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.kill();
+        }
+    }
+}
+
 /// What a [`Tracer`]'s stdout line after its ready line is (its classifier's
 /// answer).
 pub enum Line {
@@ -790,4 +860,55 @@ pub fn cpu_ns(pid: u32) -> u64 {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     f.iter().sum::<u64>() * 1_000_000_000 / hz
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_that_ignores_sigint_is_killed_with_its_group() {
+        // A fake peer: a shell that ignores SIGINT and waits on a sleep it
+        // started (which a non-interactive shell's background job ignores too).
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "trap '' INT; sleep 1000 & echo $!; wait"])
+            .stdout(Stdio::piped());
+        let mut peer = Peer::spawn(cmd, "fake-peer").unwrap();
+        let lines = lines_of(&mut peer.child);
+        let sleep: u32 = wait_for(&lines, |_| true, "the sleep's pid")
+            .unwrap()
+            .parse()
+            .unwrap();
+        let start = Instant::now();
+        let err = peer.stop(Duration::from_millis(500)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "fake-peer did not exit within 0.5 s of SIGINT: killed"
+        );
+        assert!(start.elapsed() < Duration::from_secs(5));
+        assert!(peer.child.try_wait().unwrap().is_some());
+        // The sleep went with the group (reparented, then reaped by init).
+        let gone = |pid: u32| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+                s.rsplit(')').next().unwrap().trim_start().starts_with('Z')
+            })
+        };
+        let end = Instant::now() + Duration::from_secs(5);
+        while !gone(sleep) && Instant::now() < end {
+            thread::sleep(Duration::from_millis(10));
+        }
+        assert!(gone(sleep), "the peer's sleep {sleep} outlived it");
+    }
+
+    #[test]
+    fn a_peer_that_stops_gives_its_status() {
+        let mut cmd = Command::new("sleep");
+        cmd.arg("1000");
+        let mut peer = Peer::spawn(cmd, "sleep").unwrap();
+        let st = peer.stop(Duration::from_secs(5)).unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&st),
+            Some(libc::SIGINT)
+        );
+    }
 }

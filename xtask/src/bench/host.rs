@@ -8,6 +8,9 @@
 //! made, so a fast wrong answer cannot win. Then, once each,
 //! the time from SIGINT to exit with 360 syscall tracepoints and with 1,000 single
 //! uprobes in a running process (whose code must be restored afterwards).
+//! Each tool runs in its own process group with a bounded stop ([`Peer`]): a
+//! tool that fails, counts wrong or will not exit gets its failure in its
+//! cells of the table, and the bench goes on.
 
 use std::fs;
 use std::path::Path;
@@ -19,7 +22,8 @@ use tabled::builder::Builder;
 use tabled::settings::Style;
 
 use super::harness::{
-    bpftrace_version, lines_of, many_functions, median, num_cpus, wait_for, wait_long, Workload,
+    bpftrace_version, lines_of, many_functions, median, num_cpus, wait_for, wait_long, Peer,
+    Workload, STOP_LIMIT,
 };
 
 const REPEATS: usize = 5;
@@ -104,9 +108,11 @@ fn traced_run(tool: Tool, sc: Scenario, funccount: &Path, workload: &Path) -> Re
             c
         }
     };
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let start = Instant::now();
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
-    let lines = lines_of(&mut child);
+    // Killed with its group on any error below (Peer's drop).
+    let mut peer = Peer::spawn(cmd, name(tool))?;
+    let lines = lines_of(&mut peer.child);
     match tool {
         Tool::Funccount => wait_for(&lines, |l| l.starts_with("Tracing "), "funccount")?,
         Tool::Bpftrace => wait_for(&lines, |l| l == "READY", "bpftrace")?,
@@ -114,12 +120,10 @@ fn traced_run(tool: Tool, sc: Scenario, funccount: &Path, workload: &Path) -> Re
     let ready_ms = start.elapsed().as_secs_f64() * 1e3;
     // Read before the work too: funccount -p exits when the workload does, and
     // may be gone (no /proc entry, read as 0) by the time the work returns.
-    let before = peak_rss_kib(child.id());
+    let before = peak_rss_kib(peer.id());
     let ns = w.run()?;
-    let rss = peak_rss_kib(child.id()).max(before);
-    // SAFETY: plain kill(2) on our child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    child.wait()?;
+    let rss = peak_rss_kib(peer.id()).max(before);
+    peer.stop(STOP_LIMIT)?;
     // Both tools print one count per probe; their sum must be the events made.
     let mut total = 0u64;
     while let Ok(l) = lines.recv_timeout(Duration::from_millis(300)) {
@@ -147,6 +151,27 @@ fn traced_run(tool: Tool, sc: Scenario, funccount: &Path, workload: &Path) -> Re
     })
 }
 
+/// A table cell: a number, or why the tool has none.
+type Cell = std::result::Result<f64, String>;
+
+/// A cell as the table prints it: a failure in a few words, its whole text
+/// under the table.
+fn cell_text(c: &Cell) -> String {
+    match c {
+        Ok(v) if v.abs() < 10.0 => format!("{v:.3}"),
+        Ok(v) => format!("{v:.1}"),
+        Err(e) => format!("failed: {e}"),
+    }
+}
+
+/// The ratio column: "-" where either tool failed.
+fn ratio_text(f: &Cell, b: &Cell, digits: usize) -> String {
+    match (f, b) {
+        (Ok(f), Ok(b)) => format!("{:.digits$}x", b / f),
+        _ => "-".into(),
+    }
+}
+
 fn name(t: Tool) -> &'static str {
     match t {
         Tool::Funccount => "funccount",
@@ -160,7 +185,7 @@ pub fn host(root: &Path) -> Result<()> {
     let workload = root.join("target/release/examples/workload");
     let bpftrace_version = bpftrace_version()?;
 
-    let mut rows: Vec<(String, f64, f64)> = Vec::new();
+    let mut rows: Vec<(String, Cell, Cell)> = Vec::new();
     let mut raw = Vec::new();
     for sc in [
         Scenario::Tracepoint,
@@ -177,11 +202,27 @@ pub fn host(root: &Path) -> Result<()> {
             base.push(Workload::start(&workload, &sc.workload_args())?.run()?);
         }
         let base = median(base);
-        let mut per_tool = Vec::new();
+        let mut per_tool: Vec<[Cell; 3]> = Vec::new();
         for tool in [Tool::Funccount, Tool::Bpftrace] {
             let mut runs = Vec::new();
+            let mut failed = None;
             for _ in 0..REPEATS {
-                runs.push(traced_run(tool, sc, &funccount, &workload)?);
+                match traced_run(tool, sc, &funccount, &workload) {
+                    Ok(r) => runs.push(r),
+                    // A tool that failed once is not run again: its row says why.
+                    Err(e) => {
+                        eprintln!("xtask: bench: {label}: {}: {e:#}", name(tool));
+                        failed = Some(format!("{e:#}"));
+                        break;
+                    }
+                }
+            }
+            if let Some(e) = failed {
+                raw.push(serde_json::json!({
+                    "scenario": label, "tool": name(tool), "error": e,
+                }));
+                per_tool.push([Err(e.clone()), Err(e.clone()), Err(e)]);
+                continue;
             }
             let ready = median(runs.iter().map(|r| r.ready_ms).collect());
             let rss = median(runs.iter().map(|r| r.rss_kib as f64).collect()) / 1024.0;
@@ -193,27 +234,33 @@ pub fn host(root: &Path) -> Result<()> {
                 "ns_per_call": runs.iter().map(|r| r.ns_per_call).collect::<Vec<_>>(),
                 "baseline_ns_per_call": base,
             }));
-            per_tool.push((ready, rss, ns - base));
+            per_tool.push([Ok(ready), Ok(rss), Ok(ns - base)]);
         }
-        let (f, b) = (per_tool[0], per_tool[1]);
-        rows.push((format!("{label}: exec to ready (ms)"), f.0, b.0));
-        rows.push((format!("{label}: peak RSS (MiB)"), f.1, b.1));
+        let [f, b] = [per_tool[0].clone(), per_tool[1].clone()];
+        let [f0, f1, f2] = f;
+        let [b0, b1, b2] = b;
+        rows.push((format!("{label}: exec to ready (ms)"), f0, b0));
+        rows.push((format!("{label}: peak RSS (MiB)"), f1, b1));
         let per = match sc {
             Scenario::UntracedSyscall => "untraced syscall",
             _ => "event",
         };
         rows.push((
             format!("{label}: overhead per {per} (ns; untraced call {base:.1} ns)"),
-            f.2,
-            b.2,
+            f2,
+            b2,
         ));
     }
 
     let detach = detach_rows(&funccount, root)?;
     for (m, f, b, note) in &detach {
-        rows.push((format!("{m} (s){note}"), *f, *b));
+        rows.push((format!("{m} (s){note}"), f.clone(), b.clone()));
     }
-    raw.push(serde_json::json!({ "detach_seconds": detach.iter().map(|(m, f, b, _)| serde_json::json!({"scenario": m, "funccount": f, "bpftrace": b})).collect::<Vec<_>>() }));
+    let json = |c: &Cell| match c {
+        Ok(v) => serde_json::json!(v),
+        Err(e) => serde_json::json!({ "error": e }),
+    };
+    raw.push(serde_json::json!({ "detach_seconds": detach.iter().map(|(m, f, b, _)| serde_json::json!({"scenario": m, "funccount": json(f), "bpftrace": json(b)})).collect::<Vec<_>>() }));
 
     let mut table = Builder::default();
     table.push_record([
@@ -223,14 +270,7 @@ pub fn host(root: &Path) -> Result<()> {
         "bpftrace / funccount",
     ]);
     for (m, f, b) in &rows {
-        let num = |v: f64| {
-            if v.abs() < 10.0 {
-                format!("{v:.3}")
-            } else {
-                format!("{v:.1}")
-            }
-        };
-        table.push_record([m.clone(), num(*f), num(*b), format!("{:.2}x", b / f)]);
+        table.push_record([m.clone(), cell_text(f), cell_text(b), ratio_text(f, b, 2)]);
     }
     println!(
         "\nfunccount (tracekit, release) vs {bpftrace_version}, on this host ({} CPUs):",
@@ -250,13 +290,31 @@ const DETACH_UPROBES: usize = 1000;
 
 /// Starts `cmd`, waits until it is tracing (`ready` line), lets it trace for a
 /// second, sends SIGINT and returns the seconds until it exited.
-fn detach_time(mut cmd: Command, ready: impl Fn(&str) -> bool, what: &str) -> Result<f64> {
+fn detach_time(mut cmd: Command, ready: impl Fn(&str) -> bool, what: &str) -> Cell {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    detach_time_within(cmd, ready, what, DETACH_LIMIT).map_err(|e| {
+        eprintln!("xtask: detach: {what}: {e:#}");
+        format!("{e:#}")
+    })
+}
+
+/// How long a tool may take from SIGINT to exit in the detach rows, where
+/// detaching is what is timed: far over any time measured, as 1,000 single
+/// uprobes detach one by one.
+const DETACH_LIMIT: Duration = Duration::from_secs(600);
+
+fn detach_time_within(
+    cmd: Command,
+    ready: impl Fn(&str) -> bool,
+    what: &str,
+    limit: Duration,
+) -> Result<f64> {
     eprintln!(
         "xtask: detach: {what} {:?}",
         cmd.get_args().collect::<Vec<_>>()
     );
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
-    let lines = lines_of(&mut child);
+    let mut peer = Peer::spawn(cmd, what)?;
+    let lines = lines_of(&mut peer.child);
     // bpftrace attaches 1,000 single uprobes one by one, each waiting for the
     // kernel's event_mutex.
     let seen = std::cell::RefCell::new(Vec::new());
@@ -265,15 +323,11 @@ fn detach_time(mut cmd: Command, ready: impl Fn(&str) -> bool, what: &str) -> Re
         ready(l)
     };
     if let Err(e) = wait_long(&lines, ready_logged, what, Duration::from_secs(900)) {
-        let _ = child.kill();
-        let _ = child.wait();
         return Err(e.context(format!("{what} said: {}", seen.borrow().join(" | "))));
     }
     std::thread::sleep(Duration::from_secs(1));
     let start = Instant::now();
-    // SAFETY: plain kill(2) on our child.
-    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let st = child.wait()?;
+    let st = peer.stop(limit)?;
     let secs = start.elapsed().as_secs_f64();
     eprintln!("xtask: detach: {what}: {secs:.3} s");
     if !st.success() {
@@ -305,7 +359,7 @@ fn bpftrace(probe: &str) -> Command {
 /// Seconds from SIGINT to exit (detaching, and the tools' final output): 360
 /// syscall tracepoints, and 1,000 user functions without uprobe_multi (single
 /// uprobes) in a running process, whose code is checked to be restored.
-fn detach_rows(funccount: &Path, root: &Path) -> Result<Vec<(String, f64, f64, String)>> {
+fn detach_rows(funccount: &Path, root: &Path) -> Result<Vec<(String, Cell, Cell, String)>> {
     let mut rows = Vec::new();
     let tps = "t:syscalls:sys_enter_*";
     let f = detach_time(
@@ -316,12 +370,12 @@ fn detach_rows(funccount: &Path, root: &Path) -> Result<Vec<(String, f64, f64, S
         },
         funccount_ready,
         "funccount",
-    )?;
+    );
     let b = detach_time(
         bpftrace("tracepoint:syscalls:sys_enter_*"),
         bpftrace_ready,
         "bpftrace",
-    )?;
+    );
     rows.push((
         "detach 't:syscalls:sys_enter_*' (360 tracepoints)".to_string(),
         f,
@@ -345,13 +399,13 @@ fn detach_rows(funccount: &Path, root: &Path) -> Result<Vec<(String, f64, f64, S
         c.args(["--attach-mode", "single", "-p", &pid, &spec]);
         c
     };
-    let f = detach_time(single(false), funccount_ready, "funccount")?;
+    let f = detach_time(single(false), funccount_ready, "funccount");
     let b = detach_time(
         bpftrace(&format!("uprobe:{}:fn_* /pid == {pid}/", bin.display())),
         bpftrace_ready,
         "bpftrace",
-    )?;
-    let old = detach_time(single(true), funccount_ready, "funccount")?;
+    );
+    let old = detach_time(single(true), funccount_ready, "funccount");
     let changed = code_changed(target.id(), &bin)?;
     drop(target.stdin.take());
     target.wait()?;
@@ -362,7 +416,13 @@ fn detach_rows(funccount: &Path, root: &Path) -> Result<Vec<(String, f64, f64, S
         format!("detach {DETACH_UPROBES} single uprobes (-p)"),
         f,
         b,
-        format!("; funccount's per-function perf uprobes (TRACEKIT_PERF_UPROBES=1): {old:.1} s"),
+        format!(
+            "; funccount's per-function perf uprobes (TRACEKIT_PERF_UPROBES=1): {}",
+            match old {
+                Ok(s) => format!("{s:.1} s"),
+                Err(e) => format!("failed: {e}"),
+            }
+        ),
     ));
     Ok(rows)
 }
@@ -405,11 +465,41 @@ pub fn detach(root: &Path) -> Result<()> {
     for (m, f, b, note) in &rows {
         table.push_record([
             format!("{m}{note}"),
-            format!("{f:.3}"),
-            format!("{b:.3}"),
-            format!("{:.0}x", b / f),
+            cell_text(f),
+            cell_text(b),
+            ratio_text(f, b, 0),
         ]);
     }
     println!("{}", table.build().with(Style::markdown()));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_that_ignores_sigint_gets_its_failure_in_its_row() {
+        // A fake bpftrace: ready, then deaf to SIGINT.
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "trap '' INT; echo READY; sleep 1000"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let start = Instant::now();
+        let cell: Cell =
+            detach_time_within(cmd, bpftrace_ready, "fake", Duration::from_millis(500))
+                .map_err(|e| format!("{e:#}"));
+        // 1 s traced, 0.5 s of grace, then killed: well under a minute.
+        assert!(start.elapsed() < Duration::from_secs(10));
+        assert_eq!(
+            cell,
+            Err("fake did not exit within 0.5 s of SIGINT: killed".to_string())
+        );
+        assert_eq!(
+            cell_text(&cell),
+            "failed: fake did not exit within 0.5 s of SIGINT: killed"
+        );
+        assert_eq!(ratio_text(&Ok(2.0), &cell, 2), "-");
+        assert_eq!(ratio_text(&Ok(2.0), &Ok(3.0), 2), "1.50x");
+    }
 }
