@@ -10,6 +10,7 @@
 #include "filter.h"
 #include "hist.h"
 #include "pairing.h"
+#include "armed.h"
 
 /* Nanoseconds per display unit (1, 1000, 1000000); set before load. */
 const volatile __u64 unit_ns = 1;
@@ -42,7 +43,7 @@ static __always_inline int session(void *ctx)
 	if (!start)
 		return 1;
 	if (!session_is_return(ctx)) {
-		if (filtered_out())
+		if (!armed || filtered_out())
 			return 1;
 		*start = bpf_ktime_get_ns();
 		/* Entries and returns counted: the difference is the calls whose
@@ -60,7 +61,7 @@ static __always_inline int session(void *ctx)
 /* `sp`: a user function's stack pointer at entry, 0 for a kernel function. */
 static __always_inline int entry(__u32 probe, __u64 sp)
 {
-	if (!filtered_out())
+	if (armed && !filtered_out())
 		pair_enter(probe, false, sp);
 	return 0;
 }
