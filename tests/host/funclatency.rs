@@ -243,8 +243,28 @@ fn time_userfuncs(workload: &str, n: u64, funcs: &str) -> Vec<(&'static str, Out
 fn calls_left_by_longjmp_do_not_block_later_ones() {
     // 40 calls of uf_jumper longjmp out (no return), more than the 32 entries a
     // thread keeps; then 40 calls of uf_target return. In every mode each of
-    // uf_target's calls is timed, and uf_jumper's none.
+    // uf_target's calls is timed, and uf_jumper's none, each reported: session
+    // programs see 40 returns that never came; entry and return programs drop a
+    // left frame when the next call finds it below or at its own stack pointer
+    // (39: uf_target's first call, at the same one, is taken for a tail call's
+    // callee), and the last when the thread exits. That last one is missing
+    // from about a third of the runs of this test (never in manual runs, nor
+    // in tests/progs/pairing.c's): not understood yet, so only checked when said.
+    let left = "funclatency: 39 calls never returned (left by longjmp or an exception) or \
+                their return was missed: not timed\n";
+    let exited = "funclatency: 1 calls were not timed: their thread exited inside them \
+                  (pthread_exit, cancellation or a kill)\n";
     for (mode, out) in time_userfuncs("jump", 40, "uf_(jumper|target)") {
+        if mode == "auto" {
+            assert_eq!(out.stderr, format!("funclatency: 40 {NEVER_CAME}\n"));
+        } else {
+            let rest = out.stderr.strip_prefix(left);
+            assert!(
+                rest == Some("") || rest == Some(exited),
+                "{mode}: {}",
+                out.stderr
+            );
+        }
         assert!(
             avg_line(&out.stdout).ends_with(", count: 40"),
             "{mode}: {}",
@@ -254,11 +274,6 @@ fn calls_left_by_longjmp_do_not_block_later_ones() {
             !out.stdout.contains("Function = uf_jumper"),
             "{mode}: {}",
             out.stdout
-        );
-        assert!(
-            !out.stderr.contains("nested deeper"),
-            "{mode}: {}",
-            out.stderr
         );
     }
 }
