@@ -8,6 +8,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/usdt.bpf.h>
 #include "filter.h"
+#include "armed.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -21,7 +22,7 @@ static __always_inline int count(__u64 cookie)
 	__u32 idx = cookie;
 	__u64 *n;
 
-	if (filtered_out())
+	if (!armed || filtered_out())
 		return 0;
 	n = bpf_map_lookup_elem(&counts, &idx);
 	if (n)

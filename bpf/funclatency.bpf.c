@@ -10,6 +10,7 @@
 #include "filter.h"
 #include "hist.h"
 #include "pairing.h"
+#include "armed.h"
 
 /* Nanoseconds per display unit (1, 1000, 1000000); set before load. */
 const volatile __u64 unit_ns = 1;
@@ -42,20 +43,25 @@ static __always_inline int session(void *ctx)
 	if (!start)
 		return 1;
 	if (!session_is_return(ctx)) {
-		if (filtered_out())
+		if (!armed || filtered_out())
 			return 1;
 		*start = bpf_ktime_get_ns();
+		/* Entries and returns counted: the difference is the calls whose
+		 * return never came, which the kernel does not tell otherwise. */
+		pairing_add(PAIR_ENTERED, 1);
 		return 0;
 	}
-	if (*start)
+	if (*start) {
 		record(bpf_get_attach_cookie(ctx), *start);
+		pairing_add(PAIR_RETURNED, 1);
+	}
 	return 0;
 }
 
 /* `sp`: a user function's stack pointer at entry, 0 for a kernel function. */
 static __always_inline int entry(__u32 probe, __u64 sp)
 {
-	if (!filtered_out())
+	if (armed && !filtered_out())
 		pair_enter(probe, false, sp);
 	return 0;
 }
@@ -114,10 +120,12 @@ int lat_uprobe_multi(struct pt_regs *ctx)
 	return entry(bpf_get_attach_cookie(ctx), PT_REGS_SP(ctx));
 }
 
+/* Paired by stack pointer (the entry's, which `ret` has popped the return
+ * address from): the returns of calls too deep to time pass the frames by. */
 SEC("uretprobe.multi")
 int lat_uretprobe_multi(struct pt_regs *ctx)
 {
-	return exit(bpf_get_attach_cookie(ctx), 0);
+	return exit(bpf_get_attach_cookie(ctx), PT_REGS_SP(ctx) - 8);
 }
 
 /* Without uprobe_multi, entries and returns are grouped under tracefs uprobe
@@ -137,9 +145,8 @@ int lat_uprobe(struct pt_regs *ctx)
 SEC("uretprobe")
 int lat_uretprobe(struct pt_regs *ctx)
 {
-	__u64 cookie = bpf_get_attach_cookie(ctx);
-
-	return exit(cookie, uprobe_return_sp(ctx, cookie));
+	/* Paired by stack pointer, as uretprobe.multi's. */
+	return exit(bpf_get_attach_cookie(ctx), PT_REGS_SP(ctx) - 8);
 }
 
 /* A single kernel function through a BPF trampoline (cheapest per call); its
@@ -154,6 +161,14 @@ SEC("fexit")
 int lat_fexit(void *ctx)
 {
 	return exit(0, 0);
+}
+
+/* A thread's exit: its calls still open will never return (counted). */
+SEC("raw_tp/sched_process_exit")
+int lat_thread_exit(void *ctx)
+{
+	pair_thread_exit();
+	return 0;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

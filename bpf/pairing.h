@@ -69,32 +69,66 @@ struct frame {
 
 struct thread_calls {
 	__u32 depth;    /* frames in use */
-	__u32 untimed;  /* entries past PAIR_DEPTH whose returns are still to come */
+	__u32 untimed;  /* kernel functions' entries past PAIR_DEPTH whose returns are still to come */
 	struct frame frames[PAIR_DEPTH];
 };
 
+/* Per-task storage, freed with the task: a thread that dies inside a timed call
+ * (pthread_exit, cancellation, a kill) takes its frames with it. A hash keyed by
+ * thread id kept them until it was full, and then no new thread was timed. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32); /* thread id */
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct thread_calls);
 } calls SEC(".maps");
 
-/* Calls that could not be timed: [0] too deep, [1] a return whose entry was not
- * seen (a missed return hook left frames above it), [2] no room for the thread. */
+/* Calls not timed, and the counts that show the ones the kernel never returned
+ * from; indexes below. */
+enum pairing_stat {
+	PAIR_TOO_DEEP,   /* entries past PAIR_DEPTH */
+	PAIR_LEFT,       /* frames dropped: their return never came (longjmp, an exception, a missed return) */
+	PAIR_NO_ROOM,    /* no storage for the thread */
+	PAIR_ENTERED,    /* session programs: calls timed from their entry */
+	PAIR_RETURNED,   /* session programs: of those, the returns that came */
+	PAIR_EXITED,     /* frames of threads that exited inside them */
+	PAIR_STATS,
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 3);
+	__uint(max_entries, PAIR_STATS);
 	__type(key, __u32);
 	__type(value, __u64);
 } pairing_lost SEC(".maps");
 
+static __always_inline void pairing_add(__u32 why, __u64 n)
+{
+	__u64 *v = bpf_map_lookup_elem(&pairing_lost, &why);
+
+	if (v)
+		*v += n;
+}
+
 static __always_inline void pairing_count_lost(__u32 why)
 {
-	__u64 *n = bpf_map_lookup_elem(&pairing_lost, &why);
+	pairing_add(why, 1);
+}
 
-	if (n)
-		*n += 1;
+static __always_inline struct thread_calls *thread_calls(bool create)
+{
+	return bpf_task_storage_get(&calls, bpf_get_current_task_btf(), NULL,
+				    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+}
+
+/* At a thread's exit (a raw tracepoint program of the tool's, sched_process_exit):
+ * the frames it still holds are calls that will never return. */
+static __always_inline void pair_thread_exit(void)
+{
+	struct thread_calls *t = thread_calls(false);
+
+	if (t && (t->depth || t->untimed))
+		pairing_add(PAIR_EXITED, t->depth + t->untimed);
 }
 
 /* At a function's entry: pushes (probe, now); returns the frame pushed (for a
@@ -104,22 +138,13 @@ static __always_inline void pairing_count_lost(__u32 why)
  * at entry, 0 for a kernel function. */
 static __always_inline struct frame *pair_enter(__u32 probe, bool session, __u64 sp)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct thread_calls *t = bpf_map_lookup_elem(&calls, &tid);
+	struct thread_calls *t = thread_calls(true);
 	struct frame *f;
 	__u32 d;
 
 	if (!t) {
-		static const struct thread_calls empty;
-
-		if (bpf_map_update_elem(&calls, &tid, &empty, BPF_NOEXIST) &&
-		    !bpf_map_lookup_elem(&calls, &tid)) {
-			pairing_count_lost(2);
-			return NULL;
-		}
-		t = bpf_map_lookup_elem(&calls, &tid);
-		if (!t)
-			return NULL;
+		pairing_count_lost(PAIR_NO_ROOM);
+		return NULL;
 	}
 	d = t->depth;
 	/* A live caller's stack pointer is above ours. Frames below it are of
@@ -138,13 +163,17 @@ static __always_inline struct frame *pair_enter(__u32 probe, bool session, __u64
 			break;
 		d--;
 		t->untimed = 0;
-		pairing_count_lost(1);
+		pairing_count_lost(PAIR_LEFT);
 	}
 	t->depth = d;
+	/* A user function's return finds its frame by stack pointer, so the
+	 * returns of calls too deep to time pass over the frames (and the kernel
+	 * omits returns nested deeper than 64: counting them would leave the
+	 * outer calls waiting for returns that never come). */
 	if (d >= PAIR_DEPTH || t->untimed) {
-		if (!session)
+		if (!session && !sp)
 			t->untimed += 1;
-		pairing_count_lost(0);
+		pairing_count_lost(PAIR_TOO_DEEP);
 		return NULL;
 	}
 	/* d < PAIR_DEPTH here; the mask (which the barrier keeps clang from
@@ -166,8 +195,7 @@ static __always_inline struct frame *pair_enter(__u32 probe, bool session, __u64
  * above it, whose returns were missed, are dropped. */
 static __always_inline __u64 pair_pop(__u32 probe, __u64 entry_sp, struct frame *out)
 {
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct thread_calls *t = bpf_map_lookup_elem(&calls, &tid);
+	struct thread_calls *t = thread_calls(false);
 	__u64 start = 0;
 
 	if (!t)
@@ -185,14 +213,12 @@ static __always_inline __u64 pair_pop(__u32 probe, __u64 entry_sp, struct frame 
 		if (out)
 			*out = t->frames[i];
 		if (i + 1 < t->depth)
-			pairing_count_lost(1);
+			pairing_add(PAIR_LEFT, t->depth - i - 1);
 		t->depth = i;
 		break;
 	}
-	if (!start)
-		return 0; /* not ours (filtered at entry, or entered before we attached) */
-	if (t->depth == 0)
-		bpf_map_delete_elem(&calls, &tid);
+	/* Not ours (filtered at entry, or entered before we attached) when 0.
+	 * The thread keeps its storage (freed with it) for its next call. */
 	return start;
 }
 

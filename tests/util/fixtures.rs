@@ -180,7 +180,13 @@ pub struct CProg {
 
 impl CProg {
     pub fn start(bin: &Path) -> CProg {
+        CProg::start_with(bin, &[])
+    }
+
+    /// [`CProg::start`] with arguments.
+    pub fn start_with(bin: &Path, args: &[&str]) -> CProg {
         let mut child = Command::new(bin)
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -284,4 +290,23 @@ impl Drop for LoopDev {
     fn drop(&mut self) {
         let _ = Command::new("losetup").args(["-d", &self.dev]).status();
     }
+}
+
+/// Runs `tool -p PID args` on the C test program `bin prog_args` (a [`CProg`]):
+/// waits for the tool's line that `ready` accepts, lets the program run, and
+/// returns the tool's output once both have exited with success.
+pub fn trace_cprog(
+    tool: &Path,
+    bin: &Path,
+    prog_args: &[&str],
+    args: &[&str],
+    ready: impl Fn(&str) -> bool,
+) -> super::Output {
+    let p = CProg::start_with(bin, prog_args);
+    let pid = p.pid.to_string();
+    let mut all = vec!["-p", pid.as_str()];
+    all.extend_from_slice(args);
+    let mut t = super::spawn(tool, &all);
+    t.wait_line(ready, Duration::from_secs(60));
+    t.finish_after(p, Duration::from_secs(120))
 }

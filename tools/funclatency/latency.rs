@@ -103,7 +103,13 @@ pub fn run(mut cfg: Config, ahead: Ahead) -> Result<()> {
             table.width()
         );
     }
-    let lost = PerCpuCounters::new(&skel.maps.pairing_lost, 3)?;
+    let lost = PerCpuCounters::new(&skel.maps.pairing_lost, PAIR_STATS)?;
+    // Counts the calls of threads that exit inside them (bpf/pairing.h).
+    let _exits = skel
+        .progs
+        .lat_thread_exit
+        .attach()
+        .context("attaching to sched_process_exit")?;
     let mut lat = Latency {
         table,
         lost,
@@ -166,6 +172,10 @@ impl Served for Latency<'_> {
         let cells = self.table.deltas()?;
         let hists = self.rows(&cells);
         report_lost(&self.lost.deltas()?);
+        if last {
+            // Known only at the end: a return may still come until then.
+            report_unreturned(&self.lost.totals()?);
+        }
         let missed = self.session.attached().map_or(0, |a| a.missed());
         if missed > self.missed_before {
             warn(&format!(
@@ -195,7 +205,7 @@ impl Served for Latency<'_> {
                 .map(|((h, t), l)| (label("probe", l.as_str()), h, t.total_ns))
                 .collect(),
         );
-        m.lost_records = self.lost.totals()?.iter().sum();
+        m.lost_records = not_timed(&self.lost.totals()?);
         Ok(())
     }
 
@@ -318,16 +328,44 @@ fn json_summary(sections: &[Section], unit: Unit, last: bool) -> String {
     format!("{v}\n")
 }
 
-/// pairing_lost in bpf/pairing.h: calls that could not be timed.
+/// Slots of pairing_lost (bpf/pairing.h's enum pairing_stat).
+const PAIR_STATS: usize = 6;
+const PAIR_ENTERED: usize = 3;
+const PAIR_RETURNED: usize = 4;
+
+/// pairing_lost in bpf/pairing.h: calls that could not be timed, by reason.
 fn report_lost(lost: &[u64]) {
     let what = [
-        "calls nested deeper than 32 on one thread were not timed",
-        "calls never returned (left by longjmp or an exception) or their return was missed: not timed",
-        "calls were not timed: too many threads in calls at once",
+        (0, "calls nested deeper than 32 on one thread were not timed"),
+        (1, "calls never returned (left by longjmp or an exception) or their return was missed: not timed"),
+        (2, "calls were not timed: no memory for their thread's call stack"),
+        (5, "calls were not timed: their thread exited inside them (pthread_exit, cancellation or a kill)"),
     ];
-    for (n, w) in lost.iter().zip(what) {
-        if *n > 0 {
-            warn(&format!("{n} {w}"));
+    for (i, w) in what {
+        if lost[i] > 0 {
+            warn(&format!("{} {w}", lost[i]));
         }
     }
+}
+
+/// Session programs' calls entered and never returned from: the kernel omits
+/// return probes nested deeper than 64 on a thread (MAX_URETPROBE_DEPTH), and
+/// longjmp, an exception or the thread's exit leave calls without a return.
+fn unreturned(totals: &[u64]) -> u64 {
+    totals[PAIR_ENTERED].saturating_sub(totals[PAIR_RETURNED])
+}
+
+fn report_unreturned(totals: &[u64]) {
+    let n = unreturned(totals);
+    if n > 0 {
+        warn(&format!(
+            "{n} calls were not timed: their return never came (nested deeper than the kernel's \
+             64 return probes, left by longjmp or an exception, their thread exited, or still running)"
+        ));
+    }
+}
+
+/// Every call not timed, for /metrics.
+fn not_timed(totals: &[u64]) -> u64 {
+    [0, 1, 2, 5].iter().map(|&i| totals[i]).sum::<u64>() + unreturned(totals)
 }

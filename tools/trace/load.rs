@@ -115,17 +115,6 @@ pub fn load(
     open.maps
         .stats
         .set_max_entries((compile::STATS * compiled.len()).max(1) as u32)?;
-    // Threads in a traced call at once: trace's frames are 7x funclatency's
-    // (saved arguments), so fewer of them. Session programs save the arguments
-    // there too (configure() sizes it for funclatency's, which keep only a time
-    // in the kernel's cookie). A plan with no return keeps configure()'s one
-    // entry: 4.7 MB preallocated otherwise.
-    if compiled
-        .iter()
-        .any(|c| c.prog.flags & compile::F_RETURN != 0)
-    {
-        open.maps.calls.set_max_entries(4096)?;
-    }
     open.maps.events.set_max_entries(ring)?;
     let skel = open.load().context("loading the BPF programs")?;
     Ok(skel)

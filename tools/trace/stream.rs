@@ -240,16 +240,20 @@ fn report_stats(map: &dyn MapCore, compiled: &[Compiled], received: u64) -> Resu
 }
 
 /// Returns of `r:` probes not printed, from pairing_lost (bpf/pairing.h): a
-/// warning when calls were too deep or too many threads were in calls; with -v
-/// always, with the returns whose entry was not seen.
+/// warning when calls were too deep, left, or never returned; with -v always.
 fn report_unpaired(map: &dyn MapCore, verbose: bool) -> Result<()> {
-    let lost = PerCpuCounters::new(map, 3)?.totals()?;
+    // Slots of bpf/pairing.h's enum pairing_stat.
+    let lost = PerCpuCounters::new(map, 6)?.totals()?;
+    let (entered, returned) = (lost[3], lost[4]);
+    // Awaited returns that did not come and that no other slot explains.
+    let unreturned = entered.saturating_sub(returned + lost[1] + lost[5]);
     let what = [
-        format!("calls nested deeper than {PAIR_DEPTH} on their thread (their entries could not be saved)"),
-        "calls that never returned (left by longjmp or an exception) or whose return was missed".to_string(),
-        "calls made while too many threads were in traced functions at once".to_string(),
+        (lost[0], format!("calls nested deeper than {PAIR_DEPTH} on their thread (their entries could not be saved)")),
+        (lost[1], "calls that never returned (left by longjmp or an exception) or whose return was missed".to_string()),
+        (lost[2], "no memory for their thread's call stack".to_string()),
+        (unreturned, "the return never came (nested deeper than the kernel's 64 return probes, left by longjmp or an exception, the thread exited, or still running)".to_string()),
     ];
-    for (n, w) in lost.iter().zip(&what) {
+    for (n, w) in &what {
         if *n > 0 || verbose {
             common::warn(&format!("{n} returns not printed: {w}"));
         }

@@ -51,6 +51,8 @@ pub struct Attached {
     /// perf events are closed.
     pub(super) tracefs_events: Vec<String>,
     pub(super) next_group: u64,
+    /// The object's counting switch, armed ([`Attached::arm`]).
+    armed: Option<super::armed::Armed>,
 }
 
 impl Attached {
@@ -68,6 +70,7 @@ impl Attached {
             grouped_uprobes: 0,
             uprobe_groups: 0,
             single_uprobes: 0,
+            armed: None,
             tracefs_events: Vec::new(),
             next_group: 0,
         }
@@ -142,7 +145,25 @@ impl Drop for Attached {
 }
 
 impl Attached {
+    /// Arms `armed` (once every probe is attached); it is disarmed by
+    /// [`Attached::disarm`] or, at the latest, before the detach.
+    pub(crate) fn arm(&mut self, armed: Option<super::armed::Armed>) {
+        if let Some(a) = &armed {
+            a.set(true);
+        }
+        self.armed = armed;
+    }
+
+    /// Stops the counting of every probe at once: before the final summary, so
+    /// that it reads counts of one window.
+    pub fn disarm(&self) {
+        if let Some(a) = &self.armed {
+            a.set(false);
+        }
+    }
+
     fn detach(&mut self) {
+        self.disarm();
         self.close_links();
         // Their perf events are closed now: the events can go.
         remove_uprobe_events(&std::mem::take(&mut self.tracefs_events));

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use libbpf_rs::{MapCore, Object, ProgramMut};
 
+pub mod armed;
 mod guardian;
 pub mod links;
 pub mod missed;
@@ -481,6 +482,9 @@ pub fn attach_and_report(plan: &Plan, obj: &Object, stop: &Stop, debug: bool) ->
     if let Some(w) = crate::attach::report::skipped_warning(noun, &attached.skipped) {
         warn(&w);
     }
+    // Every probe is in: all start counting now (bpf/armed.h).
+    let mut attached = attached;
+    attached.arm(armed::Armed::of(obj));
     Ok(attached)
 }
 

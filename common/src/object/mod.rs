@@ -336,18 +336,6 @@ pub fn configure(plan: &Plan, obj: &mut OpenObject) -> Result<()> {
     let user = plan.count(|s| matches!(s, Site::User { .. }));
     let usdt = plan.count(|s| matches!(s, Site::Usdt { .. }));
     let syscalls = have.contains(&ProgKind::SyscallEnter) || have.contains(&ProgKind::SyscallExit);
-    // Returns paired by bpf/pairing.h's per-thread stacks; session programs
-    // keep their entry time in the kernel instead.
-    let paired = have.iter().any(|k| {
-        matches!(
-            k,
-            ProgKind::KretprobeMulti
-                | ProgKind::Kretprobe
-                | ProgKind::UretprobeMulti
-                | ProgKind::Uretprobe
-                | ProgKind::Fexit
-        )
-    });
     for mut map in obj.maps_mut() {
         // Maps only some probe kinds use are not created when the plan has
         // none of those (libbpf poisons their loads in programs, which
@@ -369,15 +357,6 @@ pub fn configure(plan: &Plan, obj: &mut OpenObject) -> Result<()> {
             // objects' only kconfig extern.
             Some("__bpf_usdt_specs" | "__bpf_usdt_ip_to_spec_id") => usdt == 0,
             Some(n) if n.ends_with(".kconfig") => usdt == 0,
-            // Entry programs may reach it in code the verifier walks
-            // (a probe's return wanted at run time): created, with one
-            // entry instead of 8.5 MB of call stacks.
-            Some("calls") => {
-                if !paired {
-                    map.set_max_entries(1)?;
-                }
-                false
-            }
             _ => false,
         };
         if unused {

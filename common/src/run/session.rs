@@ -156,6 +156,10 @@ impl Session {
             |deadline| self.wait(deadline, &tool),
             |last| {
                 let mut tool = tool.borrow_mut();
+                if last {
+                    // The final counts are of one window (bpf/armed.h).
+                    self.attached.as_ref().map(Attached::disarm);
+                }
                 if !tool.prints_summaries() {
                     return Ok(());
                 }

@@ -401,3 +401,36 @@ fn user_stack_at_an_entry_has_the_caller() {
         out.stdout
     );
 }
+
+#[test]
+fn returns_nested_deeper_than_the_kernels_64_return_hooks_are_reported() {
+    // 10 chains of tk_rec (tests/progs/pairing.c) 101 calls deep: 1,010 calls.
+    // The kernel gives a thread at most 64 nested return hooks, so an r: probe
+    // prints 640 returns; the other 370 are reported (they went unsaid). With an
+    // entry argument the 16 outermost of each chain are printed (returns pass
+    // the saved entries by stack pointer; before, multi and single mode printed
+    // none) and the 850 deeper reported.
+    let dir = Scratch::new();
+    let bin = build_c(&dir, "pairing");
+    let plain = format!("r:{}:tk_rec", bin.display());
+    let with_arg = format!("r:{}:tk_rec \"%d\", arg1", bin.display());
+    let never = "trace: 370 returns not printed: the return never came (nested deeper than the \
+                 kernel's 64 return probes, left by longjmp or an exception, the thread exited, \
+                 or still running)\n";
+    let deep = "trace: 850 returns not printed: calls nested deeper than 16 on their thread \
+                (their entries could not be saved)\n";
+    for mode in ["auto", "multi", "single"] {
+        for (spec, printed, stderr) in [(&plain, 640, never), (&with_arg, 160, deep)] {
+            let out = trace_cprog(
+                &trace(),
+                &bin,
+                &["rec", "10", "101"],
+                &["--attach-mode", mode, spec],
+                |l| l.starts_with("PID"),
+            );
+            let lines = out.stdout.lines().filter(|l| l.contains("tk_rec")).count();
+            assert_eq!(lines, printed, "{mode} {spec}: {}", out.stdout);
+            assert_eq!(out.stderr, stderr, "{mode} {spec}");
+        }
+    }
+}
