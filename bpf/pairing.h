@@ -106,8 +106,11 @@ static __always_inline void pairing_add(__u32 why, __u64 n)
 {
 	__u64 *v = bpf_map_lookup_elem(&pairing_lost, &why);
 
+	/* Atomic although per CPU: uprobe and tracepoint programs run with
+	 * migration, not preemption, disabled, so another thread's program (a
+	 * thread exit, say) can run between this one's load and store. */
 	if (v)
-		*v += n;
+		__sync_fetch_and_add(v, n);
 }
 
 static __always_inline void pairing_count_lost(__u32 why)

@@ -96,6 +96,9 @@ impl Stop {
             self.trigger(StopReason::Signal);
             return;
         }
+        // The run is ending: the flag lets an output nobody reads be given
+        // up (output::emit), whatever the phase.
+        self.flag.store(true, Ordering::Relaxed);
         let note = match self.phase() {
             Phase::Idle => std::process::exit(130),
             Phase::Attaching => "stopping: detaching the probes attached so far",

@@ -212,6 +212,12 @@ impl Session {
     /// Prints `Detaching...` (unless `quiet`) and detaches everything; then,
     /// with `--debug` or TRACEKIT_TIMING=1, the `timing:` line (stderr).
     pub fn finish(mut self, quiet: bool) -> Result<()> {
+        // From the "Detaching..." line on, a signal is told the detach is
+        // under way (it was taken as a stop request when it came before the
+        // detach began).
+        if self.attached.is_some() || !self.links.is_empty() {
+            self.stop.set_phase(Phase::Detaching);
+        }
         let printed = if quiet {
             Ok(())
         } else {
