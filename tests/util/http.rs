@@ -20,16 +20,30 @@ impl Served {
     /// Starts `tool args` (which include a --listen) and waits until it is attached.
     pub fn start(tool: &str, args: &[&str]) -> Served {
         let mut run = spawn(&super::tool(tool), args);
-        let line = run.wait_line(|l| l.contains(": serving http://"), T);
-        let addr = line
-            .split("http://")
-            .nth(1)
-            .and_then(|r| r.split('/').next())
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("no address in {line:?}"));
-        // Per-event tools print their column header, not "Tracing...".
-        run.wait_line(super::header_or_tracing, T);
-        Served { run, addr }
+        // The address (stderr) and the start line (stdout, or stderr beside
+        // JSON) come through two pipes: either may be read first.
+        let (mut addr, mut ready) = (None, false);
+        while addr.is_none() || !ready {
+            let line = run.wait_line(
+                |l| l.contains(": serving http://") || super::header_or_tracing(l),
+                T,
+            );
+            if super::header_or_tracing(&line) {
+                ready = true;
+                continue;
+            }
+            addr = Some(
+                line.split("http://")
+                    .nth(1)
+                    .and_then(|r| r.split('/').next())
+                    .and_then(|a| a.parse().ok())
+                    .unwrap_or_else(|| panic!("no address in {line:?}")),
+            );
+        }
+        Served {
+            run,
+            addr: addr.expect("an address"),
+        }
     }
 
     /// The address for a client on this machine (0.0.0.0 → 127.0.0.1).

@@ -2,7 +2,8 @@
 //! the client's socket, asked of the kernel by its four addresses through
 //! sock_diag (the netlink interface `ss` uses). TCP has no SO_PEERCRED; for a
 //! loopback connection both ends are in this network namespace, so the kernel
-//! knows the client socket and its owner.
+//! knows the client socket and its owner. Where sock_diag cannot answer (no
+//! inet_diag module), /proc/net/tcp does, for loopback clients.
 
 use std::mem::size_of;
 use std::net::{IpAddr, SocketAddr};
@@ -62,6 +63,38 @@ struct Answer {
     inode: u32,
 }
 
+/// [`tcp_socket_owner`] from /proc/net/tcp or tcp6: the line whose local
+/// address is `from` and remote `to`, held by a process (non-zero inode).
+fn proc_net_tcp(from: SocketAddr, to: SocketAddr) -> Option<u32> {
+    // Addresses as the kernel prints them: each 32-bit word of the address
+    // as stored (network order) printed as a native integer, then the port.
+    let hex = |a: SocketAddr| {
+        let words: Vec<u8> = match a.ip() {
+            IpAddr::V4(v4) => v4.octets().to_vec(),
+            IpAddr::V6(v6) => v6.octets().to_vec(),
+        };
+        let mut s: String = words
+            .chunks(4)
+            .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
+            .collect();
+        s.push_str(&format!(":{:04X}", a.port()));
+        s
+    };
+    let file = match from.ip() {
+        IpAddr::V4(_) => "/proc/net/tcp",
+        IpAddr::V6(_) => "/proc/net/tcp6",
+    };
+    let (local, remote) = (hex(from), hex(to));
+    let text = std::fs::read_to_string(file).ok()?;
+    text.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let (uid, inode) = (f.get(7)?, f.get(9)?);
+        (f.get(1) == Some(&local.as_str()) && f.get(2) == Some(&remote.as_str()) && *inode != "0")
+            .then(|| uid.parse().ok())
+            .flatten()
+    })
+}
+
 fn canonical(a: SocketAddr) -> SocketAddr {
     SocketAddr::new(a.ip().to_canonical(), a.port())
 }
@@ -79,9 +112,22 @@ fn put(a: IpAddr, out: &mut [u8; 16]) {
 /// not say (no sock_diag), the client is not on this machine (or in another
 /// network namespace), or its socket was closed (no process holds it).
 pub fn tcp_socket_owner(from: SocketAddr, to: SocketAddr) -> Option<u32> {
-    // A v4 client of a v6 socket (bound to ::) shows as ::ffff:a.b.c.d on our
-    // side; its own socket is a v4 one.
     let (from, to) = (canonical(from), canonical(to));
+    // Without the inet_diag module (a kernel without modules, a container
+    // that may not load one) the kernel's table of sockets in /proc answers,
+    // more slowly: only for loopback clients, whose socket must be here.
+    sock_diag(from, to).or_else(|| {
+        from.ip()
+            .is_loopback()
+            .then(|| proc_net_tcp(from, to))
+            .flatten()
+    })
+}
+
+/// [`tcp_socket_owner`] by sock_diag.
+fn sock_diag(from: SocketAddr, to: SocketAddr) -> Option<u32> {
+    // (A v4 client of a v6 socket bound to :: shows as ::ffff:a.b.c.d on our
+    // side; its own socket is a v4 one: the callers pass canonical addresses.)
     let family = match (from.ip(), to.ip()) {
         (IpAddr::V4(_), IpAddr::V4(_)) => libc::AF_INET,
         (IpAddr::V6(_), IpAddr::V6(_)) => libc::AF_INET6,
@@ -201,6 +247,8 @@ mod tests {
         // SAFETY: geteuid has no preconditions.
         let me = unsafe { libc::geteuid() };
         assert_eq!(tcp_socket_owner(peer, s.local_addr().unwrap()), Some(me));
+        // The same from /proc, where sock_diag is missing.
+        assert_eq!(proc_net_tcp(peer, s.local_addr().unwrap()), Some(me));
         // A v4 client of a socket bound to ::, as that socket sees it.
         let l6 = TcpListener::bind("[::]:0").unwrap();
         let port = l6.local_addr().unwrap().port();
@@ -208,6 +256,11 @@ mod tests {
         let (s6, peer6) = l6.accept().unwrap();
         assert_eq!(peer6.ip().to_canonical(), c4.local_addr().unwrap().ip());
         assert_eq!(tcp_socket_owner(peer6, s6.local_addr().unwrap()), Some(me));
+        let v6 = TcpListener::bind("[::1]:0").unwrap();
+        let c6 = TcpStream::connect(v6.local_addr().unwrap()).unwrap();
+        let (s6b, p6) = v6.accept().unwrap();
+        assert_eq!(p6, c6.local_addr().unwrap());
+        assert_eq!(proc_net_tcp(p6, s6b.local_addr().unwrap()), Some(me));
         // A client that closed its socket at once (TIME_WAIT on loopback) has
         // no owner: the kernel says uid 0 for it, which must not pass for root.
         let l2 = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -216,6 +269,7 @@ mod tests {
         drop(c2);
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert_eq!(tcp_socket_owner(peer2, s2.local_addr().unwrap()), None);
+        assert_eq!(proc_net_tcp(peer2, s2.local_addr().unwrap()), None);
         // No socket has these addresses.
         let nobody: SocketAddr = "127.0.0.1:1".parse().unwrap();
         assert_eq!(tcp_socket_owner(nobody, s.local_addr().unwrap()), None);
