@@ -116,6 +116,11 @@ impl Stop {
         }
     }
 
+    /// Whether the run was asked to stop (false before [`Stop::install`]).
+    pub fn requested() -> bool {
+        STOP.get().is_some_and(Stop::is_set)
+    }
+
     /// The process-wide stop state, if [`Stop::install`] has run.
     pub fn global() -> Option<&'static Stop> {
         STOP.get()

@@ -95,7 +95,7 @@ pub fn wait_readable(rb: &RingBuffer, timeout: Duration) -> std::result::Result<
 }
 
 /// Bytes the ring buffer of `rb` holds that its reader has not consumed.
-pub fn avail_bytes(rb: &RingBuffer) -> u64 {
+fn avail_bytes(rb: &RingBuffer) -> u64 {
     use libbpf_rs::AsRawLibbpf;
     // SAFETY: `rb` is a live ring_buffer with one ring (index 0) for its life.
     unsafe {
@@ -111,11 +111,6 @@ pub fn avail_bytes(rb: &RingBuffer) -> u64 {
 /// and the whole rounded up to 8 (the kernel's BPF_RINGBUF_HDR_SZ and alignment).
 fn record_bytes(len: usize) -> u64 {
     (len as u64 + 8 + 7) & !7
-}
-
-/// Whether the run was asked to stop (a reader returns to its loop at once).
-fn stop_requested() -> bool {
-    crate::stop::Stop::global().is_some_and(|s| s.is_set())
 }
 
 /// What the ring buffer's callback and the reader share.
@@ -229,7 +224,7 @@ impl<'a> Events<'a> {
             return self.after(e).map(drop);
         }
         let started = Instant::now();
-        while self.batch()? && started.elapsed() < BUDGET && !stop_requested() {}
+        while self.batch()? && started.elapsed() < BUDGET && !crate::stop::Stop::requested() {}
         Ok(())
     }
 

@@ -83,7 +83,6 @@ impl Session {
         process::require_root()?;
         common.check()?;
         let stop = Stop::install()?;
-        give_up_output();
         let plan = build(&plan::Options {
             pid: common.pid,
             mode: common.attach_mode,
@@ -156,9 +155,9 @@ impl Session {
             |deadline| self.wait(deadline, &tool),
             |last| {
                 let mut tool = tool.borrow_mut();
-                if last {
-                    // The final counts are of one window (bpf/armed.h).
-                    self.attached.as_ref().map(Attached::disarm);
+                // The final counts are of one window (bpf/armed.h).
+                if let (true, Some(a)) = (last, &self.attached) {
+                    a.disarm();
                 }
                 if !tool.prints_summaries() {
                     return Ok(());
@@ -237,14 +236,14 @@ impl Session {
         // POST /stop is answered when nothing is attached any more, and
         // written before the process exits.
         for rq in self.stopping.take() {
-            rq.answer(Reply::json(&serde_json::json!({ "stopped": true })));
+            rq.answer(stopped());
         }
         if let Some(server) = &self.server {
             // Requests that came as the run ended (a POST /stop that ended it
             // while the loop was held, say) are answered, not left waiting.
             while let Some(rq) = server.next(None) {
                 let reply = match rq.route {
-                    Route::Stop => Reply::json(&serde_json::json!({ "stopped": true })),
+                    Route::Stop => stopped(),
                     _ => Reply::error(503, "stopping"),
                 };
                 rq.answer(reply);
@@ -255,9 +254,9 @@ impl Session {
     }
 }
 
-/// A stdout nobody reads holds the run only until a stop is asked for.
-fn give_up_output() {
-    output::give_up_when(|| Stop::global().is_some_and(Stop::is_set));
+/// POST /stop's answer, once nothing is attached.
+fn stopped() -> Reply {
+    Reply::json(&serde_json::json!({ "stopped": true }))
 }
 
 /// Tools with fixed programs (no probe pattern; see [`crate::object::trials`]).
@@ -281,7 +280,6 @@ impl Session {
             bail!("--attach-mode is for tools that trace patterns of functions; this tool picks its programs itself (--debug shows them)");
         }
         let stop = Stop::install()?;
-        give_up_output();
         let plan = Plan::build(
             &[],
             &plan::Options {
@@ -303,6 +301,8 @@ impl Session {
         debug: bool,
         marks: Marks,
     ) -> Result<Session> {
+        // A stdout nobody reads holds the run only until a stop is asked for.
+        output::give_up_when(Stop::requested);
         Ok(Session {
             plan,
             stop,

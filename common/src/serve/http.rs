@@ -397,7 +397,7 @@ impl Caller {
     /// to). A client on this machine is known by its user, whatever address
     /// it came from (one of the machine's own: loopback or not).
     fn of(peer: SocketAddr, local: SocketAddr, ctx: &Shared) -> Caller {
-        let uid = owner(peer, local);
+        let uid = crate::sys::sockets::tcp_socket_owner(peer, local);
         if uid.is_none() && !is_loopback(peer.ip()) {
             return Caller {
                 peer: Peer::Remote(peer.ip()),
@@ -409,11 +409,6 @@ impl Caller {
             trusted: uid.is_some_and(|u| u == 0 || u == ctx.euid),
         }
     }
-}
-
-/// The uid owning a local client's socket (`peer`, connected to `to`).
-fn owner(peer: SocketAddr, to: SocketAddr) -> Option<u32> {
-    crate::sys::sockets::tcp_socket_owner(peer, to)
 }
 
 /// Connections held now: in all, by untrusted clients, and per peer.
