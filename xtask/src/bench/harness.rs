@@ -862,6 +862,23 @@ pub fn cpu_ns(pid: u32) -> u64 {
     f.iter().sum::<u64>() * 1_000_000_000 / hz
 }
 
+/// Lost records as the tools report them: tracekit's "lost N events: ...",
+/// trace's "Possibly lost N samples", bpftrace's "Lost N events".
+pub fn reported_lost(lines: &[String]) -> u64 {
+    lines
+        .iter()
+        .filter_map(|l| {
+            if let Some(n) = l.strip_prefix("Possibly lost ") {
+                return n.strip_suffix(" samples")?.parse().ok();
+            }
+            let rest = l.split_once("lost ").or_else(|| l.split_once("Lost "))?.1;
+            let (num, tail) = rest.split_once(' ')?;
+            (tail.starts_with("event: ") || tail.starts_with("events: ") || tail == "events")
+                .then(|| num.parse::<u64>().ok())?
+        })
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,7 @@ use anyhow::{bail, Context, Result};
 use tabled::builder::Builder;
 use tabled::settings::Style;
 
-use super::harness::{cpu_ns, median, num_cpus, BpfStats, Line, Output, Tracer};
+use super::harness::{cpu_ns, median, num_cpus, reported_lost, BpfStats, Line, Output, Tracer};
 
 const REPEATS: usize = 5;
 const SECS: f64 = 2.0;
@@ -228,17 +228,7 @@ fn measure(tool: Tool, root: &Path, lo: &Loop) -> Result<Sample> {
     let (lines, lost_out) = (out.records, out.lost);
     // Records the tool could not pass on: disksnoop's "lost N events: ...",
     // bpftrace's "Lost N events".
-    let lost: u64 = out
-        .stderr
-        .iter()
-        .filter_map(|l| {
-            let rest = l.split_once("lost ").or_else(|| l.split_once("Lost "))?.1;
-            let (num, tail) = rest.split_once(' ')?;
-            (tail.starts_with("event: ") || tail.starts_with("events: ") || tail == "events")
-                .then(|| num.parse::<u64>().ok())?
-        })
-        .sum::<u64>()
-        + lost_out;
+    let lost = reported_lost(&out.stderr) + lost_out;
     // One line per request or a lost record, except that this host's kernel now
     // and then ends a loop-device request without firing block_rq_complete
     // (funccount counts one block_rq_issue more than block_rq_complete then):
@@ -283,17 +273,8 @@ fn ring_rate(root: &Path, n: u64, rate: u64) -> Result<(f64, u64, u64)> {
     let secs = start.elapsed().as_secs_f64();
     let out = stop(t)?;
     let lines = out.records;
-    let lost: u64 = out
-        .stderr
-        .iter()
-        .filter_map(|l| {
-            let rest = l.split_once(": lost ")?.1;
-            let (num, tail) = rest.split_once(' ')?;
-            // Per-report counts ("lost N events: ..."), not the total line.
-            (tail.starts_with("event: ") || tail.starts_with("events: "))
-                .then(|| num.parse::<u64>().ok())?
-        })
-        .sum();
+    // Per-report counts ("lost N events: ..."), not the total line.
+    let lost = reported_lost(&out.stderr);
     Ok((n as f64 / secs, lines, lost))
 }
 

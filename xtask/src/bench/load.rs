@@ -25,7 +25,7 @@ use anyhow::{bail, Context, Result};
 use tabled::builder::Builder;
 use tabled::settings::Style;
 
-use super::harness::{cpu_ns, Line, Tracer};
+use super::harness::{cpu_ns, reported_lost, Line, Tracer};
 
 /// Calls a second; 0: unpaced.
 const RATES: &[u64] = &[10_000, 30_000, 100_000, 300_000, 0];
@@ -121,23 +121,6 @@ fn peak_rss_mib(pid: u32) -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
-/// Lost records as the tools report them: tracekit's "lost N events: ...",
-/// trace's "Possibly lost N samples", bpftrace's "Lost N events".
-fn lost_in(lines: &[String]) -> u64 {
-    lines
-        .iter()
-        .filter_map(|l| {
-            if let Some(n) = l.strip_prefix("Possibly lost ") {
-                return n.strip_suffix(" samples")?.parse().ok();
-            }
-            let rest = l.split_once("lost ").or_else(|| l.split_once("Lost "))?.1;
-            let (num, tail) = rest.split_once(' ')?;
-            (tail.starts_with("event: ") || tail.starts_with("events: ") || tail == "events")
-                .then(|| num.parse::<u64>().ok())?
-        })
-        .sum()
-}
-
 /// Clients that ask for /metrics and then hold the connection, trickling.
 struct Hostile {
     stop: Arc<AtomicBool>,
@@ -183,6 +166,7 @@ fn run_one(root: &Path, setup: Setup, rate: u64) -> Result<Row> {
     let work = Work::start(root, n, rate)?;
     let pid = work.0.id().to_string();
     let bin = |t: &str| root.join("target/release").join(t);
+    let listen = free_addr()?;
     let (cmd, ready_on_stderr, ready): (Command, bool, fn(&str) -> bool) = match setup {
         Setup::Urandomread { json, clients } => {
             let mut c = Command::new(bin("urandomread"));
@@ -191,7 +175,7 @@ fn run_one(root: &Path, setup: Setup, rate: u64) -> Result<Row> {
                 c.arg("--json");
             }
             if clients {
-                c.args(["--listen", "127.0.0.1:0"]);
+                c.args(["--listen", &listen.to_string()]);
             }
             if json {
                 (c, true, |l| l.starts_with("Tracing"))
@@ -246,7 +230,7 @@ fn run_one(root: &Path, setup: Setup, rate: u64) -> Result<Row> {
     };
     let tool = t.pid();
     let hostile = match setup {
-        Setup::Urandomread { clients: true, .. } => Some(Hostile::start(listen_addr(tool)?)),
+        Setup::Urandomread { clients: true, .. } => Some(Hostile::start(listen)),
         _ => None,
     };
     let cpu0 = cpu_ns(tool);
@@ -285,8 +269,8 @@ fn run_one(root: &Path, setup: Setup, rate: u64) -> Result<Row> {
     let exit_s = ended.elapsed().as_secs_f64();
     drop(hostile);
     let out = t.finish();
-    let lost =
-        lost_in(&out.stderr) + lost_in(&out.kept.iter().map(|k| k.1.clone()).collect::<Vec<_>>());
+    // bpftrace's "Lost N events" come on stdout (classified), ours on stderr.
+    let lost = reported_lost(&out.stderr) + out.lost;
     Ok(Row {
         rate: n as f64 / secs,
         calls: n,
@@ -298,17 +282,9 @@ fn run_one(root: &Path, setup: Setup, rate: u64) -> Result<Row> {
     })
 }
 
-/// The address a tool with `--listen 127.0.0.1:0` is serving, from its socket.
-fn listen_addr(pid: u32) -> Result<SocketAddr> {
-    let out = Command::new("ss")
-        .args(["-Htlnp"])
-        .output()
-        .context("running ss")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .find(|l| l.contains(&format!("pid={pid},")))
-        .and_then(|l| l.split_whitespace().nth(3)?.parse().ok())
-        .with_context(|| format!("no listening socket of pid {pid}"))
+/// A loopback address with a port free now, for the tool's `--listen`.
+fn free_addr() -> Result<SocketAddr> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
 
 pub fn run(root: &Path) -> Result<()> {
