@@ -371,6 +371,7 @@ fn funccount_runs_do_not_read_the_kernel_btf() {
 
 #[test]
 fn many_single_uprobes_count_exactly_in_groups() {
+    let _turn = event_mutex_turn();
     // 1,500 tiny functions: many share a page offset, so they need several
     // tracefs uprobe groups; each function is counted exactly, and the groups'
     // events are gone afterwards.
@@ -663,6 +664,7 @@ fn a_tracepoint_the_kernel_refuses_says_why() {
 
 #[test]
 fn tracepoint_patterns_skip_other_runs_uprobe_groups() {
+    let _turn = event_mutex_turn();
     // Other runs' tracefs uprobe groups (tracekit_NS_PID) are listed among the
     // tracepoints, and go when those runs end: `trace 't:*:*'` failed with "no
     // tracepoint tracekit_..._N:g0" when one went between listing and reading

@@ -269,6 +269,7 @@ fn thread_id_is_resolved_to_its_process() {
 
 #[test]
 fn a_caller_and_its_callees_are_counted_over_one_window() {
+    let _turn = event_mutex_turn();
     // glibc's usleep calls nanosleep, which calls clock_nanosleep: once each per
     // call. Probes on all of libc attach and detach one link at a time; counting
     // armed once every probe is attached and disarmed before the final read

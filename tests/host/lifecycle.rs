@@ -179,6 +179,7 @@ fn pid_of_a_zombie() {
 
 #[test]
 fn pid_that_exits_during_the_attach() {
+    let _turn = event_mutex_turn();
     // A process that lives 20 ms, past funccount's start-up but not its attach
     // of all of libc: the probes after its exit fail (ESRCH), and the error says
     // it exited (it named the first function skipped for another reason).
@@ -263,6 +264,7 @@ fn full_stdout(args: &[&str]) {
 
 #[test]
 fn second_signal_during_detach_leaves_no_breakpoint() {
+    let _turn = event_mutex_turn();
     // Single uprobes on 100 functions of a process that keeps running; a second
     // SIGINT right after "Detaching..." must not cut the detach short: the
     // process' code must be the file's again, and every link of the tool gone.
@@ -332,6 +334,7 @@ fn soft_file_limit_is_raised_to_the_hard_limit() {
 
 #[test]
 fn ctrl_c_while_attaching_stops_and_detaches_promptly() {
+    let _turn = event_mutex_turn();
     // SIGINT as soon as the plan is printed (before the BPF object is loaded):
     // attaching stops short of the whole set, everything attached is detached and
     // the summary printed, all within seconds.
@@ -368,6 +371,7 @@ fn ctrl_c_while_attaching_stops_and_detaches_promptly() {
 
 #[test]
 fn a_signal_while_attaching_says_how_far_it_got() {
+    let _turn = event_mutex_turn();
     // Ctrl-C 20 ms into attaching ~2,300 tracepoints (which takes far longer):
     // no "Tracing 0 functions ... Hit Ctrl-C to end", but how many were attached.
     let t = spawn(&funccount(), &["t:*:*"]);
@@ -411,6 +415,7 @@ fn wait_handled(pid: u32, sig: i32) {
 
 #[test]
 fn trace_stopped_while_attaching_says_how_far_it_got() {
+    let _turn = event_mutex_turn();
     // Sweep bug 7: trace 't:*:*' stopped 3-60 ms after start exited 1 ("nothing
     // could be attached"), then printed its header as if tracing. Every tool
     // goes through Session::begins: exit 0, how far attaching got, no header.
@@ -474,6 +479,7 @@ fn alive(pid: u32) -> bool {
 
 #[test]
 fn kill_9_in_group_mode_leaves_no_uprobe_event() {
+    let _turn = event_mutex_turn();
     // Sweep bug 8: kill -9 of a run that made tracefs uprobe groups (single
     // mode, and auto mode without uprobe_multi) left its events until another
     // group-mode run. Its guardian removes them, also when the run's whole
@@ -517,17 +523,27 @@ fn kill_9_in_group_mode_leaves_no_uprobe_event() {
 
 #[test]
 fn stale_uprobe_groups_are_removed_by_every_run() {
+    let _turn = event_mutex_turn();
     // Sweep bug 8: only a run that made groups removed those of dead runs; now
-    // every run does (on the side): a tracepoint run, and a tool with fixed
-    // programs. 4194305 is above PID_MAX_LIMIT: no process has it.
+    // every run does (on the side, and at its exit hands what is unfinished to
+    // a process of its own): a tracepoint run, a tool with fixed programs, and
+    // that process alone. 4194305 is above PID_MAX_LIMIT: no process has it.
     let group = format!("tracekit_{}_4194305", pid_namespace_of(std::process::id()));
     for args in [
         (funccount(), vec!["-d", "0.5", "t:sched:sched_switch"]),
         (tool("urandomread"), vec!["--duration", "0.5"]),
+        (funccount(), vec!["--sweep-stale-uprobe-groups"]),
     ] {
         uprobe_events_command(&format!("p:{group}/g0 /usr/bin/true:0x0"));
         let out = run(&args.0, &args.1, T);
-        let left = group_events(&format!("{group}/"));
+        // A sweep the kernel kept waiting is finished after the exit, by the
+        // process the run handed it to.
+        let ended = std::time::Instant::now();
+        let mut left = group_events(&format!("{group}/"));
+        while left > 0 && ended.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+            left = group_events(&format!("{group}/"));
+        }
         if left > 0 {
             uprobe_events_command(&format!("-:{group}/g0"));
         }

@@ -53,6 +53,7 @@ type Case = (&'static str, &'static [&'static str], fn(&str) -> bool);
 
 #[test]
 fn a_reader_behind_a_flood_stays_bounded_and_stops_at_once() {
+    let _turn = event_mutex_turn();
     // Slow formats under a syscall flood: the reader drained the whole ring
     // before writing, so it printed nothing, ignored SIGINT, SIGTERM and a
     // second Ctrl-C, and grew by ~110 MB/s.
@@ -95,6 +96,7 @@ fn a_reader_behind_a_flood_stays_bounded_and_stops_at_once() {
 
 #[test]
 fn a_closed_pipe_ends_a_flooded_run_at_once() {
+    let _turn = event_mutex_turn();
     let w = flood();
     w.go();
     let pid = w.pid.to_string();

@@ -263,6 +263,7 @@ fn entries_a_uprobe_cannot_step_are_skipped_with_the_reason() {
 
 #[test]
 fn all_of_libc_leaves_the_traced_process_correct() {
+    let _turn = event_mutex_turn();
     // The sweep's victim: with a probe on every libc function, its own snprintf,
     // strchr, strlen... results are checked on every round.
     let dir = Scratch::new();

@@ -1,27 +1,24 @@
 //! What the kernel holds, read directly: BPF links and maps, tracefs and its
 //! uprobe events, kernel symbols, probed code bytes and PID namespaces; and the
-//! lock that keeps tests from changing how `task:task_rename` attaches under
-//! each other.
+//! locks that keep tests from changing how `task:task_rename` attaches under
+//! each other, or from timing each other's use of the kernel's event_mutex.
 
 use std::path::Path;
 use std::process::Command;
 
-/// A lock on how `task:task_rename` attaches, across test processes (nextest runs
-/// each test in its own): a test that adds a tracefs event of that name in
-/// another group (which makes the name ambiguous, so the tracepoint goes on a
-/// perf event, not a raw link) holds it exclusively, tests that expect a raw
-/// link hold it shared. Released when dropped.
-pub struct RenameEventLock {
+/// A lock across test processes (nextest runs each test in its own), on a file
+/// in the temp directory; released when dropped.
+pub struct FileLock {
     _file: std::fs::File,
 }
 
-pub fn rename_event_lock(exclusive: bool) -> RenameEventLock {
+fn file_lock(name: &str, exclusive: bool) -> FileLock {
     use std::os::fd::AsRawFd;
     let f = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(std::env::temp_dir().join("tracekit-test-task-rename.lock"))
+        .open(std::env::temp_dir().join(name))
         .expect("lock file");
     let how = if exclusive {
         libc::LOCK_EX
@@ -30,7 +27,25 @@ pub fn rename_event_lock(exclusive: bool) -> RenameEventLock {
     };
     // SAFETY: flock on an open descriptor.
     assert_eq!(unsafe { libc::flock(f.as_raw_fd(), how) }, 0, "flock");
-    RenameEventLock { _file: f }
+    FileLock { _file: f }
+}
+
+/// A lock on how `task:task_rename` attaches: a test that adds a tracefs event
+/// of that name in another group (which makes the name ambiguous, so the
+/// tracepoint goes on a perf event, not a raw link) holds it exclusively, tests
+/// that expect a raw link hold it shared.
+pub fn rename_event_lock(exclusive: bool) -> FileLock {
+    file_lock("tracekit-test-task-rename.lock", exclusive)
+}
+
+/// A turn alone with the kernel's `event_mutex`, which every tracefs event,
+/// tracepoint perf event and single uprobe takes to be made or removed (a
+/// perf-event uprobe holds it ~100 ms while it detaches). Tests that hold it
+/// for seconds (hundreds of single uprobes, every tracepoint) and tests that
+/// bound a time that includes taking it (a prompt exit, a guardian's cleanup)
+/// take turns, so that no bound measures another test's work.
+pub fn event_mutex_turn() -> FileLock {
+    file_lock("tracekit-test-event-mutex.lock", true)
 }
 
 /// Every symbol name in /proc/kallsyms.

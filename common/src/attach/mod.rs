@@ -156,9 +156,9 @@ static SWEEP: (std::sync::Mutex<Option<bool>>, std::sync::Condvar) =
 /// Removes the tracefs uprobe groups of tracekit runs that are gone (killed
 /// together with their guardian, see guardian.rs, or by an older version), on
 /// a thread of its own: every run does it, so none is left for long, and no run
-/// waits for it while it starts (reading uprobe_events waits for the kernel's
-/// event_mutex, which a run removing many probes holds for seconds); the exit
-/// does, a little ([`await_sweep`]). Only where tracefs is mounted: nothing can
+/// waits for it (reading uprobe_events waits for the kernel's event_mutex, which
+/// a run removing many probes holds for seconds), neither while it starts nor
+/// at its exit ([`hand_off_sweep`]). Only where tracefs is mounted: nothing can
 /// be left where it is not.
 pub fn sweep_stale_groups() {
     let (state, done) = &SWEEP;
@@ -181,13 +181,38 @@ pub fn sweep_stale_groups() {
     }
 }
 
-/// Waits up to `limit` for a sweep [`sweep_stale_groups`] started: one the exit
-/// would cut short (a short run, an event_mutex held by another run) would
-/// leave the groups it found.
-pub fn await_sweep(limit: std::time::Duration) {
-    let (state, done) = &SWEEP;
-    let s = state.lock().unwrap_or_else(|e| e.into_inner());
-    let _ = done.wait_timeout_while(s, limit, |s| *s == Some(false));
+/// The hidden sole argument that makes a tool's binary a sweeper: it removes
+/// the stale groups ([`sweep_stale_groups`]) and exits. See [`hand_off_sweep`].
+pub const SWEEP_FLAG: &str = "--sweep-stale-uprobe-groups";
+
+/// At exit: a sweep [`sweep_stale_groups`] started that is still waiting for
+/// the kernel is handed to a process of its own (this binary with
+/// [`SWEEP_FLAG`]), so that the exit neither waits for it (a Ctrl-C under a
+/// busy kernel is answered at once) nor cuts it short (a short run under a busy
+/// kernel still removes what it found). The sweeper leaves our process group:
+/// a Ctrl-C at the terminal is for the run, not for it.
+pub fn hand_off_sweep() {
+    use std::os::unix::process::CommandExt as _;
+    use std::process::{Command, Stdio};
+    let (state, _) = &SWEEP;
+    if *state.lock().unwrap_or_else(|e| e.into_inner()) != Some(false) {
+        return;
+    }
+    // /proc/self/exe: this very binary, even if its file was replaced since.
+    let _ = Command::new("/proc/self/exe")
+        .arg(SWEEP_FLAG)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn();
+}
+
+/// The sweeper's whole run (see [`hand_off_sweep`]).
+pub fn sweep_now() {
+    if crate::kernel::tracefs::if_mounted().is_some() {
+        links::remove_stale_uprobe_events();
+    }
 }
 
 fn attach_all(plan: &Plan, obj: &Object, stop: &Stop) -> Result<Attached> {

@@ -15,6 +15,11 @@ use crate::sys::process;
 /// probe, before the process exits.
 pub fn main(tool: &'static str, body: impl FnOnce() -> Result<()>) -> ! {
     crate::diag::set_tool(tool);
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if matches!(args.as_slice(), [a] if a == crate::attach::SWEEP_FLAG) {
+        crate::attach::sweep_now();
+        std::process::exit(0);
+    }
     // Single probes hold descriptors; attach::attach checks the need against this.
     crate::sys::fds::raise_fd_soft_limit();
     route_libbpf_messages();
@@ -30,7 +35,7 @@ pub fn main(tool: &'static str, body: impl FnOnce() -> Result<()>) -> ! {
             1
         }
     };
-    crate::attach::await_sweep(std::time::Duration::from_secs(2));
+    crate::attach::hand_off_sweep();
     std::process::exit(code)
 }
 
