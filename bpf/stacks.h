@@ -19,6 +19,12 @@ struct stack {
 	__u64 ip[MAX_STACK_DEPTH];
 };
 
+/* User stacks walked by the binaries' unwind tables (bpf/unwind.h) rather than
+ * by frame pointers; set before load. */
+const volatile bool unwind_tables = false;
+
+#include "unwind.h"
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384); /* resized before load */
@@ -78,7 +84,10 @@ static __always_inline __u64 take_stack(void *ctx, __u32 which, bool at_entry)
 	if (!s)
 		return 0;
 	at_entry = at_entry && which == STACK_USER;
-	if (at_entry)
+	if (which == STACK_USER && unwind_tables) {
+		n = unwind_user(s->ip, 1) * sizeof(__u64);
+		at_entry = false; /* the tables know where a function's caller is */
+	} else if (at_entry)
 		n = bpf_get_stack(ctx, &s->ip[1], sizeof(s->ip) - sizeof(s->ip[0]), BPF_F_USER_STACK);
 	else
 		n = bpf_get_stack(ctx, s->ip, sizeof(s->ip), which == STACK_USER ? BPF_F_USER_STACK : 0);

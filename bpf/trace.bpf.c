@@ -67,6 +67,11 @@ const volatile bool want_kstack = false; /* -K */
 const volatile bool want_ustack = false; /* -U */
 /* -U frames as build ID + file offset (struct bpf_stack_build_id, 32 bytes). */
 const volatile bool ustack_build_id = false;
+/* -U stacks walked by the binaries' unwind tables (bpf/unwind.h), as frames of
+ * the build-ID layout in address form. */
+const volatile bool unwind_tables = false;
+#define MAX_STACK_DEPTH 127
+#include "unwind.h"
 const volatile bool want_extras = true;	/* the header's ts, uid and cpu (-t, -C, --json) */
 const volatile bool want_stats = true;	/* -v: hits and drops counted per spec */
 const volatile bool one_probe = false;	/* the run has one probe: its index is 0 */

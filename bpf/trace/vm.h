@@ -637,7 +637,10 @@ static __always_inline void emit(void *ctx, __u32 probe, __u32 id, struct spec *
 			off += k;
 	}
 	if (want_ustack && off <= STR_AREA + STACK_BYTES) {
-		if (user_fn && ustack_build_id && (sp->flags & F_USER_ENTRY)) {
+		if (unwind_tables) {
+			/* The tables know a function's caller at its entry too. */
+			k = unwind_user((__u64 *)&e->tail[off], 4) * sizeof(struct ustack_frame);
+		} else if (user_fn && ustack_build_id && (sp->flags & F_USER_ENTRY)) {
 			__u16 skip = 0, caller = 0;
 
 			k = entry_ustack(ctx, &e->tail[off], &skip, &caller);

@@ -37,7 +37,7 @@ pub use sys::process::{kernel_thread, thread_group, INIT_PIDNS_INO};
 // Floor 2: the stop request, what the user asked, output.
 pub use output::hist;
 pub use output::{emit, status, summary_record, timestamp, unix_time};
-pub use probe::mode::{AttachMode, Hooks};
+pub use probe::mode::{AttachMode, Hooks, UserStacks};
 pub use probe::pattern::Matcher;
 pub use probe::spec::{self, ProbeSpec};
 pub use stop::StopReason;
@@ -47,6 +47,7 @@ pub use kernel::access::NoKernelFunctions;
 pub use kernel::{btf, features, tracefs, tracepoints};
 pub use serve::http::{Served, Unserved};
 pub use serve::{metrics, tally};
+pub use user::cfi;
 pub use user::elf::build_id;
 pub use user::targets::at_offset;
 
@@ -64,6 +65,7 @@ pub use object::ahead::{self, OpenAhead};
 pub use object::configure as configure_plan;
 pub use object::describe_programs;
 pub use object::trials;
+pub use object::unwind;
 pub use object::{raw_tp_clones, Filter, ProgKind, SyscallGlobals, RAW_TP_CLONES};
 
 // Floor 7: the run.

@@ -50,13 +50,15 @@ fn run_on_target_then(
     (out, bin, dir)
 }
 
-/// The frames below `main`: glibc's start code, whatever this libc calls it.
+/// The frames below `main`: glibc's start code, whatever this libc calls it
+/// (with --inline, also its call_init, inlined into __libc_start_main).
 fn libc_start(frames: &[String]) -> Vec<String> {
     let i = frames.iter().position(|f| f == "main").expect("main frame");
     let rest = frames[i + 1..].to_vec();
     assert!(
-        rest.iter()
-            .all(|f| f.starts_with("__libc_start") || f == "_start"),
+        rest.iter().all(|f| f.starts_with("__libc_start")
+            || f == "_start"
+            || f == "call_init (inlined)"),
         "frames below main are not libc start code: {rest:?}"
     );
     rest

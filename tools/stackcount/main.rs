@@ -20,10 +20,12 @@ use common::metrics::Metrics;
 use common::session::{How, Session};
 use common::stacks::{self, Batch};
 use common::symbolize::{Frame, Symbols};
+use common::unwind::{self, Tables};
 use common::warn;
 use common::ProbeSpec;
 use common::Schedule;
 use common::Served;
+use common::UserStacks;
 use common::{emit, summary_record, timestamp};
 use common::{RawTracepoints, Site};
 use libbpf_rs::skel::{OpenSkel, Skel};
@@ -115,6 +117,13 @@ struct Args {
     #[arg(long)]
     debug: bool,
 
+    /// How user stacks are walked: auto (by the binaries' unwind tables, or by
+    /// frame pointers where the traced process keeps them everywhere), fp (frame
+    /// pointers only: cheaper, stops at code built without them) or dwarf
+    /// (unwind tables: .eh_frame, .debug_frame)
+    #[arg(long, value_name = "WALK", default_value = "auto")]
+    user_stacks: UserStacks,
+
     /// Distinct stacks the kernel can hold per interval (about 1 KiB each)
     #[arg(long, value_name = "N", default_value_t = 16384,
           value_parser = clap::value_parser!(u32).range(1..=MAX_STACK_STORAGE as i64))]
@@ -196,6 +205,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
         delimit: args.delimited && !args.kernel_stacks_only && !args.user_stacks_only,
     };
 
+    let walk_tables = want_user && unwind::choose(args.user_stacks, args.common.pid)?;
     let mut symbols = Symbols::with_inlined(args.inline);
     if let Some(pid) = args.common.pid {
         // Snapshot its memory map now: it may exit before the summary.
@@ -209,9 +219,24 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
         rodata.kernel_reads = g.kernel_reads;
         rodata.remember_nr = g.remember_nr;
         rodata.task_status_off = g.task_status_off;
+        rodata.unwind_tables = walk_tables;
     });
     open.maps.stacks.set_max_entries(args.stack_storage_size)?;
     let skel = open.load().context("loading the BPF programs")?;
+    // The traced process' tables before the first event; others' when BPF asks.
+    let tables = match walk_tables {
+        true => Some(RefCell::new(Tables::new(unwind::Maps::of(
+            &skel.maps.unwind_files,
+            &skel.maps.unwind_file_info,
+            &skel.maps.unwind_mappings,
+            &skel.maps.unwind_procs,
+        )?))),
+        false => None,
+    };
+    if let Some(t) = &tables {
+        t.borrow_mut()
+            .load_start(args.common.pid, &plan.user_binaries())?;
+    }
 
     session.attach(skel.object())?;
     let json = session.json;
@@ -224,10 +249,17 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
 
     // New processes announced by BPF: snapshot their maps before they can exit.
     let new_pids = RefCell::new(Vec::<u32>::new());
+    let unwind_pids = RefCell::new(Vec::<u32>::new());
     let mut rb = RingBufferBuilder::new();
     rb.add(&skel.maps.new_procs, |data: &[u8]| {
         if let Some(b) = data.get(..4).and_then(|b| b.try_into().ok()) {
             new_pids.borrow_mut().push(u32::from_ne_bytes(b));
+        }
+        0
+    })?;
+    rb.add(&skel.maps.unwind_requests, |data: &[u8]| {
+        if let Some(b) = data.get(..4).and_then(|b| b.try_into().ok()) {
+            unwind_pids.borrow_mut().push(u32::from_ne_bytes(b));
         }
         0
     })?;
@@ -241,6 +273,9 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
         skel: &skel,
         symbols: &symbols,
         new_pids: &new_pids,
+        unwind_pids: &unwind_pids,
+        tables: tables.as_ref(),
+        unwind_stats: PerCpuCounters::new(&skel.maps.unwind_stats, unwind::STATS)?,
         rb: &rb,
         args: &args,
         shape: &shape,
@@ -280,6 +315,11 @@ struct Stacks<'a> {
     skel: &'a skel::StackcountSkel<'a>,
     symbols: &'a RefCell<Symbols>,
     new_pids: &'a RefCell<Vec<u32>>,
+    /// Processes whose unwind tables BPF asked for, and the tables (when user
+    /// stacks are walked by them).
+    unwind_pids: &'a RefCell<Vec<u32>>,
+    tables: Option<&'a RefCell<Tables>>,
+    unwind_stats: PerCpuCounters,
     rb: &'a libbpf_rs::RingBuffer<'a>,
     args: &'a Args,
     shape: &'a Shape,
@@ -311,6 +351,13 @@ impl Stacks<'_> {
             let n = self.rb.consume_raw_n(events::BATCH);
             for pid in self.new_pids.borrow_mut().drain(..) {
                 self.symbols.borrow_mut().remember(pid);
+            }
+            for pid in self.unwind_pids.borrow_mut().drain(..) {
+                if let Some(t) = self.tables {
+                    if let Err(e) = t.borrow_mut().load_process(pid) {
+                        warn(&format!("{e:#}"));
+                    }
+                }
             }
             if n < events::BATCH as i32 || started.elapsed() >= events::BUDGET {
                 return;
@@ -389,6 +436,9 @@ impl Served for Stacks<'_> {
         let entries = Self::sorted(std::mem::take(&mut self.pending));
         let lost = std::mem::take(&mut self.lost);
         report_lost(&lost);
+        if self.tables.is_some() {
+            unwind::report(&self.unwind_stats.deltas()?, self.args.verbose);
+        }
         emit(&if self.json {
             json_summary(&entries, &lost, last, self.args)
         } else if self.args.folded {

@@ -37,6 +37,16 @@ pub fn ring_bytes(args: &Args) -> Result<u32> {
     Ok(ring)
 }
 
+/// How the object is set up, besides the plan and the compiled programs.
+pub struct How {
+    /// BPF may read kernel memory (not under lockdown=confidentiality).
+    pub kernel_reads: bool,
+    /// The events ring's size.
+    pub ring: u32,
+    /// -U stacks are walked by unwind tables (bpf/unwind.h).
+    pub walk_tables: bool,
+}
+
 /// Opens (or takes the opened-ahead) object, configures it for the run and
 /// loads it.
 pub fn load(
@@ -45,9 +55,13 @@ pub fn load(
     args: &Args,
     compiled: &[Compiled],
     placed: &Placement,
-    kernel_reads: bool,
-    ring: u32,
+    how: How,
 ) -> Result<skel::TraceSkel<'static>> {
+    let How {
+        kernel_reads,
+        ring,
+        walk_tables,
+    } = how;
     let (all, tp_progs) = (&placed.all, &placed.tp_progs);
     let plan = &session.plan;
     let self_tgid = if args.include_self {
@@ -78,7 +92,9 @@ pub fn load(
         rodata.want_ustack = args.user_stack;
         // Frames as build ID and file offset: named even after the process
         // exits, before its map could be read (BCC #2014).
-        rodata.ustack_build_id = args.user_stack;
+        rodata.ustack_build_id = args.user_stack && !walk_tables;
+        // Or walked by unwind tables, as addresses (bpf/unwind.h).
+        rodata.unwind_tables = walk_tables;
         // The header's ts, uid and cpu are only printed by these.
         rodata.want_extras = args.timestamp || args.print_cpu || json_out;
         // Only -v prints the per-spec counts: no counter to bump otherwise.

@@ -150,6 +150,13 @@ struct Args {
     #[arg(short = 'U', long = "user-stack")]
     user_stack: bool,
 
+    /// How -U stacks are walked: auto (by the binaries' unwind tables, or by
+    /// frame pointers where the traced process keeps them everywhere), fp (frame
+    /// pointers only: cheaper, stops at code built without them) or dwarf
+    /// (unwind tables: .eh_frame, .debug_frame)
+    #[arg(long, value_name = "WALK", default_value = "auto")]
+    user_stacks: common::UserStacks,
+
     /// Print addresses in stacks
     #[arg(short = 'a', long)]
     address: bool,
@@ -261,18 +268,46 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     }
 
     let ring = load::ring_bytes(&args)?;
+    let walk_tables = args.user_stack && common::unwind::choose(args.user_stacks, args.common.pid)?;
     let skel = load::load(
         ahead,
         &session,
         &args,
         &compiled,
         &placed,
-        kernel_reads,
-        ring,
+        load::How {
+            kernel_reads,
+            ring,
+            walk_tables,
+        },
     )?;
     load::fill_tables(&skel, &compiled, placed.all.len())?;
+    // The traced processes' unwind tables before the first event; others'
+    // when BPF asks (stream::run).
+    let tables = match walk_tables {
+        true => Some(std::cell::RefCell::new(common::unwind::Tables::new(
+            common::unwind::Maps::of(
+                &skel.maps.unwind_files,
+                &skel.maps.unwind_file_info,
+                &skel.maps.unwind_mappings,
+                &skel.maps.unwind_procs,
+            )?,
+        ))),
+        false => None,
+    };
+    if let Some(t) = &tables {
+        t.borrow_mut()
+            .load_start(args.common.pid, &session.plan.user_binaries())?;
+    }
     attach(&mut session, &skel, &placed, args.verbose)?;
-    stream::run(&mut session, &skel, &args, &compiled, &placed)?;
+    stream::run(
+        &mut session,
+        &skel,
+        &args,
+        &compiled,
+        &placed,
+        tables.as_ref(),
+    )?;
     session.finish(true)
 }
 

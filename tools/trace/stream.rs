@@ -3,6 +3,7 @@
 //! filtered by -n/-f, printed or counted for -A, -M), then -A's counts, the final
 //! JSON line, -v's counts per program and the returns not printed.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
@@ -11,6 +12,7 @@ use common::counters::PerCpuCounters;
 use common::escape;
 use common::events::Events;
 use common::session::Session;
+use common::unwind::{self, Tables};
 use common::Site;
 use common::{Schedule, StopReason, Streamed, Unserved};
 use libbpf_rs::MapCore;
@@ -28,6 +30,7 @@ pub fn run(
     args: &Args,
     compiled: &[Compiled],
     placed: &Placement,
+    tables: Option<&RefCell<Tables>>,
 ) -> Result<()> {
     let (all, nprobes) = (&placed.all, placed.all.len());
     let labels: Vec<String> = all
@@ -80,7 +83,11 @@ pub fn run(
         received,
         lost: lost_total,
         aggregate,
-    } = event_loop(session, skel, &mut r, args, compiled, &labels, json)?;
+    } = event_loop(session, skel, &mut r, args, compiled, &labels, tables)?;
+    if tables.is_some() {
+        let stats = PerCpuCounters::new(&skel.maps.unwind_stats, unwind::STATS)?.totals()?;
+        unwind::report(&stats, args.verbose);
+    }
     if args.aggregate {
         let mut rows: Vec<(String, u64)> = aggregate.into_iter().collect();
         rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
@@ -130,8 +137,9 @@ fn event_loop(
     args: &Args,
     compiled: &[Compiled],
     labels: &[String],
-    json: bool,
+    tables: Option<&RefCell<Tables>>,
 ) -> Result<Seen> {
+    let json = session.json;
     let mut printed = 0u64;
     let mut received = 0u64;
     let mut aggregate: HashMap<String, u64> = HashMap::new();
@@ -139,53 +147,72 @@ fn event_loop(
     let stop = session.stop;
     let lost_total;
     {
-        let mut ev = Events::new_raw(&skel.maps.events, &skel.maps.events_lost, |data, out| {
-            received += 1;
-            // Records without strings or stacks end after their last value.
-            if done || data.len() < render::VALS_AT {
-                return Ok(());
-            }
-            let h = render::Header::decode(data);
-            let Some(c) = compiled.get(h.spec as usize) else {
-                return Ok(());
+        // BPF asks for the tables of processes it meets (bpf/unwind.h).
+        let side = tables.map(|t| {
+            let load = move |data: &[u8]| {
+                if let Some(pid) = data.get(..4).and_then(|b| b.try_into().ok()) {
+                    if let Err(e) = t.borrow_mut().load_process(u32::from_ne_bytes(pid)) {
+                        common::warn(&format!("{e:#}"));
+                    }
+                }
             };
-            if let Some(n) = &args.name {
-                if !h.comm.contains(n.as_str()) {
+            (
+                &skel.maps.unwind_requests as &dyn MapCore,
+                Box::new(load) as Box<dyn FnMut(&[u8])>,
+            )
+        });
+        let mut ev = Events::new_raw_with(
+            &skel.maps.events,
+            &skel.maps.events_lost,
+            |data, out| {
+                received += 1;
+                // Records without strings or stacks end after their last value.
+                if done || data.len() < render::VALS_AT {
                     return Ok(());
                 }
-            }
-            let mut vals = [0u64; compile::MAX_VALS];
-            for (k, v) in data[render::VALS_AT..data.len().min(render::TAIL_AT)]
-                .chunks_exact(8)
-                .enumerate()
-            {
-                vals[k] = u64::from_ne_bytes(v.try_into().expect("8 bytes"));
-            }
-            let tail = data.get(render::TAIL_AT..).unwrap_or(&[]);
-            let msg = r.message(&c.parsed, &c.prog, &h, &vals, tail);
-            if let Some(f) = &args.msg_filter {
-                if !msg.text.contains(f.as_str()) {
+                let h = render::Header::decode(data);
+                let Some(c) = compiled.get(h.spec as usize) else {
                     return Ok(());
-                }
-            }
-            let text = r.event(&h, &labels[c.probe], &c.parsed, &msg, tail);
-            if args.aggregate {
-                let key = if json {
-                    json_aggregate_key(&text, args.print_cpu)
-                } else {
-                    text
                 };
-                *aggregate.entry(key).or_default() += 1;
-            } else {
-                out.push_str(&text);
-            }
-            printed += 1;
-            if args.max_events.is_some_and(|m| printed >= m) {
-                done = true;
-                stop.trigger(StopReason::Signal);
-            }
-            Ok(())
-        })?
+                if let Some(n) = &args.name {
+                    if !h.comm.contains(n.as_str()) {
+                        return Ok(());
+                    }
+                }
+                let mut vals = [0u64; compile::MAX_VALS];
+                for (k, v) in data[render::VALS_AT..data.len().min(render::TAIL_AT)]
+                    .chunks_exact(8)
+                    .enumerate()
+                {
+                    vals[k] = u64::from_ne_bytes(v.try_into().expect("8 bytes"));
+                }
+                let tail = data.get(render::TAIL_AT..).unwrap_or(&[]);
+                let msg = r.message(&c.parsed, &c.prog, &h, &vals, tail);
+                if let Some(f) = &args.msg_filter {
+                    if !msg.text.contains(f.as_str()) {
+                        return Ok(());
+                    }
+                }
+                let text = r.event(&h, &labels[c.probe], &c.parsed, &msg, tail);
+                if args.aggregate {
+                    let key = if json {
+                        json_aggregate_key(&text, args.print_cpu)
+                    } else {
+                        text
+                    };
+                    *aggregate.entry(key).or_default() += 1;
+                } else {
+                    out.push_str(&text);
+                }
+                printed += 1;
+                if args.max_events.is_some_and(|m| printed >= m) {
+                    done = true;
+                    stop.trigger(StopReason::Signal);
+                }
+                Ok(())
+            },
+            side,
+        )?
         // trace reports lost records in BCC's trace's words.
         .in_bccs_words();
         session.run(

@@ -133,6 +133,9 @@ struct Batch {
 /// and `Batch::cut` tells this from an error.
 const CUT: i32 = -libc::ECANCELED;
 
+/// A second ring read with the events, and what takes its records.
+pub type SideRing<'a> = (&'a dyn MapCore, Box<dyn FnMut(&[u8]) + 'a>);
+
 /// The reader of a tool's `events` ring buffer and `events_lost` counter.
 pub struct Events<'a> {
     rb: RingBuffer<'a>,
@@ -173,7 +176,19 @@ impl<'a> Events<'a> {
     pub fn new_raw(
         ring: &'a dyn MapCore,
         lost: &dyn MapCore,
+        on: impl FnMut(&[u8], &mut String) -> Result<()> + 'a,
+    ) -> Result<Self> {
+        Self::new_raw_with(ring, lost, on, None)
+    }
+
+    /// As [`Events::new_raw`], also reading `side`: a second ring of the
+    /// object whose records `side_on` takes (as bpf/unwind.h's requests for a
+    /// process' tables), in the same polls.
+    pub fn new_raw_with(
+        ring: &'a dyn MapCore,
+        lost: &dyn MapCore,
         mut on: impl FnMut(&[u8], &mut String) -> Result<()> + 'a,
+        side: Option<SideRing<'a>>,
     ) -> Result<Self> {
         let batch = Rc::new(Batch {
             out: RefCell::new(String::new()),
@@ -202,6 +217,12 @@ impl<'a> Events<'a> {
             }
             0
         })?;
+        if let Some((ring, mut side_on)) = side {
+            builder.add(ring, move |data: &[u8]| {
+                side_on(data);
+                0
+            })?;
+        }
         Ok(Events {
             rb: builder.build()?,
             batch,

@@ -12,7 +12,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
-use crate::data::symbolize::{Frame, Symbols};
+use crate::data::symbolize::{Frame, Symbols, CUT};
 
 /// The addresses of stack `hash`, leaf first; `None` when it is gone from the map.
 /// A zero address ends the stack: it is the end of the frame chain (the outermost
@@ -52,6 +52,7 @@ impl Batch {
     }
 
     pub fn user(&mut self, pid: u32, addrs: &[u64]) {
+        let addrs = addrs.iter().filter(|&&a| a != CUT);
         self.user.entry(pid).or_default().extend(addrs);
     }
 
@@ -100,7 +101,10 @@ impl Resolved {
         let m = self.user.get(&pid);
         addrs
             .iter()
-            .map(|a| lookup(m.and_then(|m| m.get(a)), *a))
+            .map(|&a| match a {
+                CUT => Frame::truncated(),
+                a => lookup(m.and_then(|m| m.get(&a)), a),
+            })
             .collect()
     }
 }

@@ -51,6 +51,16 @@ impl Frame {
         }
     }
 
+    /// The frame [`CUT`] stands for: `[truncated]`.
+    pub fn truncated() -> Frame {
+        Frame {
+            addr: 0,
+            name: Some("[truncated]".into()),
+            offset: 0,
+            inlined: Vec::new(),
+        }
+    }
+
     /// The lines a stack printout shows for this address, leaf first: inlined
     /// calls (innermost first) then the function, with `+0x..` when `offsets`.
     pub fn lines(&self, offsets: bool) -> Vec<String> {
@@ -84,6 +94,11 @@ pub enum UserFrame {
     Addr(u64),
     File { build_id: BuildId, offset: u64 },
 }
+
+/// The address that stands, at the outer end of a user stack walked by unwind
+/// tables, for "the walk stopped here, short of the outermost frame"
+/// (bpf/unwind.h's UNWIND_CUT): it is the frame [`Frame::truncated`].
+pub const CUT: u64 = u64::MAX;
 
 /// A build ID as the kernel reports it: 20 bytes, zero-padded.
 pub type BuildId = [u8; 20];
@@ -340,6 +355,7 @@ impl Symbols {
         let addrs: Vec<u64> = frames
             .iter()
             .filter_map(|f| match f {
+                UserFrame::Addr(CUT) => None,
                 UserFrame::Addr(a) => Some(*a),
                 UserFrame::File { .. } => None,
             })
@@ -377,6 +393,7 @@ impl Symbols {
             .iter()
             .zip(&files)
             .map(|(f, path)| match f {
+                UserFrame::Addr(CUT) => (Frame::truncated(), None),
                 UserFrame::Addr(a) => {
                     let module = maps.and_then(|m| {
                         m.iter()

@@ -379,6 +379,34 @@ fn fentry_probe(func: &str) -> Result<(), String> {
         })
 }
 
+/// Whether BPF programs can walk user stacks by unwind tables here
+/// (bpf/unwind.h): bpf_loop (Linux 5.17) and bpf_task_pt_regs (5.15), asked of
+/// the kernel as libbpf probes helpers, and an x86-64 machine (the tables'
+/// registers are x86-64's). TRACEKIT_NO_UNWIND=1 answers no, to test the
+/// fallback anywhere.
+pub fn unwind_tables() -> Result<(), String> {
+    if !cfg!(target_arch = "x86_64") {
+        return Err("the unwind tables are x86-64's".into());
+    }
+    if std::env::var_os("TRACEKIT_NO_UNWIND").is_some_and(|v| v != "0") {
+        return Err("TRACEKIT_NO_UNWIND is set".into());
+    }
+    let has = |helper| {
+        // SAFETY: no options; the probe loads and frees a program of its own.
+        let rc = unsafe {
+            sys::libbpf_probe_bpf_helper(sys::BPF_PROG_TYPE_KPROBE, helper, std::ptr::null())
+        };
+        rc == 1
+    };
+    crate::timing::span("features", || {
+        match (has(sys::BPF_FUNC_loop), has(sys::BPF_FUNC_task_pt_regs)) {
+            (true, true) => Ok(()),
+            (false, _) => Err("this kernel has no bpf_loop (Linux 5.17)".into()),
+            (_, false) => Err("this kernel has no bpf_task_pt_regs (Linux 5.15)".into()),
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

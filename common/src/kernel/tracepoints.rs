@@ -215,12 +215,16 @@ impl Format {
             .join(category)
             .join(event)
             .join("format");
-        let text = fs::read_to_string(&path).with_context(|| {
-            if path.exists() {
-                format!("reading {}", path.display())
-            } else {
-                format!("no tracepoint {category}:{event} ({})", path.display())
-            }
+        // By the error, not by a second look: out of descriptors, the file
+        // exists but cannot be opened.
+        let text = fs::read_to_string(&path).map_err(|e| {
+            let what = match e.kind() {
+                std::io::ErrorKind::NotFound => {
+                    format!("no tracepoint {category}:{event} ({})", path.display())
+                }
+                _ => format!("reading {}", path.display()),
+            };
+            anyhow::Error::new(e).context(what)
         })?;
         Ok(Format::parse(&text))
     }

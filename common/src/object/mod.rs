@@ -10,6 +10,7 @@ use libbpf_rs::OpenObject;
 pub mod ahead;
 pub mod cgroup;
 pub mod trials;
+pub mod unwind;
 
 use crate::kernel::features;
 use crate::plan::mechanism::Via;

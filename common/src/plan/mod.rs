@@ -126,6 +126,19 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The files of the plan's user-function and USDT probes, each once.
+    pub fn user_binaries(&self) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = Vec::new();
+        for p in &self.probes {
+            if let Site::User { binary, .. } | Site::Usdt { binary, .. } = &p.site {
+                if !out.contains(binary) {
+                    out.push(binary.clone());
+                }
+            }
+        }
+        out
+    }
+
     /// Expands `specs`; fails naming the spec that matched nothing.
     pub fn build(specs: &[ProbeSpec], opts: &Options) -> Result<Plan> {
         Self::build_indexed(specs, opts).map(|(plan, _)| plan)

@@ -22,6 +22,35 @@ pub enum AttachMode {
     Fentry,
 }
 
+/// How user stacks are walked (`--user-stacks`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UserStacks {
+    /// By the binaries' unwind tables, unless the traced process keeps frame
+    /// pointers everywhere (then by those, which costs less) or the kernel
+    /// cannot (then by frame pointers, said once).
+    #[default]
+    Auto,
+    /// By frame pointers (the kernel's own walk): stops at the first function
+    /// built without them.
+    Fp,
+    /// By the unwind tables (.eh_frame, .debug_frame), in the kernel.
+    Dwarf,
+}
+
+impl std::str::FromStr for UserStacks {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(UserStacks::Auto),
+            "fp" => Ok(UserStacks::Fp),
+            "dwarf" => Ok(UserStacks::Dwarf),
+            _ => Err(format!(
+                "'{s}' is not a user stack walk: use auto, fp or dwarf"
+            )),
+        }
+    }
+}
+
 impl std::str::FromStr for AttachMode {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {

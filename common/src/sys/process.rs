@@ -128,3 +128,13 @@ pub fn pidns() -> Option<PidNs> {
 pub fn own_pidns() -> Option<PidNs> {
     pidns().filter(|ns| ns.ino != INIT_PIDNS_INO)
 }
+
+/// The PIDs of every process /proc shows (as it shows them).
+pub fn all_pids() -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
+}

@@ -541,7 +541,7 @@ const DEBUG_ROOT: &str = "/usr/lib/debug";
 
 /// The separate debug file of `path`: by build ID under /usr/lib/debug/.build-id,
 /// else by `.gnu_debuglink` in /usr/lib/debug<dir>, <dir> and <dir>/.debug.
-fn find_debug_file<'data, R: ReadRef<'data>>(
+pub(crate) fn find_debug_file<'data, R: ReadRef<'data>>(
     path: &Path,
     file: &ElfFile64<'data, Endianness, R>,
 ) -> Option<PathBuf> {

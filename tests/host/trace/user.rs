@@ -245,8 +245,9 @@ fn user_stack_named_after_the_process_exits() {
 #[test]
 fn sym_file_list_names_frames_of_a_stripped_program() {
     // BCC's -s: a stripped program's frames get their names from the unstripped
-    // build, found by build ID. Frame pointers, and no inlining, so that a
-    // frame of the program is in the stack at snprintf's entry.
+    // build, found by build ID. No inlining, so that snprintf's caller is a
+    // function of the program: victim (the unwind tables find a caller at its
+    // callee's entry; a frame-pointer walk skipped it, for main).
     let dir = Scratch::new();
     let full = build_userfuncs(&dir, "uf", &["-fno-omit-frame-pointer", "-fno-inline"]);
     let stripped = stripped_copy(&dir, &full, "uf-stripped");
@@ -270,7 +271,7 @@ fn sym_file_list_names_frames_of_a_stripped_program() {
     assert_eq!(frame(&[]), "        [unknown] [uf-stripped]");
     let named = frame(&["-s", full.to_str().unwrap()]);
     assert!(
-        named.starts_with("        main+0x") && named.ends_with(" [uf]"),
+        named.starts_with("        victim+0x") && named.ends_with(" [uf]"),
         "{named}"
     );
     let text = dir.0.join("notes.txt");

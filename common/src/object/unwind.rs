@@ -1,0 +1,526 @@
+//! The unwind tables of traced processes, loaded into the BPF maps that
+//! bpf/unwind.h walks: one array map of rows per executable file (built by
+//! [`crate::user::cfi`] once per file and shared by every process that maps it),
+//! and per process the prefixes of its executable mappings in an LPM trie,
+//! each giving the file and its load bias.
+//!
+//! Processes are loaded before attaching (`-p`), and when the BPF side asks
+//! (`unwind_requests`: a process seen for the first time, or an address no
+//! known mapping holds, as after a dlopen). Files are named by device and inode
+//! as the process' maps give them, and opened through /proc/PID/map_files, so
+//! that a file in another mount namespace or deleted since is still the one
+//! mapped.
+
+use std::collections::{HashMap, HashSet};
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::{MapCore, MapFlags, MapHandle, MapType};
+
+use crate::user::cfi::{self, Row};
+
+/// bpf/unwind.h's UNWIND_NO_FILE: a mapping known to have no table.
+const NO_FILE: u32 = u32::MAX;
+/// bpf/unwind.h's UNWIND_PROC_READY.
+const PROC_READY: u32 = 1;
+
+/// How many files and mapping prefixes the maps hold (set before load).
+pub const MAX_FILES: u32 = 4096;
+pub const MAX_PREFIXES: u32 = 262_144;
+
+/// The maps of bpf/unwind.h, as handles.
+pub struct Maps {
+    pub files: MapHandle,
+    pub file_info: MapHandle,
+    pub mappings: MapHandle,
+    pub procs: MapHandle,
+}
+
+impl Maps {
+    /// The maps of a loaded object that includes bpf/unwind.h.
+    pub fn of(
+        files: &libbpf_rs::MapMut,
+        file_info: &libbpf_rs::MapMut,
+        mappings: &libbpf_rs::MapMut,
+        procs: &libbpf_rs::MapMut,
+    ) -> Result<Maps> {
+        let handle = |m: &libbpf_rs::MapMut| MapHandle::try_from(m).context("opening a map");
+        Ok(Maps {
+            files: handle(files)?,
+            file_info: handle(file_info)?,
+            mappings: handle(mappings)?,
+            procs: handle(procs)?,
+        })
+    }
+}
+
+/// bpf/unwind.h's `unwind_stats` slots: stacks walked, of processes whose
+/// tables were not loaded yet, cut short, frames found by frame pointers.
+pub const STATS: usize = 4;
+
+/// Says what the walks of a summary could not do (`stats`: the deltas of
+/// `unwind_stats`); with `verbose`, also how many were walked.
+pub fn report(stats: &[u64], verbose: bool) {
+    let [walked, early, cut, fp] = [0, 1, 2, 3].map(|i| stats.get(i).copied().unwrap_or(0));
+    if early > 0 {
+        crate::diag::warn(&format!(
+            "{early} user stacks end in [truncated]: their process was seen before its unwind \
+             tables were loaded (use -p PID to load them before tracing)"
+        ));
+    }
+    if verbose && walked > 0 {
+        crate::diag::warn(&format!(
+            "user stacks: {walked} walked by unwind tables, {cut} of them cut short \
+             ([truncated]), {fp} frames found by frame pointers"
+        ));
+    }
+}
+
+/// A file's table as loaded: its index in `unwind_files` (or [`NO_FILE`]).
+struct Loaded {
+    id: u32,
+    /// Kept open: the outer map holds a reference too, but closing ours at the
+    /// end is what frees it with the object.
+    _rows: Option<MapHandle>,
+}
+
+/// What one run has loaded.
+pub struct Tables {
+    maps: Maps,
+    files: HashMap<(u64, u64), Loaded>,
+    /// Per process, the LPM keys it holds, to replace them on a refresh.
+    procs: HashMap<u32, HashSet<[u8; 16]>>,
+    next_id: u32,
+    prefixes: u32,
+    /// Files whose table could not be built, with why (for --debug and -v).
+    pub failed: Vec<String>,
+    /// Rows loaded, over all files.
+    pub rows: u64,
+}
+
+/// One executable file mapping of a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Mapping {
+    start: u64,
+    end: u64,
+    pgoff: u64,
+    dev: u64,
+    ino: u64,
+    path: String,
+}
+
+impl Tables {
+    pub fn new(maps: Maps) -> Tables {
+        Tables {
+            maps,
+            files: HashMap::new(),
+            procs: HashMap::new(),
+            next_id: 0,
+            prefixes: 0,
+            failed: Vec::new(),
+            rows: 0,
+        }
+    }
+
+    /// Loads (or refreshes) process `pid`'s mappings, building the tables of
+    /// files not seen before. A process gone already is no error.
+    pub fn load_process(&mut self, pid: u32) -> Result<()> {
+        let Some(maps) = exec_mappings(pid) else {
+            return Ok(());
+        };
+        let mut keys = HashSet::new();
+        for m in &maps {
+            let (file, bias) = match self.file_of(pid, m) {
+                Some((id, bias)) => (id, bias),
+                None => (NO_FILE, 0),
+            };
+            // bpf/unwind.h's struct uw_map.
+            let mut value = [0u8; 24];
+            value[..4].copy_from_slice(&file.to_ne_bytes());
+            value[8..16].copy_from_slice(&bias.to_ne_bytes());
+            value[16..].copy_from_slice(&m.start.wrapping_sub(m.pgoff).to_ne_bytes());
+            for key in prefixes(pid, m.start, m.end) {
+                if !keys.insert(key) {
+                    continue;
+                }
+                let known = self.procs.get(&pid).is_some_and(|k| k.contains(&key));
+                if !known && self.prefixes >= MAX_PREFIXES {
+                    break; // full: the walk takes frame-pointer steps there
+                }
+                if self
+                    .maps
+                    .mappings
+                    .update(&key, &value, MapFlags::ANY)
+                    .is_ok()
+                    && !known
+                {
+                    self.prefixes += 1;
+                }
+            }
+        }
+        // Mappings gone since the last load (a dlclose, an exec).
+        if let Some(old) = self.procs.get(&pid) {
+            for k in old.difference(&keys) {
+                if self.maps.mappings.delete(k).is_ok() {
+                    self.prefixes = self.prefixes.saturating_sub(1);
+                }
+            }
+        }
+        self.procs.insert(pid, keys);
+        self.maps
+            .procs
+            .update(&pid.to_ne_bytes(), &PROC_READY.to_ne_bytes(), MapFlags::ANY)
+            .with_context(|| format!("marking process {pid}'s unwind tables loaded"))?;
+        Ok(())
+    }
+
+    /// Loads, before tracing, the processes whose first events would otherwise
+    /// come before their tables: the `-p` process, else the processes that map
+    /// one of `binaries` (the user probes' files), for up to a second (the rest
+    /// are loaded when BPF asks, and their first stacks counted as early).
+    pub fn load_start(&mut self, pid: Option<u32>, binaries: &[PathBuf]) -> Result<()> {
+        if let Some(pid) = pid {
+            return self.load_process(pid);
+        }
+        let files: HashSet<(u64, u64)> = binaries
+            .iter()
+            .filter_map(|b| {
+                use std::os::unix::fs::MetadataExt as _;
+                let m = std::fs::metadata(b).ok()?;
+                let dev = u64::from(libc::major(m.dev())) << 32 | u64::from(libc::minor(m.dev()));
+                Some((dev, m.ino()))
+            })
+            .collect();
+        if files.is_empty() {
+            return Ok(());
+        }
+        let started = std::time::Instant::now();
+        let me = std::process::id();
+        for pid in crate::sys::process::all_pids() {
+            if started.elapsed() > std::time::Duration::from_secs(1) {
+                break;
+            }
+            if pid == me {
+                continue;
+            }
+            let maps = exec_mappings(pid).unwrap_or_default();
+            if maps.iter().any(|m| files.contains(&(m.dev, m.ino))) {
+                self.load_process(pid)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The table id of mapping `m`'s file, loading it the first time, and the
+    /// mapping's load bias; `None` where the file has no usable table.
+    fn file_of(&mut self, pid: u32, m: &Mapping) -> Option<(u32, u64)> {
+        let path = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
+        let bias = load_bias(&path, m)?;
+        if let Some(l) = self.files.get(&(m.dev, m.ino)) {
+            return (l.id != NO_FILE).then_some((l.id, bias));
+        }
+        let loaded = match self.load_file(&path, m) {
+            Ok(l) => l,
+            Err(e) => {
+                self.failed.push(format!("{}: {e:#}", m.path));
+                Loaded {
+                    id: NO_FILE,
+                    _rows: None,
+                }
+            }
+        };
+        let id = loaded.id;
+        self.files.insert((m.dev, m.ino), loaded);
+        (id != NO_FILE).then_some((id, bias))
+    }
+
+    fn load_file(&mut self, path: &std::path::Path, m: &Mapping) -> Result<Loaded> {
+        if self.next_id >= MAX_FILES {
+            bail!("no room for more than {MAX_FILES} files' unwind tables");
+        }
+        let table = table_of(path, m)?;
+        if let Some(b) = BUILT.get() {
+            b.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&(m.dev, m.ino));
+        }
+        if table.rows.is_empty() {
+            bail!("no call frame information");
+        }
+        let n = u32::try_from(table.rows.len()).context("too many rows")?;
+        let opts = libbpf_sys::bpf_map_create_opts {
+            sz: size_of::<libbpf_sys::bpf_map_create_opts>() as _,
+            map_flags: libbpf_sys::BPF_F_INNER_MAP,
+            ..Default::default()
+        };
+        let rows = MapHandle::create(
+            MapType::Array,
+            Some("unwind_rows"),
+            4,
+            size_of::<Row>() as u32,
+            n,
+            &opts,
+        )
+        .context("creating a map for unwind rows")?;
+        fill_array(&rows, &table.rows)?;
+        let id = self.next_id;
+        let fd = rows.as_fd().as_raw_fd() as u32;
+        // bpf/unwind.h's struct uw_file: the rows, and the build ID (zero: none).
+        let mut info = [0u8; 24];
+        info[..4].copy_from_slice(&n.to_ne_bytes());
+        if let Some(b) = crate::user::elf::build_id(path) {
+            let k = b.len().min(20);
+            info[4..4 + k].copy_from_slice(&b[..k]);
+        }
+        self.maps
+            .file_info
+            .update(&id.to_ne_bytes(), &info, MapFlags::ANY)
+            .context("storing an unwind table's size")?;
+        self.maps
+            .files
+            .update(&id.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
+            .context("storing an unwind table")?;
+        self.next_id += 1;
+        self.rows += u64::from(n);
+        Ok(Loaded {
+            id,
+            _rows: Some(rows),
+        })
+    }
+
+    /// Files with tables loaded.
+    pub fn files(&self) -> usize {
+        self.files.values().filter(|l| l.id != NO_FILE).count()
+    }
+}
+
+/// Whether a run walks user stacks by unwind tables, for `--user-stacks
+/// mode` and the process `-p` names: `dwarf` where the kernel cannot is an
+/// error; `auto` says once why it walks by frame pointers there, and walks by
+/// them without a word when every file the process maps keeps them.
+pub fn choose(mode: crate::probe::mode::UserStacks, pid: Option<u32>) -> Result<bool> {
+    use crate::probe::mode::UserStacks;
+    let kernel = crate::kernel::features::unwind_tables();
+    match (mode, kernel) {
+        (UserStacks::Fp, _) => Ok(false),
+        (UserStacks::Dwarf, Err(why)) => bail!(
+            "--user-stacks dwarf cannot be used: {why}; use --user-stacks fp (frame pointers)"
+        ),
+        (UserStacks::Dwarf, Ok(())) => Ok(true),
+        (UserStacks::Auto, Err(why)) => {
+            crate::diag::warn(&format!("user stacks are walked by frame pointers: {why}"));
+            Ok(false)
+        }
+        (UserStacks::Auto, Ok(())) => Ok(!pid.is_some_and(keeps_frame_pointers)),
+    }
+}
+
+/// Whether every executable file process `pid` maps keeps frame pointers.
+fn keeps_frame_pointers(pid: u32) -> bool {
+    let Some(maps) = exec_mappings(pid) else {
+        return false;
+    };
+    let mut seen = HashSet::new();
+    maps.iter()
+        .filter(|m| seen.insert((m.dev, m.ino)))
+        .all(|m| {
+            let path = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
+            table_of(&path, m).is_ok_and(|t| cfi::keeps_frame_pointers(&t))
+        })
+}
+
+type Cache = std::sync::Mutex<HashMap<(u64, u64), std::sync::Arc<cfi::Table>>>;
+/// Tables built by `auto`'s look at a process, until its load takes them.
+static BUILT: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+
+/// The table of mapping `m`'s file, built once for `auto`'s look and the load
+/// that follows it; the load takes it (`take`), the BPF map holds it then.
+fn table_of(path: &std::path::Path, m: &Mapping) -> Result<std::sync::Arc<cfi::Table>> {
+    let built = BUILT.get_or_init(Default::default);
+    if let Some(t) = built
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&(m.dev, m.ino))
+    {
+        return Ok(t.clone());
+    }
+    let t = std::sync::Arc::new(cfi::table_of(path)?);
+    built
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert((m.dev, m.ino), t.clone());
+    Ok(t)
+}
+
+/// Writes `rows` to array map `map` in one bpf(BPF_MAP_UPDATE_BATCH) call per
+/// chunk (one call per row took ~1 µs each: 100 ms for python3).
+fn fill_array(map: &MapHandle, rows: &[Row]) -> Result<()> {
+    const CHUNK: usize = 65_536;
+    for (c, chunk) in rows.chunks(CHUNK).enumerate() {
+        let keys: Vec<u32> = (0..chunk.len()).map(|i| (c * CHUNK + i) as u32).collect();
+        let mut count = chunk.len() as u32;
+        let opts = libbpf_sys::bpf_map_batch_opts {
+            sz: size_of::<libbpf_sys::bpf_map_batch_opts>() as _,
+            ..Default::default()
+        };
+        // SAFETY: keys and values hold `count` elements of the map's key and
+        // value sizes (u32, and Row, which is repr(C) and 16 bytes).
+        let rc = unsafe {
+            libbpf_sys::bpf_map_update_batch(
+                map.as_fd().as_raw_fd(),
+                keys.as_ptr().cast(),
+                chunk.as_ptr().cast(),
+                &mut count,
+                &opts,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error()).context("filling an unwind table map");
+        }
+    }
+    Ok(())
+}
+
+/// The executable file mappings of `pid`, from /proc/PID/maps; `None` once it
+/// is gone.
+fn exec_mappings(pid: u32) -> Option<Vec<Mapping>> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    Some(
+        maps.lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                let (start, end) = f.next()?.split_once('-')?;
+                let perms = f.next()?;
+                let pgoff = u64::from_str_radix(f.next()?, 16).ok()?;
+                let (major, minor) = f.next()?.split_once(':')?;
+                let ino: u64 = f.next()?.parse().ok()?;
+                let path = f.collect::<Vec<_>>().join(" ");
+                if !perms.contains('x') || ino == 0 || !path.starts_with('/') {
+                    return None;
+                }
+                let hex = |v| u64::from_str_radix(v, 16).ok();
+                let dev = hex(major)? << 32 | hex(minor)?;
+                Some(Mapping {
+                    start: hex(start)?,
+                    end: hex(end)?,
+                    pgoff,
+                    dev,
+                    ino,
+                    path,
+                })
+            })
+            .collect(),
+    )
+}
+
+/// The bias of mapping `m` of the ELF file at `path`: the file's virtual
+/// address of a process address is the address minus it. From the loadable
+/// segment that holds the mapping's file offset.
+fn load_bias(path: &std::path::Path, m: &Mapping) -> Option<u64> {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    let file = std::fs::File::open(path).ok()?;
+    let cache = object::ReadCache::new(&file);
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(&cache).ok()?;
+    let endian = header.endian().ok()?;
+    for ph in header.program_headers(endian, &cache).ok()? {
+        // Executable segments only: a read-only one before it may share the
+        // mapping's first page (then its offsets are not the code's).
+        if ph.p_type(endian) != object::elf::PT_LOAD
+            || ph.p_flags(endian).0 & object::elf::PF_X.0 == 0
+        {
+            continue;
+        }
+        let (off, vaddr, size) = (ph.p_offset(endian), ph.p_vaddr(endian), ph.p_filesz(endian));
+        // Mappings start at page boundaries: the segment's first page.
+        let page_off = off & !0xfff;
+        if m.pgoff >= page_off && m.pgoff < off + size {
+            // file address of m.start = vaddr - (off - m.pgoff)
+            let at_start = (vaddr + m.pgoff).wrapping_sub(off);
+            return Some(m.start.wrapping_sub(at_start));
+        }
+    }
+    None
+}
+
+/// The LPM trie keys (bpf/unwind.h's struct uw_map_key) that cover
+/// [start, end) of process `pid`: aligned power-of-two blocks, largest first.
+fn prefixes(pid: u32, start: u64, end: u64) -> Vec<[u8; 16]> {
+    let mut out = Vec::new();
+    let mut at = start;
+    while at < end {
+        let align = if at == 0 {
+            63
+        } else {
+            at.trailing_zeros().min(63)
+        };
+        let fits = 63 - (end - at).leading_zeros();
+        let bits = align.min(fits);
+        let mut key = [0u8; 16];
+        key[..4].copy_from_slice(&(32 + 64 - bits).to_ne_bytes());
+        key[4..8].copy_from_slice(&pid.to_be_bytes());
+        key[8..].copy_from_slice(&at.to_be_bytes());
+        out.push(key);
+        at += 1u64 << bits;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn covered(keys: &[[u8; 16]]) -> Vec<(u64, u64)> {
+        keys.iter()
+            .map(|k| {
+                let len = u32::from_ne_bytes(k[..4].try_into().unwrap());
+                let at = u64::from_be_bytes(k[8..].try_into().unwrap());
+                (at, at + (1u64 << (96 - len)))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn prefixes_cover_a_range_exactly() {
+        let keys = prefixes(7, 0x7f00_0000_1000, 0x7f00_0000_9000);
+        assert_eq!(
+            covered(&keys),
+            [
+                (0x7f00_0000_1000, 0x7f00_0000_2000),
+                (0x7f00_0000_2000, 0x7f00_0000_4000),
+                (0x7f00_0000_4000, 0x7f00_0000_8000),
+                (0x7f00_0000_8000, 0x7f00_0000_9000),
+            ]
+        );
+        assert!(keys.iter().all(|k| k[4..8] == 7u32.to_be_bytes()));
+        let keys = prefixes(1, 0x400000, 0x400000 + 0x200000);
+        assert_eq!(covered(&keys), [(0x400000, 0x600000)]);
+    }
+
+    #[test]
+    fn own_mappings_have_a_bias_that_finds_main() {
+        let me = std::process::id();
+        let maps = exec_mappings(me).unwrap();
+        let here = own_mappings_have_a_bias_that_finds_main as *const () as u64;
+        let m = maps
+            .iter()
+            .find(|m| m.start <= here && here < m.end)
+            .expect("the test binary's text");
+        let path = PathBuf::from(format!("/proc/{me}/map_files/{:x}-{:x}", m.start, m.end));
+        let bias = load_bias(&path, m).unwrap();
+        // The symbol table's address of this function is here - bias.
+        let data = std::fs::read("/proc/self/exe").unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        use object::{Object, ObjectSymbol};
+        let sym = file
+            .symbols()
+            .find(|s| s.address() == here.wrapping_sub(bias))
+            .unwrap_or_else(|| {
+                panic!(
+                    "no symbol at {:#x} ({here:#x} - {bias:#x}), {m:?}",
+                    here.wrapping_sub(bias)
+                )
+            });
+        assert!(sym.name().unwrap().contains("own_mappings_have_a_bias"));
+    }
+}
