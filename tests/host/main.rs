@@ -34,5 +34,8 @@ mod serve;
 // Under overload and hostile clients: floods of events, slow, idle and foreign
 // HTTP clients.
 mod overload;
+
+// Whole user stacks without frame pointers (unwind tables).
+mod ustacks;
 // Each tool's man page and --help name the same options.
 mod manpages;

@@ -56,9 +56,8 @@ fn libc_start(frames: &[String]) -> Vec<String> {
     let i = frames.iter().position(|f| f == "main").expect("main frame");
     let rest = frames[i + 1..].to_vec();
     assert!(
-        rest.iter().all(|f| f.starts_with("__libc_start")
-            || f == "_start"
-            || f == "call_init (inlined)"),
+        rest.iter()
+            .all(|f| f.starts_with("__libc_start") || f == "_start" || f == "call_init (inlined)"),
         "frames below main are not libc start code: {rest:?}"
     );
     rest

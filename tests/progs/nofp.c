@@ -7,13 +7,16 @@
  * Prints "ready", reads one line from stdin, then, by its first argument:
  *   chain N    main -> tk_c1 -> ... -> tk_c6 -> tk_leaf, N times; tk_leaf makes
  *              one getppid() syscall each time
+ *   slow N     the chain N times, 1 ms apart
  *   qsort N    qsort() of N ints whose comparator tk_cmp calls tk_leaf; prints
- *              "compared K" (K calls of tk_leaf) at the end
+ *              "compared K" (K calls of tk_leaf) on stderr at the end
  *   signal N   tk_c1 .. tk_c3 then kill(SIGUSR2) to itself, N times; the handler
  *              tk_handler calls tk_leaf (through __restore_rt on the stack)
  *   thread N   one thread, tk_thread -> tk_c1 -> ... -> tk_leaf, N times
- *   dlopen N LIB  dlopen()s LIB (this file built with -shared -DTK_LIB) and
- *              calls its tk_lib_entry(N), which runs the chain in the library
+ *   dlopen N LIB  dlopen()s LIB (this file built with -shared -DTK_LIB), calls
+ *              its tk_lib_entry(1), waits 300 ms, then tk_lib_entry(N): each
+ *              runs the chain in the library (the first call comes before a
+ *              tracer can have read the new mapping)
  * and exits. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -119,13 +122,18 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "chain")) {
 		for (long i = 0; i < n; i++)
 			tk_c1(i);
+	} else if (!strcmp(mode, "slow")) {
+		for (long i = 0; i < n; i++) {
+			tk_c1(i);
+			usleep(1000);
+		}
 	} else if (!strcmp(mode, "qsort")) {
 		int *v = malloc(n * sizeof(*v));
 
 		for (long i = 0; i < n; i++)
 			v[i] = (int)((i * 7919) % n);
 		qsort(v, n, sizeof(*v), tk_cmp);
-		printf("compared %ld\n", (long)leaf_calls);
+		fprintf(stderr, "compared %ld\n", (long)leaf_calls);
 		free(v);
 	} else if (!strcmp(mode, "signal")) {
 		struct sigaction sa;
@@ -149,6 +157,8 @@ int main(int argc, char **argv)
 			fprintf(stderr, "dlopen: %s\n", dlerror());
 			return 1;
 		}
+		entry(1);
+		usleep(300000);
 		entry(n);
 	} else {
 		return 2;

@@ -354,8 +354,10 @@ impl Stacks<'_> {
             }
             for pid in self.unwind_pids.borrow_mut().drain(..) {
                 if let Some(t) = self.tables {
-                    if let Err(e) = t.borrow_mut().load_process(pid) {
-                        warn(&format!("{e:#}"));
+                    match t.borrow_mut().load_process(pid) {
+                        Ok(true) => drop(self.symbols.borrow_mut().refresh(pid)),
+                        Ok(false) => {}
+                        Err(e) => warn(&format!("{e:#}")),
                     }
                 }
             }

@@ -168,6 +168,12 @@ impl Renderer {
         }
     }
 
+    /// Takes a process's mappings again: it mapped code since (dlopen).
+    pub fn refresh(&mut self, pid: u32) {
+        self.remembered.insert(pid);
+        self.symbols.refresh(pid);
+    }
+
     fn ksym(&self, addr: u64) -> String {
         let f = self.symbols.kernel(&[addr]).remove(&addr);
         ksym_text(&f.unwrap_or(Frame::unknown(addr)))

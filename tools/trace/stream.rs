@@ -147,12 +147,18 @@ fn event_loop(
     let stop = session.stop;
     let lost_total;
     {
-        // BPF asks for the tables of processes it meets (bpf/unwind.h).
+        // BPF asks for the tables of processes it meets (bpf/unwind.h); a
+        // process that mapped code since its first record is named anew.
+        let remapped = RefCell::new(Vec::<u32>::new());
         let side = tables.map(|t| {
+            let remapped = &remapped;
             let load = move |data: &[u8]| {
                 if let Some(pid) = data.get(..4).and_then(|b| b.try_into().ok()) {
-                    if let Err(e) = t.borrow_mut().load_process(u32::from_ne_bytes(pid)) {
-                        common::warn(&format!("{e:#}"));
+                    let pid = u32::from_ne_bytes(pid);
+                    match t.borrow_mut().load_process(pid) {
+                        Ok(true) => remapped.borrow_mut().push(pid),
+                        Ok(false) => {}
+                        Err(e) => common::warn(&format!("{e:#}")),
                     }
                 }
             };
@@ -170,7 +176,10 @@ fn event_loop(
                 if done || data.len() < render::VALS_AT {
                     return Ok(());
                 }
-                let h = render::Header::decode(data);
+                for pid in remapped.borrow_mut().drain(..) {
+                r.refresh(pid);
+            }
+            let h = render::Header::decode(data);
                 let Some(c) = compiled.get(h.spec as usize) else {
                     return Ok(());
                 };

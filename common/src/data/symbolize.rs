@@ -300,6 +300,12 @@ impl Symbols {
         ok
     }
 
+    /// Takes `pid`'s mappings again (a library it loaded since the snapshot).
+    pub fn refresh(&mut self, pid: u32) -> bool {
+        self.remembered.remove(&pid);
+        self.remember(pid)
+    }
+
     /// `pid`'s executable mappings: its snapshot if remembered, else read now.
     fn maps_of(&self, pid: u32) -> Option<std::borrow::Cow<'_, [ExecMapping]>> {
         match self.exec_maps.get(&pid) {

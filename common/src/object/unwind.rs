@@ -124,11 +124,13 @@ impl Tables {
     }
 
     /// Loads (or refreshes) process `pid`'s mappings, building the tables of
-    /// files not seen before. A process gone already is no error.
-    pub fn load_process(&mut self, pid: u32) -> Result<()> {
+    /// files not seen before. A process gone already is no error. Whether it
+    /// was a refresh (the process mapped code since: its symbols need it too).
+    pub fn load_process(&mut self, pid: u32) -> Result<bool> {
         let Some(maps) = exec_mappings(pid) else {
-            return Ok(());
+            return Ok(false);
         };
+        let refresh = self.procs.contains_key(&pid);
         let mut keys = HashSet::new();
         for m in &maps {
             let (file, bias) = match self.file_of(pid, m) {
@@ -172,7 +174,7 @@ impl Tables {
             .procs
             .update(&pid.to_ne_bytes(), &PROC_READY.to_ne_bytes(), MapFlags::ANY)
             .with_context(|| format!("marking process {pid}'s unwind tables loaded"))?;
-        Ok(())
+        Ok(refresh)
     }
 
     /// Loads, before tracing, the processes whose first events would otherwise
@@ -181,7 +183,7 @@ impl Tables {
     /// are loaded when BPF asks, and their first stacks counted as early).
     pub fn load_start(&mut self, pid: Option<u32>, binaries: &[PathBuf]) -> Result<()> {
         if let Some(pid) = pid {
-            return self.load_process(pid);
+            return self.load_process(pid).map(drop);
         }
         let files: HashSet<(u64, u64)> = binaries
             .iter()
