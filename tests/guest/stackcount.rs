@@ -48,3 +48,63 @@ fn stackcount_raw_tracepoint_stacks_begin_where_it_fired() {
     }
     assert_nothing_left("stackcount");
 }
+
+#[test]
+#[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
+fn user_stacks_of_a_kernel_function_are_whole_without_frame_pointers() {
+    // The guest's Debian python3, built without frame pointers, calls
+    // getppid() 300 times: at the kernel function, the user part of the stack
+    // (from the registers saved at kernel entry) is walked by python3's and
+    // libc's unwind tables down to _start, in stackcount and in trace.
+    let script = "import os,sys\nsys.stdout.write('ready\\n'); sys.stdout.flush(); sys.stdin.readline()\nfor i in range(300): os.getppid()\n";
+    let out = trace_cprog(
+        &tool("stackcount"),
+        std::path::Path::new("/usr/bin/python3"),
+        &["-c", script],
+        &["-U", "__x64_sys_getppid"],
+        |l| l.starts_with("Tracing"),
+    );
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let stacks = parse_stacks(&out.stdout);
+    assert_eq!(
+        stacks.iter().map(|s| s.1).sum::<u64>(),
+        300,
+        "{}",
+        out.stdout
+    );
+    for (frames, _) in &stacks {
+        for f in [
+            "getppid",
+            "_PyEval_EvalFrameDefault",
+            "Py_BytesMain",
+            "__libc_start_call_main",
+        ] {
+            assert!(frames.iter().any(|x| x == f), "no {f}: {frames:?}");
+        }
+        assert_eq!(
+            frames.last().map(String::as_str),
+            Some("_start"),
+            "{frames:?}"
+        );
+    }
+    let out = trace_cprog(
+        &tool("trace"),
+        std::path::Path::new("/usr/bin/python3"),
+        &["-c", script],
+        &["-U", "-M", "1", "__x64_sys_getppid"],
+        |l| l.starts_with("PID"),
+    );
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let frames: Vec<&str> = out.stdout.lines().skip(2).map(str::trim).collect();
+    assert!(
+        frames.iter().any(|f| f.starts_with("Py_BytesMain+")),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        frames.iter().any(|f| f.starts_with("_start+")),
+        "{}",
+        out.stdout
+    );
+    assert_nothing_left("stackcount");
+}

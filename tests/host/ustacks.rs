@@ -278,7 +278,12 @@ fn a_process_met_before_its_tables_says_how_many_stacks_were_cut() {
         .filter(|(f, _)| f.last().is_some_and(|l| l == "[truncated]"))
         .map(|s| s.1)
         .sum();
-    assert_eq!(whole + cut, 1000, "{whole} whole, {cut} cut\n{}", out.stdout);
+    assert_eq!(
+        whole + cut,
+        1000,
+        "{whole} whole, {cut} cut\n{}",
+        out.stdout
+    );
     // Its tables were read within half a second (a debug build, busy CI).
     assert!(cut >= 1 && whole >= 500, "{whole} whole, {cut} cut");
     assert!(said >= cut, "{said} said, {cut} cut:\n{}", out.stderr);

@@ -177,9 +177,9 @@ fn event_loop(
                     return Ok(());
                 }
                 for pid in remapped.borrow_mut().drain(..) {
-                r.refresh(pid);
-            }
-            let h = render::Header::decode(data);
+                    r.refresh(pid);
+                }
+                let h = render::Header::decode(data);
                 let Some(c) = compiled.get(h.spec as usize) else {
                     return Ok(());
                 };

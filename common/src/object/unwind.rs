@@ -88,7 +88,11 @@ struct Loaded {
 /// What one run has loaded.
 pub struct Tables {
     maps: Maps,
-    files: HashMap<(u64, u64), Loaded>,
+    /// By build ID where the file has one (the same build in two containers
+    /// is one table), else by device and inode; and the inodes seen, each
+    /// opened once.
+    files: HashMap<FileKey, Loaded>,
+    inodes: HashMap<(u64, u64), FileKey>,
     /// Per process, the LPM keys it holds, to replace them on a refresh.
     procs: HashMap<u32, HashSet<[u8; 16]>>,
     next_id: u32,
@@ -97,6 +101,13 @@ pub struct Tables {
     pub failed: Vec<String>,
     /// Rows loaded, over all files.
     pub rows: u64,
+}
+
+/// What names a file's table.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum FileKey {
+    BuildId(Vec<u8>),
+    Inode(u64, u64),
 }
 
 /// One executable file mapping of a process.
@@ -115,6 +126,7 @@ impl Tables {
         Tables {
             maps,
             files: HashMap::new(),
+            inodes: HashMap::new(),
             procs: HashMap::new(),
             next_id: 0,
             prefixes: 0,
@@ -219,10 +231,21 @@ impl Tables {
     fn file_of(&mut self, pid: u32, m: &Mapping) -> Option<(u32, u64)> {
         let path = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
         let bias = load_bias(&path, m)?;
-        if let Some(l) = self.files.get(&(m.dev, m.ino)) {
+        let key = match self.inodes.get(&(m.dev, m.ino)) {
+            Some(k) => k.clone(),
+            None => {
+                let k = match crate::user::elf::build_id(&path) {
+                    Some(b) if !b.is_empty() => FileKey::BuildId(b),
+                    _ => FileKey::Inode(m.dev, m.ino),
+                };
+                self.inodes.insert((m.dev, m.ino), k.clone());
+                k
+            }
+        };
+        if let Some(l) = self.files.get(&key) {
             return (l.id != NO_FILE).then_some((l.id, bias));
         }
-        let loaded = match self.load_file(&path, m) {
+        let loaded = match self.load_file(&path, m, &key) {
             Ok(l) => l,
             Err(e) => {
                 self.failed.push(format!("{}: {e:#}", m.path));
@@ -233,11 +256,11 @@ impl Tables {
             }
         };
         let id = loaded.id;
-        self.files.insert((m.dev, m.ino), loaded);
+        self.files.insert(key, loaded);
         (id != NO_FILE).then_some((id, bias))
     }
 
-    fn load_file(&mut self, path: &std::path::Path, m: &Mapping) -> Result<Loaded> {
+    fn load_file(&mut self, path: &std::path::Path, m: &Mapping, key: &FileKey) -> Result<Loaded> {
         if self.next_id >= MAX_FILES {
             bail!("no room for more than {MAX_FILES} files' unwind tables");
         }
@@ -271,7 +294,7 @@ impl Tables {
         // bpf/unwind.h's struct uw_file: the rows, and the build ID (zero: none).
         let mut info = [0u8; 24];
         info[..4].copy_from_slice(&n.to_ne_bytes());
-        if let Some(b) = crate::user::elf::build_id(path) {
+        if let FileKey::BuildId(b) = key {
             let k = b.len().min(20);
             info[4..4 + k].copy_from_slice(&b[..k]);
         }
