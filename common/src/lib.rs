@@ -68,6 +68,9 @@ pub use object::trials;
 pub use object::unwind;
 pub use object::{raw_tp_clones, Filter, ProgKind, SyscallGlobals, RAW_TP_CLONES};
 
+// Floor 6: attached.
+pub use attach::missed::program_misses;
+
 // Floor 7: the run.
 pub use run::cli;
 /// What [`entry!`] expands to; not for direct use.

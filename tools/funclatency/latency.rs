@@ -118,6 +118,7 @@ pub fn run(mut cfg: Config, ahead: Ahead) -> Result<()> {
         json: session.json,
         session: &session,
         missed_before: 0,
+        exit_prog: std::os::fd::AsFd::as_fd(&skel.progs.lat_thread_exit),
     };
     session.run(cfg.schedule, &mut lat)?;
     drop(lat);
@@ -133,6 +134,8 @@ struct Latency<'a> {
     json: bool,
     session: &'a Session,
     missed_before: u64,
+    /// The program that counts thread exits, whose own misses are said.
+    exit_prog: std::os::fd::BorrowedFd<'a>,
 }
 
 impl Latency<'_> {
@@ -175,6 +178,13 @@ impl Served for Latency<'_> {
         if last {
             // Known only at the end: a return may still come until then.
             report_unreturned(&self.lost.totals()?);
+            let exits = common::program_misses(self.exit_prog);
+            if exits > 0 {
+                warn(&format!(
+                    "the kernel missed {exits} thread exits (another thread exiting on the same \
+                     CPU): calls those threads were inside are not counted"
+                ));
+            }
         }
         let missed = self.session.attached().map_or(0, |a| a.missed());
         if missed > self.missed_before {

@@ -25,6 +25,20 @@ pub fn missed<'a>(links: impl Iterator<Item = BorrowedFd<'a>>) -> u64 {
     n + uprobe_progs.into_iter().map(prog_misses).sum::<u64>()
 }
 
+/// The recursion misses of the program `fd` holds: the runs the kernel skipped
+/// because the program was running on that CPU already (a raw tracepoint's
+/// program preempted there by another task that hits the tracepoint).
+pub fn program_misses(fd: BorrowedFd) -> u64 {
+    let mut info: sys::bpf_prog_info = unsafe { std::mem::zeroed() };
+    let mut len = size_of::<sys::bpf_prog_info>() as u32;
+    // SAFETY: a zeroed bpf_prog_info with every array pointer 0 asks for
+    // counts only.
+    match unsafe { sys::bpf_prog_get_info_by_fd(fd.as_raw_fd(), &mut info, &mut len) } {
+        0 => info.recursion_misses,
+        _ => 0,
+    }
+}
+
 /// The recursion misses of program `id` (0 when it cannot be read).
 fn prog_misses(id: u32) -> u64 {
     // SAFETY: plain bpf(2) wrappers; a zeroed bpf_prog_info with every array
