@@ -18,6 +18,9 @@
 //! - `load`: the rest of start-up (loading and verifying the BPF object, and
 //!   waiting for its opening, which runs beside the options and the plan:
 //!   [`crate::object::ahead`]);
+//! - `unwind`: building and loading the unwind tables of the processes traced
+//!   from the start (stackcount, trace -U; only when user stacks are walked by
+//!   them);
 //! - `attach`, `detach`: creating and closing the links;
 //! - `traced`: from attached to the first summary (the `-i`/`-d` time);
 //! - `first summary`: reading and printing it.
@@ -252,9 +255,13 @@ impl Marks {
         if let (Some(a0), Some(a1)) = (self.attach_start, self.attach_end) {
             // Attaching itself may probe features (counted there, not here).
             let attach_features = total("features").saturating_sub(self.features_at_attach);
-            let load = (a0 - self.start).saturating_sub(tables + features);
+            let unwind = total("unwind");
+            let load = (a0 - self.start).saturating_sub(tables + features + unwind);
             let attach = (a1 - a0).saturating_sub(attach_features);
             item(&mut s, "load", load, noted("load"));
+            if !unwind.is_zero() {
+                item(&mut s, "unwind", unwind, None);
+            }
             item(&mut s, "attach", attach, None);
             overhead += a1 - self.start;
             if let (Some(s0), Some(s1)) = (self.summary_start, self.summary_end) {

@@ -349,3 +349,48 @@ fn trace_prints_the_whole_chain() {
         out.stdout
     );
 }
+
+#[test]
+fn where_the_kernel_cannot_one_line_says_which_walk_is_used() {
+    // TRACEKIT_NO_UNWIND=1 answers as a kernel without bpf_loop would.
+    let dir = Scratch::new();
+    let bin = build_nofp(&dir, false);
+    let p = CProg::start_with(&bin, &["chain", "100"]);
+    let pid = p.pid.to_string();
+    let mut cmd = Command::new(tool("stackcount"));
+    cmd.env("TRACEKIT_NO_UNWIND", "1")
+        .args(["-U", "-p", &pid, "t:syscalls:sys_enter_getppid"]);
+    let mut t = spawn_cmd(cmd);
+    t.wait_ready();
+    let out = t.finish_after(p, T);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert_eq!(
+        out.stderr,
+        "stackcount: user stacks are walked by frame pointers: TRACEKIT_NO_UNWIND is set\n"
+    );
+    let stacks = parse_stacks(&out.stdout);
+    assert_eq!(
+        stacks.iter().map(|s| s.1).sum::<u64>(),
+        100,
+        "{}",
+        out.stdout
+    );
+    // Asked for by name, the walk the kernel cannot do is an error.
+    let me = std::process::id().to_string();
+    let mut cmd = Command::new(tool("stackcount"));
+    cmd.env("TRACEKIT_NO_UNWIND", "1").args([
+        "-U",
+        "--user-stacks",
+        "dwarf",
+        "-p",
+        &me,
+        "t:syscalls:sys_enter_getppid",
+    ]);
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "stackcount: error: --user-stacks dwarf cannot be used: TRACEKIT_NO_UNWIND is set; \
+         use --user-stacks fp (frame pointers)\n"
+    );
+}

@@ -236,6 +236,9 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
     if let Some(t) = &tables {
         t.borrow_mut()
             .load_start(args.common.pid, &plan.user_binaries())?;
+        if session.debug() {
+            common::stderr(&t.borrow().describe());
+        }
     }
 
     session.attach(skel.object())?;

@@ -298,6 +298,9 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     if let Some(t) = &tables {
         t.borrow_mut()
             .load_start(args.common.pid, &session.plan.user_binaries())?;
+        if args.verbose {
+            common::stderr(&t.borrow().describe());
+        }
     }
     attach(&mut session, &skel, &placed, args.verbose)?;
     stream::run(

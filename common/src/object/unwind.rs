@@ -194,6 +194,10 @@ impl Tables {
     /// one of `binaries` (the user probes' files), for up to a second (the rest
     /// are loaded when BPF asks, and their first stacks counted as early).
     pub fn load_start(&mut self, pid: Option<u32>, binaries: &[PathBuf]) -> Result<()> {
+        crate::timing::span("unwind", || self.load_start_now(pid, binaries))
+    }
+
+    fn load_start_now(&mut self, pid: Option<u32>, binaries: &[PathBuf]) -> Result<()> {
         if let Some(pid) = pid {
             return self.load_process(pid).map(drop);
         }
@@ -317,6 +321,22 @@ impl Tables {
     /// Files with tables loaded.
     pub fn files(&self) -> usize {
         self.files.values().filter(|l| l.id != NO_FILE).count()
+    }
+
+    /// What `--debug` says of the tables: how many, for how many processes,
+    /// and each file that has none, with why.
+    pub fn describe(&self) -> String {
+        let mut s = format!(
+            "user stacks: by unwind tables: {} files, {} rows ({} KiB), {} processes\n",
+            self.files(),
+            self.rows,
+            self.rows * size_of::<Row>() as u64 / 1024,
+            self.procs.len()
+        );
+        for f in &self.failed {
+            s.push_str(&format!("  no table: {}\n", crate::diag::escape(f)));
+        }
+        s
     }
 }
 
