@@ -67,6 +67,14 @@ int count_tracepoint(void *ctx)
 	return count(bpf_get_attach_cookie(ctx));
 }
 
+/* Sampling and counter sources (profile:, software:, hardware:): one perf
+ * event per CPU, each linked with its probe's index as cookie. */
+SEC("perf_event")
+int count_perf_event(void *ctx)
+{
+	return count(bpf_get_attach_cookie(ctx));
+}
+
 SEC("usdt")
 int count_usdt(struct pt_regs *ctx)
 {

@@ -168,6 +168,15 @@ int stack_sys_exit(__u64 *args)
 	return record(args, false);
 }
 
+/* Sampling and counter sources (profile:, software:, hardware:): the stacks
+ * where the sample came, the kernel's from the interrupted registers and the
+ * user's from those the task entered the kernel with. */
+SEC("perf_event")
+int stack_perf_event(void *ctx)
+{
+	return record(ctx, false);
+}
+
 SEC("usdt")
 int stack_usdt(struct pt_regs *ctx)
 {

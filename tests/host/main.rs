@@ -37,5 +37,8 @@ mod overload;
 
 // Whole user stacks without frame pointers (unwind tables).
 mod ustacks;
+
+// Sampling and counter sources: profile:, software:, hardware:.
+mod sampling;
 // Each tool's man page and --help name the same options.
 mod manpages;

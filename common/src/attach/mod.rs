@@ -12,6 +12,7 @@ pub mod armed;
 mod guardian;
 pub mod links;
 pub mod missed;
+mod perf_events;
 pub mod report;
 mod tracepoints;
 mod uprobe_groups;
@@ -79,6 +80,8 @@ fn fds_needed(plan: &Plan, loaded: &HashSet<ProgKind>) -> usize {
             Site::Tracepoint(_) => n += 2,
             // One uprobe per call site without uprobe_multi: at least two.
             Site::Usdt { .. } => n += 2,
+            // A perf event and a link per CPU.
+            Site::Perf(_) => n += 2 * perf_events::cpus(plan.cpu).len(),
         }
     }
     if kernel > 0 {
@@ -342,6 +345,19 @@ fn attach_all(plan: &Plan, obj: &Object, stop: &Stop) -> Result<Attached> {
         .collect();
     if !usdts.is_empty() {
         links::usdts(prog(ProgKind::Usdt)?, pid, &usdts, stop, &mut out);
+    }
+
+    let perf: Vec<(usize, &crate::probe::perf::PerfSource)> = plan
+        .probes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| match &p.site {
+            Site::Perf(s) => Some((i, s)),
+            _ => None,
+        })
+        .collect();
+    if !perf.is_empty() {
+        perf_events::attach(prog(ProgKind::PerfEvent)?, &perf, plan.cpu, stop, &mut out)?;
     }
 
     // A -p process that exited during the attach fails the probes after it

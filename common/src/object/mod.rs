@@ -49,6 +49,8 @@ pub enum ProgKind {
     SyscallEnter,
     SyscallExit,
     Usdt,
+    /// Sampling and counter sources (`SEC("perf_event")`), the probe as cookie.
+    PerfEvent,
 }
 
 impl ProgKind {
@@ -82,6 +84,7 @@ impl ProgKind {
             "uretprobe" => ProgKind::Uretprobe,
             "tracepoint" | "tp" => ProgKind::Tracepoint,
             "usdt" => ProgKind::Usdt,
+            "perf_event" => ProgKind::PerfEvent,
             _ => return None,
         })
     }
@@ -265,6 +268,7 @@ pub fn prog_kinds(plan: &Plan) -> Vec<ProgKind> {
                 .map_or(&[][..], |v| ProgKind::for_via(v, false, plan.hooks)),
             Site::Tracepoint(_) => &[ProgKind::Tracepoint][..],
             Site::Usdt { .. } => &[ProgKind::Usdt][..],
+            Site::Perf(_) => &[ProgKind::PerfEvent][..],
         })
         .copied()
         .collect();

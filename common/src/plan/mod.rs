@@ -15,6 +15,7 @@ use anyhow::{bail, Context, Result};
 use crate::diag::escape_str;
 use crate::kernel::functions::{KernelFunc, KernelFuncs};
 use crate::kernel::tracepoints::{self, Tracepoint};
+use crate::probe::perf::PerfSource;
 use crate::probe::spec::{ProbeSpec, Source};
 use crate::sys::process;
 use crate::user::elf::{self, Binary};
@@ -29,9 +30,17 @@ use mechanism::{check_mode, choose_kernel_via, choose_user_via, Via};
 #[derive(Debug, Clone)]
 pub enum Site {
     Kernel(KernelFunc),
-    User { binary: PathBuf, func: UserFunc },
+    User {
+        binary: PathBuf,
+        func: UserFunc,
+    },
     Tracepoint(Tracepoint),
-    Usdt { binary: PathBuf, probe: UsdtProbe },
+    Usdt {
+        binary: PathBuf,
+        probe: UsdtProbe,
+    },
+    /// A sampling or counter source: one perf event per CPU.
+    Perf(PerfSource),
 }
 
 /// A probe site that could not be attached.
@@ -69,6 +78,8 @@ pub struct Options {
     /// Return probes on Go programs, which crash them: refused unless the user
     /// asked for them (the tool's `--unsafe`, see [`UNSAFE_FLAG`]).
     pub unsafe_returns: bool,
+    /// `-c CPU`: sampling sources open their perf event on that CPU only.
+    pub cpu: Option<u32>,
 }
 
 /// The flag of tools that hook returns which lets them hook a Go program's:
@@ -97,6 +108,8 @@ pub struct Plan {
     /// Per spec: the spec text and how many probes it matched.
     pub matches: Vec<(String, usize)>,
     pub pid: Option<u32>,
+    /// `-c CPU` (where sampling sources open their events).
+    pub cpu: Option<u32>,
     pub hooks: Hooks,
     /// How kernel functions are attached (`None`: the plan has none).
     pub kernel_via: Option<Via>,
@@ -244,6 +257,7 @@ impl Plan {
             probes,
             matches,
             pid: opts.pid,
+            cpu: opts.cpu,
             hooks: opts.hooks,
             kernel_via,
             user_via,
@@ -345,6 +359,7 @@ impl Plan {
                 },
                 Site::User { binary, func } => format!("{} +0x{:x}", binary.display(), func.offset),
                 Site::Tracepoint(_) => "tracepoint".to_string(),
+                Site::Perf(p) => format!("perf event, {}, one per CPU", p.rate()),
                 Site::Usdt { binary, probe } => format!(
                     "usdt {}:{} in {}",
                     probe.provider,
@@ -479,6 +494,7 @@ enum SiteKey {
     User(PathBuf, u64),
     Tracepoint(String, String),
     Usdt(PathBuf, String, String),
+    Perf(String),
 }
 
 impl SiteKey {
@@ -487,6 +503,7 @@ impl SiteKey {
             Site::Kernel(f) => SiteKey::Kernel(f.name.clone()),
             Site::User { binary, func } => SiteKey::User(binary.clone(), func.offset),
             Site::Tracepoint(t) => SiteKey::Tracepoint(t.category.clone(), t.event.clone()),
+            Site::Perf(p) => SiteKey::Perf(p.name.clone()),
             Site::Usdt { binary, probe } => {
                 SiteKey::Usdt(binary.clone(), probe.provider.clone(), probe.name.clone())
             }
@@ -735,6 +752,18 @@ fn expand(
                     },
                 })
                 .collect()
+        }
+        Source::Perf(p) => {
+            // Samples and counts have no call, so no return to hook.
+            if returns {
+                bail!(
+                    "\"{spec}\" is a sampling source: it has no calls, so no returns (use it with funccount, stackcount or trace)"
+                );
+            }
+            vec![Probe {
+                label: p.name.clone(),
+                site: Site::Perf(p.clone()),
+            }]
         }
         Source::Tracepoint => {
             let found: Vec<Probe> = tracepoints::matching(m)?

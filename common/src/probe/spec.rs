@@ -14,6 +14,7 @@ use std::fmt;
 use anyhow::{anyhow, bail, Result};
 
 use crate::probe::pattern::Matcher;
+use crate::probe::perf::{self, PerfSource};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
@@ -27,6 +28,8 @@ pub enum Source {
     Usdt {
         target: String,
     },
+    /// A sampling or counter source: `profile:`, `software:`, `hardware:`.
+    Perf(PerfSource),
 }
 
 #[derive(Debug, Clone)]
@@ -80,6 +83,14 @@ fn parse(raw: &str, regex: bool) -> Result<ProbeSpec> {
         }
     };
     let parts: Vec<&str> = raw.split(':').collect();
+    if parts.first().is_some_and(|p| perf::is_perf(p)) {
+        let source = perf::parse(&parts)?;
+        return Ok(ProbeSpec {
+            raw: raw.to_string(),
+            matcher: Matcher::glob(&source.name)?,
+            source: Source::Perf(source),
+        });
+    }
     let (source, pattern) = match parts.as_slice() {
         [func] => (Source::Kernel, *func),
         [kind @ ("p" | "t" | "u"), _] => bail!(
@@ -114,7 +125,9 @@ fn parse(raw: &str, regex: bool) -> Result<ProbeSpec> {
             },
             *probe,
         ),
-        [kind, _, _] => bail!("probe type must be 'p', 't' or 'u', not '{kind}'"),
+        [kind, _, _] => bail!(
+            "probe type must be 'p', 't', 'u', 'profile', 'software' or 'hardware', not '{kind}'"
+        ),
         _ => bail!("too many ':'-separated parts (at most 3: TYPE:LIBRARY:NAME)"),
     };
     Ok(ProbeSpec {
@@ -186,7 +199,7 @@ mod tests {
     fn errors_quote_the_spec() {
         assert_eq!(
             err("x:a:b"),
-            "bad probe \"x:a:b\": probe type must be 'p', 't' or 'u', not 'x'"
+            "bad probe \"x:a:b\": probe type must be 'p', 't', 'u', 'profile', 'software' or 'hardware', not 'x'"
         );
         assert!(err("a:b:c:d").contains("too many ':'-separated parts"));
         assert!(err("t:sched").contains("t:CATEGORY:EVENT"));
@@ -196,7 +209,7 @@ mod tests {
         assert!(err("c:").contains("empty"));
         assert_eq!(
             err("x\x1b[2J:a:b"),
-            "bad probe \"x\\x1b[2J:a:b\": probe type must be 'p', 't' or 'u', not 'x\\x1b[2J'"
+            "bad probe \"x\\x1b[2J:a:b\": probe type must be 'p', 't', 'u', 'profile', 'software' or 'hardware', not 'x\\x1b[2J'"
         );
         let e = ProbeSpec::parse("c:(", true).unwrap_err().to_string();
         assert!(

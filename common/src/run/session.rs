@@ -89,6 +89,7 @@ impl Session {
             hooks: how.hooks,
             trampoline: how.trampoline,
             raw_tracepoints: how.raw_tracepoints,
+            cpu: common.cpu,
             ..Default::default()
         })?;
         if debug {

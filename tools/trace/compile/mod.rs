@@ -131,6 +131,7 @@ pub fn compile_all(
                     args: probe.args,
                     types: &probe.types,
                 },
+                Site::Perf(_) => unreachable!("trace's grammar makes no sampling sources"),
             };
             if args.all_args && p.format.is_none() {
                 crate::desugar::all_args(&mut p, &site, kbtf.as_ref());

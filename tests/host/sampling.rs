@@ -1,0 +1,144 @@
+//! Sampling and counter sources (issue 40): `profile:` samples of a program
+//! that burns a known amount of CPU in a known function, `software:` events a
+//! program makes a known number of (page faults, voluntary context switches),
+//! `-c` and `-p`, a mixed run, and the hardware error on a machine without
+//! counters (this one).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::util::*;
+
+/// tests/progs/sampled.c, built `-O2`.
+fn build_sampled(dir: &Scratch) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs/sampled.c");
+    let out = dir.0.join("sampled");
+    let st = Command::new("gcc")
+        .args(["-O2", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("gcc");
+    assert!(st.success(), "gcc failed");
+    out
+}
+
+/// `funccount -p PID ARGS` over `sampled MODE N`: its table.
+fn counted(bin: &Path, prog: &[&str], args: &[&str]) -> Vec<(String, u64)> {
+    let out = trace_cprog(&tool("funccount"), bin, prog, args, |l| {
+        l.starts_with("Tracing")
+    });
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    last_table(&out.stdout)
+}
+
+fn count_of(table: &[(String, u64)], name: &str) -> u64 {
+    table.iter().find(|(n, _)| n == name).map_or(0, |(_, c)| *c)
+}
+
+#[test]
+fn software_events_with_period_1_count_every_event() {
+    let dir = Scratch::new();
+    let bin = build_sampled(&dir);
+    // 5,000 fresh pages touched: as many page faults (and one more, of the
+    // program's own exit path at most a few).
+    let t = counted(&bin, &["faults", "5000"], &["software:page-faults:1"]);
+    let faults = count_of(&t, "software:page-faults:1");
+    assert!((5000..=5050).contains(&faults), "{t:?}");
+    // 200 sleeps of 1 ms: as many voluntary switches (and the exit's).
+    let t = counted(&bin, &["sleeps", "200"], &["software:cs:1"]);
+    let cs = count_of(&t, "software:context-switches:1");
+    assert!((200..=210).contains(&cs), "{t:?}");
+}
+
+#[test]
+fn a_mixed_run_counts_samples_and_calls() {
+    // funccount 'software:cs:1' 'c:nanosleep': 200 of each.
+    let dir = Scratch::new();
+    let bin = build_sampled(&dir);
+    let t = counted(
+        &bin,
+        &["sleeps", "200"],
+        &["software:cs:1", "c:clock_nanosleep"],
+    );
+    assert_eq!(count_of(&t, "clock_nanosleep"), 200, "{t:?}");
+    let cs = count_of(&t, "software:context-switches:1");
+    assert!((200..=210).contains(&cs), "{t:?}");
+}
+
+#[test]
+fn profile_samples_a_busy_function_at_its_rate() {
+    // 2 s of CPU in tk_burn, sampled at 99 Hz: 198 samples +-10%, and at
+    // least 95% of them with tk_burn in their stack (whole, by unwind tables:
+    // the program keeps no frame pointers).
+    let dir = Scratch::new();
+    let bin = build_sampled(&dir);
+    let out = trace_cprog(
+        &tool("stackcount"),
+        &bin,
+        &["burn", "2000"],
+        &["profile:hz:99"],
+        |l| l.starts_with("Tracing"),
+    );
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let stacks = parse_stacks(&out.stdout);
+    let all: u64 = stacks.iter().map(|s| s.1).sum();
+    assert!((178..=218).contains(&all), "{all} samples:\n{}", out.stdout);
+    let burning: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f.iter().any(|f| f == "tk_burn"))
+        .map(|s| s.1)
+        .sum();
+    assert!(
+        burning * 100 >= all * 95,
+        "{burning} of {all} in tk_burn:\n{}",
+        out.stdout
+    );
+    // Whole user stacks: down to main and _start.
+    let (top, _) = stacks.iter().max_by_key(|s| s.1).unwrap();
+    let at = top.iter().position(|f| f == "tk_burn").unwrap();
+    assert_eq!(top[at + 1], "main", "{top:?}");
+    assert_eq!(top.last().map(String::as_str), Some("_start"), "{top:?}");
+}
+
+#[test]
+fn profile_on_one_cpu_samples_that_cpu_only() {
+    // -c 0 for 2 s at 99 Hz: one CPU's timer, busy or idle, 198 times.
+    let out = run(
+        &tool("funccount"),
+        &["-c", "0", "-d", "2", "profile:hz:99"],
+        std::time::Duration::from_secs(30),
+    );
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let n = count_of(&last_table(&out.stdout), "profile:hz:99");
+    assert!((188..=208).contains(&n), "{}", out.stdout);
+}
+
+#[test]
+fn hardware_sources_without_counters_say_why() {
+    // This machine (a VM) has no PMU: one line naming the event and why.
+    let out = run(
+        &tool("funccount"),
+        &["-d", "1", "hardware:cache-misses"],
+        std::time::Duration::from_secs(30),
+    );
+    assert_eq!(out.code(), 1);
+    assert_eq!(
+        out.stderr,
+        "funccount: error: hardware:cache-misses:1000000: this machine has no hardware \
+         performance counters (no cpu PMU under /sys/bus/event_source/devices: most virtual \
+         machines expose none); software: and profile: sources work\n"
+    );
+    let out = run(
+        &tool("funccount"),
+        &["-d", "1", "software:nope"],
+        std::time::Duration::from_secs(30),
+    );
+    assert_eq!(out.code(), 1);
+    assert!(
+        out.stderr
+            .starts_with("funccount: error: bad probe \"software:nope\": unknown software event 'nope': use cpu-clock, task-clock, page-faults"),
+        "{}",
+        out.stderr
+    );
+}
