@@ -33,7 +33,7 @@ fn cgroup_that_is_not_a_cgroup_v2_directory() {
 fn bad_patterns() {
     fails_with(
         &["x:y:z"],
-        "bad probe \"x:y:z\": probe type must be 'p', 't' or 'u', not 'x'",
+        "bad probe \"x:y:z\": probe type must be 'p', 't', 'u', 'profile', 'software' or 'hardware', not 'x'",
     );
     fails_with(
         &["a:b:c:d"],
@@ -217,7 +217,7 @@ fn bad_numbers_are_usage_errors() {
 fn control_bytes_are_escaped_in_messages() {
     fails_with(
         &["x\x1b[31m:a\nb:c"],
-        "bad probe \"x\\x1b[31m:a\\x0ab:c\": probe type must be 'p', 't' or 'u', not 'x\\x1b[31m'",
+        "bad probe \"x\\x1b[31m:a\\x0ab:c\": probe type must be 'p', 't', 'u', 'profile', 'software' or 'hardware', not 'x\\x1b[31m'",
     );
 }
 

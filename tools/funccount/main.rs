@@ -35,7 +35,9 @@ Examples:
   funccount -p 185 c:malloc          # malloc() calls in libc by process 185
   funccount 'go:os.*'                # os.* calls in the go binary on PATH
   funccount u:pthread:*mutex* -p 442 # USDT probes in libpthread
-  funccount -i 1 --json 'vfs_*'      # one JSON object per second";
+  funccount -i 1 --json 'vfs_*'      # one JSON object per second
+  funccount software:page-faults:1   # every page fault (period 1)
+  funccount software:cs:1 c:malloc   # context switches and malloc() calls";
 
 /// Count function calls, tracepoints and USDT probes matching patterns.
 ///
@@ -58,7 +60,8 @@ struct Args {
     #[arg(short = 'D', long)]
     debug: bool,
 
-    /// What to count: FUNC, p::FUNC, LIB:FUNC, /PATH:FUNC, t:CAT:EVENT, u:LIB:PROBE
+    /// What to count: FUNC, p::FUNC, LIB:FUNC, /PATH:FUNC, t:CAT:EVENT, u:LIB:PROBE,
+    /// profile:hz:N, software:EVENT[:PERIOD], hardware:EVENT[:PERIOD]
     #[arg(required = true, value_name = "PATTERN")]
     patterns: Vec<String>,
 }

@@ -49,7 +49,8 @@ Examples:
   stackcount -K t:sched:sched_switch  # kernel stacks at a tracepoint
   stackcount -P c:malloc         # malloc() stacks per process
   stackcount -f -D 10 vfs_read > out.folded   # folded, for flame graphs
-  stackcount -D 10 --svg read.svg vfs_read    # write a flame graph directly";
+  stackcount -D 10 --svg read.svg vfs_read    # write a flame graph directly
+  stackcount -f -D 10 profile:hz:99 > cpu.folded  # an on-CPU profile of every CPU";
 
 /// Count events by kernel and user stack (kernel functions, user functions,
 /// tracepoints, USDT probes); stacks are aggregated in the kernel.
@@ -129,7 +130,8 @@ struct Args {
           value_parser = clap::value_parser!(u32).range(1..=MAX_STACK_STORAGE as i64))]
     stack_storage_size: u32,
 
-    /// What to count: FUNC, p::FUNC, LIB:FUNC, /PATH:FUNC, t:CAT:EVENT, u:LIB:PROBE
+    /// What to count: FUNC, p::FUNC, LIB:FUNC, /PATH:FUNC, t:CAT:EVENT, u:LIB:PROBE,
+    /// profile:hz:N, software:EVENT[:PERIOD], hardware:EVENT[:PERIOD]
     #[arg(value_name = "PATTERN", required = true)]
     patterns: Vec<String>,
 }
