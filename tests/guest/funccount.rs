@@ -232,3 +232,48 @@ fn kernel_function_errors() {
         &format!("\"{denied}\" is not traced: it is on the kprobe blacklist or the deny list of functions that hang or recurse when traced"),
     );
 }
+
+#[test]
+#[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
+fn sampling_and_counter_sources_in_the_guest_kernels() {
+    // A python3 that sleeps 100 times: 100 voluntary context switches (and a
+    // few of its own); then 2 s of its CPU time sampled at 99 Hz: 198 +-10%.
+    let script = "import sys,time\nsys.stdout.write('ready\\n'); sys.stdout.flush(); sys.stdin.readline()\nfor i in range(100): time.sleep(0.001)\n";
+    let out = trace_cprog(
+        &tool("funccount"),
+        std::path::Path::new("/usr/bin/python3"),
+        &["-c", script],
+        &["software:cs:1"],
+        |l| l.starts_with("Tracing"),
+    );
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let t = last_table(&out.stdout);
+    let cs = t
+        .iter()
+        .find(|(n, _)| n == "software:context-switches:1")
+        .map_or(0, |r| r.1);
+    assert!((100..=110).contains(&cs), "{}", out.stdout);
+    let burn = "import sys,time\nsys.stdout.write('ready\\n'); sys.stdout.flush(); sys.stdin.readline()\nt = time.process_time()\nwhile time.process_time() - t < 2: pass\n";
+    let out = trace_cprog(
+        &tool("stackcount"),
+        std::path::Path::new("/usr/bin/python3"),
+        &["-c", burn],
+        &["-U", "profile:hz:99"],
+        |l| l.starts_with("Tracing"),
+    );
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let stacks = parse_stacks(&out.stdout);
+    let all: u64 = stacks.iter().map(|s| s.1).sum();
+    assert!((178..=218).contains(&all), "{all} samples:\n{}", out.stdout);
+    let whole: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f.iter().any(|f| f == "Py_BytesMain"))
+        .map(|s| s.1)
+        .sum();
+    assert!(
+        whole * 100 >= all * 95,
+        "{whole} of {all} whole:\n{}",
+        out.stdout
+    );
+    assert_nothing_left("stackcount");
+}
