@@ -97,10 +97,18 @@ fn workload() {
 }
 
 pub fn run(root: &Path, args: &[String]) -> Result<()> {
-    crate::build::build_release(&["--bin", "stackcount", "--example", "stacks"])?;
+    crate::build::build_release(&[
+        "--bin",
+        "stackcount",
+        "--bin",
+        "funccount",
+        "--example",
+        "stacks",
+    ])?;
     let stackcount = root.join("target/release/stackcount");
+    let funccount = root.join("target/release/funccount");
     if args.iter().any(|a| a == "--only-unwind") {
-        return super::unwind::run(root, &stackcount);
+        return super::unwind::run(root, &stackcount, &funccount);
     }
     let prog = root.join("target/release/examples/stacks");
     let mut rows = Vec::new();
@@ -195,5 +203,5 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
             s.1, b.1
         );
     }
-    super::unwind::run(root, &stackcount)
+    super::unwind::run(root, &stackcount, &funccount)
 }

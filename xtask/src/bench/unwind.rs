@@ -24,7 +24,15 @@
 //! count-map entry + one stack-map value), / N); the frames of the stack each
 //! gives (stackcount and bpftrace: their most counted stack; perf: `perf script`
 //! of its first sample). `perf report --stdio` on the file is timed on its own
-//! (wall and CPU): the unwinding perf defers to it.
+//! (wall and CPU): the unwinding perf defers to it. Two more measures isolate
+//! the stack walk from the uprobe itself (tk_leaf starts with a %rip-relative
+//! load, single-stepped out of line at every hit: microseconds in a VM):
+//! `funccount -p PID BIN:tk_leaf` (the same uprobe, no stack) gives the probe's
+//! own cost, subtracted in "over the uprobe alone"; and the kernel's run time of
+//! each tool's per-event BPF programs (kernel.bpf_stats_enabled, read through
+//! their fds duplicated with pidfd_getfd, as stackcount -p exits with the
+//! traced process). Each traced case runs [`ROUNDS`] times, interleaved; the
+//! median run by wall time is shown.
 //!
 //! Then the start-up cost of the tables: `stackcount -U --user-stacks dwarf|fp -p
 //! PID t:syscalls:sys_enter_getppid` on a running `python3 -c 'import time;
@@ -46,7 +54,7 @@ use tabled::builder::Builder;
 use tabled::settings::Style;
 
 use super::harness::{
-    bpftrace_version, cpu_ns, lines_of, median, wait_for, wait_long, Peer, STOP_LIMIT,
+    bpftrace_version, cpu_ns, lines_of, median, wait_for, wait_long, BpfStats, Peer, STOP_LIMIT,
 };
 
 /// Chains per run: a few seconds under perf.
@@ -54,6 +62,8 @@ const CHAINS: u64 = 200_000;
 /// How long `perf report` may take.
 const REPORT_LIMIT: Duration = Duration::from_secs(300);
 const STARTUP_REPS: usize = 3;
+/// Interleaved rounds of the traced runs (each tool's median is shown).
+const ROUNDS: usize = 3;
 /// stackcount's user stack map: 8-byte hash key, 1,024-byte value (depth,
 /// first, 127 addresses); its count map: 48-byte key, 8-byte count.
 const STACKCOUNT_BYTES_PER_STACK: u64 = 8 + 1024 + 48 + 8;
@@ -63,6 +73,8 @@ const BPFTRACE_BYTES_PER_STACK: u64 = 127 * 8 + 16 + 8;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Kind {
+    /// funccount on the same uprobe: the probe's own cost, no stack.
+    Uprobe,
     Fp,
     Dwarf,
     Perf,
@@ -72,6 +84,7 @@ enum Kind {
 impl Kind {
     fn label(self) -> &'static str {
         match self {
+            Kind::Uprobe => "funccount (the uprobe alone, no stack)",
             Kind::Fp => "stackcount --user-stacks fp",
             Kind::Dwarf => "stackcount --user-stacks dwarf",
             Kind::Perf => "perf record --call-graph dwarf",
@@ -86,6 +99,9 @@ struct Run {
     wall: f64,
     /// Tracer CPU from ready to exit, ns.
     cpu_ns: u64,
+    /// Kernel-measured run time of the tool's BPF programs that ran for the
+    /// events (none for perf), ns in all.
+    bpf_ns: Option<u64>,
     bytes: u64,
     depth: usize,
     /// Events the tool says it counted or wrote.
@@ -137,6 +153,78 @@ impl Drop for Chain {
             let _ = self.child.wait();
         }
     }
+}
+
+/// The BPF programs of a tool, duplicated into this process (pidfd_getfd) so
+/// their run-time statistics can be read after the tool has exited (stackcount
+/// and funccount -p exit with the traced process).
+struct Progs(Vec<i32>);
+
+impl Progs {
+    fn grab(pid: u32) -> Progs {
+        let mut fds = Vec::new();
+        // SAFETY: plain syscalls; the fds returned are ours to close (Drop).
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+        if pidfd < 0 {
+            return Progs(fds);
+        }
+        if let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) {
+            for e in dir.flatten() {
+                let prog = fs::read_link(e.path())
+                    .is_ok_and(|t| t.to_string_lossy() == "anon_inode:bpf-prog");
+                let Ok(n) = e.file_name().to_string_lossy().parse::<libc::c_int>() else {
+                    continue;
+                };
+                if prog {
+                    let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd, n, 0) };
+                    if fd >= 0 {
+                        fds.push(fd as i32);
+                    }
+                }
+            }
+        }
+        unsafe { libc::close(pidfd as i32) };
+        Progs(fds)
+    }
+
+    /// (run_time_ns, run_cnt) of each program.
+    fn stats(&self) -> Vec<(u64, u64)> {
+        self.0
+            .iter()
+            .map(|fd| {
+                let info =
+                    fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
+                let get = |k: &str| {
+                    info.lines()
+                        .find_map(|l| l.strip_prefix(k))
+                        .and_then(|v| v.trim().parse::<u64>().ok())
+                        .unwrap_or(0)
+                };
+                (get("run_time_ns:"), get("run_cnt:"))
+            })
+            .collect()
+    }
+}
+
+impl Drop for Progs {
+    fn drop(&mut self) {
+        for &fd in &self.0 {
+            // SAFETY: fds this process got from pidfd_getfd.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+/// Run time of the programs that ran at least once per event between `a`
+/// and `b` (the tool's per-event programs, not its bookkeeping ones).
+fn bpf_delta(a: &[(u64, u64)], b: &[(u64, u64)]) -> Option<u64> {
+    let per_event: Vec<u64> = a
+        .iter()
+        .zip(b)
+        .filter(|(x, y)| y.1 - x.1 >= CHAINS)
+        .map(|(x, y)| y.0 - x.0)
+        .collect();
+    (!per_event.is_empty()).then(|| per_event.iter().sum())
 }
 
 /// User plus system time of the children reaped so far, ns.
@@ -254,7 +342,10 @@ fn traced(
         None => wait_perf_open(peer.id())?,
     }
     let cpu0 = cpu_ns(peer.id());
+    let progs = Progs::grab(peer.id());
+    let bpf0 = progs.stats();
     let wall = chain.run()?;
+    let bpf_ns = bpf_delta(&bpf0, &progs.stats());
     let reaped0 = children_cpu_ns();
     peer.stop(STOP_LIMIT)?;
     let total = children_cpu_ns() - reaped0;
@@ -266,6 +357,7 @@ fn traced(
         Run {
             wall,
             cpu_ns: total.saturating_sub(cpu0),
+            bpf_ns,
             ..Run::default()
         },
         after,
@@ -310,6 +402,20 @@ fn stackcount_run(stackcount: &Path, bin: &Path, walk: &str) -> Result<Run> {
     if let Some(l) = out.iter().find(|l| l.contains("lost") || l.contains("cut")) {
         run.note.push_str(&format!("; {l}"));
     }
+    Ok(run)
+}
+
+fn funccount_run(funccount: &Path, bin: &Path) -> Result<Run> {
+    let chain = Chain::start(bin)?;
+    let mut c = Command::new(funccount);
+    c.args(["-p", &chain.pid().to_string()])
+        .arg(format!("{}:tk_leaf", bin.display()));
+    let (mut run, out) = traced(Kind::Uprobe, c, Some("Tracing "), chain)?;
+    run.events = out
+        .iter()
+        .filter_map(|l| l.trim().strip_prefix("tk_leaf")?.trim().parse::<u64>().ok())
+        .sum();
+    run.note = format!("counted {}", run.events);
     Ok(run)
 }
 
@@ -501,54 +607,100 @@ fn fmt_err(e: &anyhow::Error) -> String {
     format!("failed: {}", format!("{e:#}").replace('\n', " "))
 }
 
-pub fn run(root: &Path, stackcount: &Path) -> Result<()> {
+pub fn run(root: &Path, stackcount: &Path, funccount: &Path) -> Result<()> {
     let dir = root.join("target/bench/unwind");
     fs::create_dir_all(&dir)?;
     let bin = build_nofp(root, &dir)?;
     let n = CHAINS as f64;
+    let _stats = BpfStats::enable()?;
 
-    // Untraced: the median of three.
-    let mut walls = Vec::new();
-    for _ in 0..3 {
-        walls.push(Chain::start(&bin)?.run()?);
-    }
-    let t0 = median(walls);
-
-    let mut rows: Vec<(Kind, Result<Run>)> = Vec::new();
-    rows.push((Kind::Fp, stackcount_run(stackcount, &bin, "fp")));
-    rows.push((Kind::Dwarf, stackcount_run(stackcount, &bin, "dwarf")));
-    let mut report = None;
-    rows.push((
+    // Interleaved rounds; a tool that fails is not run again.
+    let kinds = [
+        Kind::Uprobe,
+        Kind::Fp,
+        Kind::Dwarf,
         Kind::Perf,
-        perf_run(&bin, &dir).map(|(r, rep)| {
-            report = Some(rep);
-            r
-        }),
-    ));
-    rows.push((Kind::Bpftrace, bpftrace_run(&bin)));
-
+        Kind::Bpftrace,
+    ];
+    let mut untraced = Vec::new();
+    let mut runs: Vec<Vec<Run>> = kinds.iter().map(|_| Vec::new()).collect();
+    let mut errors: Vec<Option<anyhow::Error>> = kinds.iter().map(|_| None).collect();
+    let mut reports = Vec::new();
+    let mut report_err = None;
+    for _ in 0..ROUNDS {
+        untraced.push(Chain::start(&bin)?.run()?);
+        for (i, &k) in kinds.iter().enumerate() {
+            if errors[i].is_some() {
+                continue;
+            }
+            let r = match k {
+                Kind::Uprobe => funccount_run(funccount, &bin),
+                Kind::Fp => stackcount_run(stackcount, &bin, "fp"),
+                Kind::Dwarf => stackcount_run(stackcount, &bin, "dwarf"),
+                Kind::Perf => perf_run(&bin, &dir).map(|(r, rep)| {
+                    match rep {
+                        Ok(x) => reports.push(x),
+                        Err(e) => report_err = Some(e),
+                    }
+                    r
+                }),
+                Kind::Bpftrace => bpftrace_run(&bin),
+            };
+            match r {
+                Ok(r) => runs[i].push(r),
+                Err(e) => errors[i] = Some(e),
+            }
+        }
+    }
+    let t0 = median(untraced);
+    // Each tool's median run by wall time.
+    let rows: Vec<(Kind, Result<Run, String>)> = kinds
+        .iter()
+        .zip(runs.iter_mut().zip(&errors))
+        .map(|(&k, (r, e))| {
+            if let Some(e) = e {
+                return (k, Err(fmt_err(e)));
+            }
+            r.sort_by(|a, b| a.wall.total_cmp(&b.wall));
+            let mid = r.len() / 2;
+            (k, Ok(r.swap_remove(mid)))
+        })
+        .collect();
+    let get = |k: Kind| {
+        rows.iter()
+            .find(|r| r.0 == k)
+            .and_then(|r| r.1.as_ref().ok())
+    };
     let extra = |r: &Run| (r.wall - t0) * 1e9 / n;
+    let probe = get(Kind::Uprobe).map(extra);
+    let over_probe = |r: &Run| probe.map(|p| extra(r) - p);
     let cpu = |r: &Run| r.cpu_ns as f64 / n;
+
     let mut t = Builder::default();
     t.push_record([
         "tracer (uprobe on tk_leaf, N = 200,000)",
         "workload wall (s)",
         "extra ns / event",
+        "over the uprobe alone",
+        "BPF ns / event",
         "tracer CPU (s)",
         "tracer CPU ns / event",
         "bytes to user space / event",
         "frames",
         "notes",
     ]);
+    let dash = || "-".to_string();
     t.push_record([
         "untraced".to_string(),
         format!("{t0:.3}"),
-        "-".into(),
-        "-".into(),
-        "-".into(),
-        "-".into(),
-        "-".into(),
-        "median of 3".into(),
+        dash(),
+        dash(),
+        dash(),
+        dash(),
+        dash(),
+        dash(),
+        dash(),
+        format!("median of {ROUNDS}"),
     ]);
     for (k, r) in &rows {
         match r {
@@ -556,96 +708,153 @@ pub fn run(root: &Path, stackcount: &Path) -> Result<()> {
                 k.label().to_string(),
                 format!("{:.3}", r.wall),
                 format!("{:.0}", extra(r)),
+                over_probe(r).map_or_else(dash, |v| format!("{v:.0}")),
+                r.bpf_ns
+                    .map_or_else(dash, |b| format!("{:.0}", b as f64 / n)),
                 format!("{:.3}", r.cpu_ns as f64 / 1e9),
                 format!("{:.0}", cpu(r)),
-                format!("{:.3}", r.bytes as f64 / n),
-                r.depth.to_string(),
+                if *k == Kind::Uprobe {
+                    dash()
+                } else {
+                    format!("{:.3}", r.bytes as f64 / n)
+                },
+                if *k == Kind::Uprobe {
+                    dash()
+                } else {
+                    r.depth.to_string()
+                },
                 r.note.clone(),
             ]),
             Err(e) => {
                 let mut rec = vec![k.label().to_string()];
-                rec.extend(vec!["-".to_string(); 6]);
-                rec.push(fmt_err(e));
+                rec.extend(vec![dash(); 8]);
+                rec.push(e.clone());
                 t.push_record(rec);
             }
         }
     }
+    let report = match (report_err, reports.is_empty()) {
+        (Some(e), _) => Some(Err(fmt_err(&e))),
+        (None, false) => {
+            reports.sort_by(|a, b| a.0.total_cmp(&b.0));
+            Some(Ok(reports[reports.len() / 2]))
+        }
+        (None, true) => None,
+    };
     if let Some(rep) = &report {
-        t.push_record(match rep {
-            Ok((wall, c)) => [
-                "  + perf report --stdio (on that file)".to_string(),
-                "-".into(),
-                "-".into(),
+        let mut rec = vec!["  + perf report --stdio (on that file)".to_string()];
+        match rep {
+            Ok((wall, c)) => rec.extend([
+                dash(),
+                dash(),
+                dash(),
+                dash(),
                 format!("{:.3} (wall {wall:.2} s)", *c as f64 / 1e9),
                 format!("{:.0}", *c as f64 / n),
-                "-".into(),
-                "-".into(),
+                dash(),
+                dash(),
                 "the unwinding perf record defers".into(),
-            ],
-            Err(e) => [
-                "  + perf report --stdio".to_string(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                "-".into(),
-                fmt_err(e),
-            ],
-        });
+            ]),
+            Err(e) => {
+                rec.extend(vec![dash(); 8]);
+                rec.push(e.clone());
+            }
+        }
+        t.push_record(rec);
     }
     println!(
         "\nUser stacks without frame pointers: nofp `chain {CHAINS}` (gcc -O2 \
-         -fomit-frame-pointer), one uprobe event per chain ({}; release build, this host):",
+         -fomit-frame-pointer), one uprobe event per chain, median of {ROUNDS} \
+         interleaved rounds ({}; release build, this host):",
         bpftrace_version().unwrap_or_default()
     );
     println!("{}", t.build().with(Style::markdown()));
     println!(
-        "extra ns / event = (wall - untraced wall) / N. Tracer CPU = its user + system \
-         time from its ready line to its exit (rusage at reaping minus /proc/PID/stat \
-         at ready). Bytes to user space: perf = perf.data size / samples written x \
-         (samples / N, so lost samples are not counted as moved); stackcount = distinct \
-         stacks x {STACKCOUNT_BYTES_PER_STACK} B (stack-map value 1,024 B + key, \
-         count-map entry 56 B) read once at the end / N; bpftrace = distinct stacks x \
+        "extra ns / event = (wall - untraced wall) / N; over the uprobe alone = that minus \
+         funccount's (the trap and single-step of the uprobe itself, which no tool \
+         avoids). BPF ns / event = the kernel's run_time_ns (kernel.bpf_stats_enabled) of \
+         the tool's programs that ran once per event / N (perf runs none). Tracer CPU = its \
+         user + system time from its ready line to its exit (rusage at reaping minus \
+         /proc/PID/stat at ready). Bytes to user space: perf = perf.data size / samples \
+         written (lost samples not counted as moved); stackcount = distinct stacks x \
+         {STACKCOUNT_BYTES_PER_STACK} B (stack-map value 1,024 B + key, count-map entry \
+         56 B) read once at the end / N; bpftrace = distinct stacks x \
          {BPFTRACE_BYTES_PER_STACK} B (127-address stack-map value + @ entry, roughly) / N. \
-         Frames: the most counted stack's (perf: its first sample in perf script, \
-         inlined frames included)."
+         Frames: the most counted stack's (perf: its first sample in perf script, inlined \
+         frames included). tk_leaf's first instruction is a %rip-relative load, which \
+         the kernel cannot emulate: each hit is also single-stepped out of line, a \
+         trap that can cost microseconds in a VM and then dominates every wall time \
+         (see the uprobe-alone row); BPF ns / event is the tools' own in-kernel cost \
+         without it."
     );
 
     // Ratios.
-    let get = |k: Kind| {
-        rows.iter()
-            .find(|r| r.0 == k)
-            .and_then(|r| r.1.as_ref().ok())
-    };
     let mut ratios = Builder::default();
     ratios.push_record(["ratio", "value", "goal"]);
     let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
-        (Some(a), Some(b)) if b > 0.0 => format!("{:.1}x", a / b),
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}x", a / b),
         _ => "-".to_string(),
     };
     let (fp, dw, pf) = (get(Kind::Fp), get(Kind::Dwarf), get(Kind::Perf));
-    ratios.push_record([
-        "extra ns / event: dwarf / fp".to_string(),
-        ratio(dw.map(extra), fp.map(extra)),
-        "<= 3x".into(),
-    ]);
-    ratios.push_record([
-        "extra ns / event: perf / dwarf".to_string(),
-        ratio(pf.map(extra), dw.map(extra)),
-        ">= 3x".into(),
-    ]);
-    ratios.push_record([
-        "extra + tracer CPU ns / event: perf / dwarf".to_string(),
-        ratio(pf.map(|r| extra(r) + cpu(r)), dw.map(|r| extra(r) + cpu(r))),
-        "-".into(),
-    ]);
-    ratios.push_record([
-        "bytes to user space / event: perf / dwarf".to_string(),
-        ratio(pf.map(|r| r.bytes as f64), dw.map(|r| r.bytes as f64)),
-        ">= 10x".into(),
-    ]);
+    let report_ns = match &report {
+        Some(Ok((_, c))) => Some(*c as f64 / n),
+        _ => None,
+    };
+    let bpf = |r: &Run| r.bpf_ns.map(|b| b as f64 / n);
+    for (what, a, b, goal) in [
+        (
+            "extra ns / event: dwarf / fp",
+            dw.map(extra),
+            fp.map(extra),
+            "<= 3x",
+        ),
+        (
+            "extra ns / event over the uprobe alone: dwarf / fp",
+            dw.and_then(over_probe),
+            fp.and_then(over_probe),
+            "<= 3x",
+        ),
+        (
+            "BPF ns / event: dwarf / fp",
+            dw.and_then(bpf),
+            fp.and_then(bpf),
+            "<= 3x",
+        ),
+        (
+            "extra ns / event: perf / dwarf",
+            pf.map(extra),
+            dw.map(extra),
+            ">= 3x",
+        ),
+        (
+            "extra ns / event over the uprobe alone: perf / dwarf",
+            pf.and_then(over_probe),
+            dw.and_then(over_probe),
+            ">= 3x",
+        ),
+        (
+            "over the uprobe alone + tracer CPU, ns / event: perf / dwarf",
+            pf.and_then(|r| Some(over_probe(r)? + cpu(r))),
+            dw.and_then(|r| Some(over_probe(r)? + cpu(r))),
+            ">= 3x",
+        ),
+        (
+            "the same with perf report's CPU: perf / dwarf",
+            pf.and_then(|r| Some(over_probe(r)? + cpu(r) + report_ns?)),
+            dw.and_then(|r| Some(over_probe(r)? + cpu(r))),
+            ">= 3x",
+        ),
+        (
+            "bytes to user space / event: perf / dwarf",
+            pf.map(|r| r.bytes as f64),
+            dw.map(|r| r.bytes as f64),
+            ">= 10x",
+        ),
+    ] {
+        ratios.push_record([what.to_string(), ratio(a, b), goal.to_string()]);
+    }
     println!("{}", ratios.build().with(Style::markdown()));
+    drop(_stats);
 
     // Start-up of the tables on python3.
     let mut s = Builder::default();
