@@ -905,3 +905,29 @@ pub fn run(root: &Path, stackcount: &Path, funccount: &Path) -> Result<()> {
     println!("{}", s.build().with(Style::markdown()));
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(s: &str) -> Vec<String> {
+        s.lines().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn stackcount_and_bpftrace_stacks_are_read_with_their_depth() {
+        let sc =
+            lines("Detaching...\n  tk_leaf\n  tk_c6\n  main\n    200000\n\n  tk_leaf\n    3\n");
+        assert_eq!(summarize(&stackcount_stacks(&sc)), (3, 200003, 2));
+        let bt = lines("\n\n@[\n    tk_leaf+0\n    tk_c6+28\n]: 200000\n");
+        assert_eq!(summarize(&bpftrace_stacks(&bt)), (2, 200000, 1));
+    }
+
+    #[test]
+    fn only_programs_that_ran_per_event_count() {
+        let a = [(100, 0), (5, 1)];
+        let b = [(100 + 9_000, CHAINS), (50, 7)];
+        assert_eq!(bpf_delta(&a, &b), Some(9_000));
+        assert_eq!(bpf_delta(&a[1..], &b[1..]), None);
+    }
+}
