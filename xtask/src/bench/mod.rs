@@ -13,6 +13,7 @@ mod serve;
 mod stacks;
 mod startup;
 mod trace;
+mod unwind;
 
 use std::path::Path;
 
@@ -31,7 +32,7 @@ pub fn run(task: &str, args: &[String], root: &Path) -> Option<Result<()>> {
         "bench-startup" => bench_deps()
             .and_then(|()| build_release(&["--bin", "funccount"]))
             .and_then(|()| startup::host(root)),
-        "bench-stacks" => bench_deps().and_then(|()| stacks::run(root)),
+        "bench-stacks" => bench_deps().and_then(|()| stacks::run(root, args)),
         "bench-io" => bench_deps().and_then(|()| io::run(root)),
         "bench-load" => bench_deps().and_then(|()| load::run(root)),
         "bench-serve" => deps::ensure(deps::BUILD).and_then(|()| serve::run(root)),

@@ -7,6 +7,12 @@
 //!   its target through 10,000 distinct call paths;
 //! - kernel stacks: a set of busy tracepoints during a file-system, network and
 //!   scheduler workload (as many distinct stacks as that produces).
+//!
+//! Then (module [`super::unwind`]) the cost of whole user stacks of code built
+//! without frame pointers: stackcount's frame-pointer walk and its walk by the
+//! unwind tables against `perf record --call-graph dwarf` and bpftrace, per
+//! event, on one chain of calls; and the tables' start-up cost on python3.
+//! `--only-unwind` runs that part alone.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -90,9 +96,20 @@ fn workload() {
         .status();
 }
 
-pub fn run(root: &Path) -> Result<()> {
-    crate::build::build_release(&["--bin", "stackcount", "--example", "stacks"])?;
+pub fn run(root: &Path, args: &[String]) -> Result<()> {
+    crate::build::build_release(&[
+        "--bin",
+        "stackcount",
+        "--bin",
+        "funccount",
+        "--example",
+        "stacks",
+    ])?;
     let stackcount = root.join("target/release/stackcount");
+    let funccount = root.join("target/release/funccount");
+    if args.iter().any(|a| a == "--only-unwind") {
+        return super::unwind::run(root, &stackcount, &funccount);
+    }
     let prog = root.join("target/release/examples/stacks");
     let mut rows = Vec::new();
 
@@ -186,5 +203,5 @@ pub fn run(root: &Path) -> Result<()> {
             s.1, b.1
         );
     }
-    Ok(())
+    super::unwind::run(root, &stackcount, &funccount)
 }
