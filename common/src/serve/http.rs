@@ -504,13 +504,51 @@ fn refuse(stream: &mut TcpStream, why: &str) {
         )
         .as_bytes(),
     );
-    // What the client has sent is read before the close: closing with unread
-    // data sends a reset, and the client saw ECONNRESET, not the 503. Only
-    // what has arrived, without waiting.
+    // What the client sends is read before the close: closing with unread
+    // data sends a reset, and the client saw ECONNRESET, not the 503 (also
+    // when its request came just after the refusal). The accept thread does
+    // not wait for it: a thread of its own drains refused connections for
+    // up to REFUSED_LINGER each, at most LINGERING at once (more are closed at once).
     let _ = stream.shutdown(std::net::Shutdown::Write);
-    if stream.set_nonblocking(true).is_ok() {
-        let mut sink = [0u8; 4096];
-        while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
+    if let Ok(s) = stream.try_clone() {
+        drain_refused(s);
+    }
+}
+
+/// How long a refused connection is drained before it is closed.
+const REFUSED_LINGER: Duration = Duration::from_millis(200);
+/// Refused connections drained at once.
+const LINGERING: usize = 64;
+
+/// Hands a refused connection to the thread that drains and closes them.
+fn drain_refused(stream: TcpStream) {
+    static TX: std::sync::OnceLock<Option<SyncSender<(TcpStream, Instant)>>> =
+        std::sync::OnceLock::new();
+    let tx = TX.get_or_init(|| {
+        let (tx, rx) = mpsc::sync_channel::<(TcpStream, Instant)>(LINGERING);
+        thread::Builder::new()
+            .name("linger".into())
+            .spawn(move || {
+                let mut sink = [0u8; 4096];
+                for (mut s, at) in rx {
+                    let end = at + REFUSED_LINGER;
+                    loop {
+                        let left = end.saturating_duration_since(Instant::now());
+                        if left.is_zero() || s.set_read_timeout(Some(left)).is_err() {
+                            break;
+                        }
+                        match s.read(&mut sink) {
+                            Ok(n) if n > 0 => {}
+                            _ => break,
+                        }
+                    }
+                }
+            })
+            .ok()
+            .map(|_| tx)
+    });
+    if let Some(tx) = tx {
+        let _ = tx.try_send((stream, Instant::now()));
     }
 }
 
