@@ -572,6 +572,21 @@ int trace_raw_tp(void *ctx)
 	return 0;
 }
 
+/* Sampling and counter sources (profile:, software:, hardware:): one record
+ * per sample, of the probe the cookie names; no arguments. */
+SEC("perf_event")
+int trace_perf_event(void *ctx)
+{
+	struct scratch *sc;
+
+	if (skip_task())
+		return 0;
+	sc = scratch_of_cpu();
+	if (sc)
+		hit(ctx, sc, bpf_get_attach_cookie(ctx), false);
+	return 0;
+}
+
 SEC("usdt")
 int trace_usdt(struct pt_regs *ctx)
 {

@@ -39,6 +39,7 @@ pub use output::hist;
 pub use output::{emit, status, summary_record, timestamp, unix_time};
 pub use probe::mode::{AttachMode, Hooks, UserStacks};
 pub use probe::pattern::Matcher;
+pub use probe::perf;
 pub use probe::spec::{self, ProbeSpec};
 pub use stop::StopReason;
 

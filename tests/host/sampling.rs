@@ -142,3 +142,39 @@ fn hardware_sources_without_counters_say_why() {
         out.stderr
     );
 }
+
+#[test]
+fn trace_prints_one_line_per_sample_with_its_stack() {
+    // 50 sleeps of 1 ms: 50 context switches (and a few of the exit's), each
+    // a line with the whole user stack where the process switched.
+    let dir = Scratch::new();
+    let bin = build_sampled(&dir);
+    let out = trace_cprog(
+        &tool("trace"),
+        &bin,
+        &["sleeps", "50"],
+        &["-U", "software:cs:1"],
+        |l| l.starts_with("PID"),
+    );
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let events = out
+        .stdout
+        .lines()
+        .filter(|l| l.ends_with("software:context-switches:1 "))
+        .count();
+    assert!((50..=55).contains(&events), "{}", out.stdout);
+    let sleeping = out.stdout.matches("        tk_sleeps+").count();
+    assert_eq!(sleeping, 50, "{}", out.stdout);
+    // A sampling source has no arguments.
+    let out = run(
+        &tool("trace"),
+        &["profile:hz:99 \"%d\", arg1"],
+        std::time::Duration::from_secs(30),
+    );
+    assert_eq!(out.code(), 1);
+    assert_eq!(
+        out.stderr,
+        "trace: error: bad probe \"profile:hz:99 \"%d\", arg1\": profile:hz:99: a sampling \
+         source has no arguments, so no arg1\n"
+    );
+}

@@ -21,6 +21,9 @@ pub enum Kind {
     Tracepoint,
     /// `u:` a USDT probe.
     Usdt,
+    /// `profile:`, `software:`, `hardware:` a sampling or counter source: one
+    /// line per sample, with no arguments.
+    Perf,
 }
 
 #[derive(Debug, Clone)]
@@ -225,6 +228,22 @@ fn split_args(s: &str) -> Result<Vec<&str>, String> {
 
 fn parse_spec(spec: &str, text: &str) -> Result<Probe, String> {
     let parts: Vec<&str> = spec.split(':').collect();
+    if parts.first().is_some_and(|p| common::perf::is_perf(p)) {
+        // Checked here, for the error's words; expanded from the text.
+        common::perf::parse(&parts).map_err(|e| e.to_string())?;
+        return Ok(Probe {
+            text: text.to_string(),
+            kind: Kind::Perf,
+            library: String::new(),
+            name: spec.to_string(),
+            provider: None,
+            offset: 0,
+            signature: None,
+            predicate: None,
+            format: None,
+            args: Vec::new(),
+        });
+    }
     let (kind, library, mut name, provider) = match parts.as_slice() {
         [f] => (Kind::Entry, String::new(), f.to_string(), None),
         [ty @ ("p" | "r" | "t" | "u"), _] => {
@@ -268,7 +287,7 @@ fn parse_spec(spec: &str, text: &str) -> Result<Probe, String> {
             },
             other => {
                 return Err(format!(
-                    "probe type must be '', 'p', 'r', 't' or 'u', not '{other}'"
+                    "probe type must be '', 'p', 'r', 't', 'u', 'profile', 'software' or 'hardware', not '{other}'"
                 ))
             }
         },
@@ -375,7 +394,7 @@ mod tests {
         let e = |s: &str| parse(s).unwrap_err();
         assert_eq!(
             e("x:a:b"),
-            "probe type must be '', 'p', 'r', 't' or 'u', not 'x'"
+            "probe type must be '', 'p', 'r', 't', 'u', 'profile', 'software' or 'hardware', not 'x'"
         );
         assert!(e("do_sys_open (arg1 > 2").contains("unmatched end of predicate"));
         assert!(e("do_sys_open \"%d %d\", arg1").contains("2 conversions but 1 argument"));

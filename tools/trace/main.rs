@@ -195,7 +195,8 @@ struct Args {
     include: Vec<String>,
 
     /// The probes: [{p,r}]:[lib]:func[+off][(sig)] [(pred)] ["fmt", args...],
-    /// t:cat:event ..., u:lib:probe ...
+    /// t:cat:event ..., u:lib:probe ..., profile:hz:N, software:EVENT[:PERIOD],
+    /// hardware:EVENT[:PERIOD] ...
     #[arg(required = true, value_name = "PROBE")]
     probes: Vec<String>,
 }
@@ -435,6 +436,7 @@ fn common_spec(p: &grammar::Probe) -> Result<ProbeSpec> {
             },
             p.name.clone(),
         ),
+        Kind::Perf => return ProbeSpec::parse(&p.name, false),
     };
     // Messages about what the spec matched quote the spec alone (to the first
     // blank or '(', as the grammar reads it), not its filter, format and

@@ -187,7 +187,7 @@ fn return_predicate_on_retval() {
 /// Specs that must fail, each with the one line that names what is wrong.
 const BAD: &[(&str, &str)] = &[
     ("p::", "the function name is empty"),
-    ("x:foo:bar", "probe type must be '', 'p', 'r', 't' or 'u', not 'x'"),
+    ("x:foo:bar", "probe type must be '', 'p', 'r', 't', 'u', 'profile', 'software' or 'hardware', not 'x'"),
     ("p:c:malloc \"%d\"", "the format has 1 conversion but 0 arguments follow"),
     ("p:c:malloc \"%d\", arg1, arg2", "the format has 1 conversion but 2 arguments follow"),
     ("p:c:malloc (arg1 >) \"x\"", "in the predicate: expression ends too early"),

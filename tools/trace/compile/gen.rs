@@ -185,7 +185,7 @@ impl<'a> Gen<'a> {
                     Space::Kernel
                 }
             }
-            SiteCtx::User | SiteCtx::Usdt { .. } => Space::User,
+            SiteCtx::User | SiteCtx::Usdt { .. } | SiteCtx::Perf => Space::User,
         }
     }
 
@@ -761,6 +761,9 @@ impl<'a> Gen<'a> {
                     "tracepoints have no {name}: use args->FIELD ({})",
                     self.tp_field_names()
                 ));
+            }
+            if let SiteCtx::Perf = self.ctx.site {
+                return Err(format!("a sampling source has no arguments, so no {name}"));
             }
             if n == 0 || n > 6 {
                 return Err(format!("only arg1..arg6 are in registers, not {name}"));

@@ -53,6 +53,8 @@ pub enum SiteCtx<'a> {
         args: u32,
         types: &'a [Option<(u8, bool)>],
     },
+    /// A sampling or counter source: no arguments.
+    Perf,
 }
 
 pub struct Ctx<'a> {
@@ -131,7 +133,7 @@ pub fn compile_all(
                     args: probe.args,
                     types: &probe.types,
                 },
-                Site::Perf(_) => unreachable!("trace's grammar makes no sampling sources"),
+                Site::Perf(_) => SiteCtx::Perf,
             };
             if args.all_args && p.format.is_none() {
                 crate::desugar::all_args(&mut p, &site, kbtf.as_ref());
