@@ -178,3 +178,36 @@ fn trace_prints_one_line_per_sample_with_its_stack() {
          source has no arguments, so no arg1\n"
     );
 }
+
+#[test]
+fn stackcount_counts_a_sampling_source_beside_a_tracepoint() {
+    // 100 sleeps: 100 clock_nanosleep syscalls and 100 switches away, both
+    // with tk_sleeps in their user stacks, in one run.
+    let dir = Scratch::new();
+    let bin = build_sampled(&dir);
+    let out = trace_cprog(
+        &tool("stackcount"),
+        &bin,
+        &["sleeps", "100"],
+        &[
+            "-U",
+            "software:cs:1",
+            "t:syscalls:sys_enter_clock_nanosleep",
+        ],
+        |l| l.starts_with("Tracing"),
+    );
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert!(
+        out.stdout.starts_with(
+            "Tracing 2 functions for \"software:cs:1\", \"t:syscalls:sys_enter_clock_nanosleep\""
+        ),
+        "{}",
+        out.stdout
+    );
+    let sleeping: u64 = parse_stacks(&out.stdout)
+        .iter()
+        .filter(|(f, _)| f.iter().any(|f| f == "tk_sleeps"))
+        .map(|s| s.1)
+        .sum();
+    assert!((200..=205).contains(&sleeping), "{}", out.stdout);
+}

@@ -423,7 +423,7 @@ fn bad_flags_fail_before_tracing() {
     fails_with(
         &stackcount(),
         &["-d", "5", "t:sched:sched_switch"],
-        "stackcount takes one PATTERN, got 2: -d is --delimited here; the duration is -D SECS (as in BCC's stackcount)",
+        "'5' is not a PATTERN: -d is --delimited here; the duration is -D SECS (as in BCC's stackcount)",
     );
 }
 

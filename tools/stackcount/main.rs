@@ -59,8 +59,9 @@ Examples:
     name = "stackcount",
     version,
     after_help = EXAMPLES,
-    // One pattern, as BCC's: a second is refused with a hint (one_pattern), not by clap.
-    override_usage = "stackcount [OPTIONS] <PATTERN>"
+    // One pattern, as BCC's, or several (a sampling source beside a tracepoint,
+    // say); a number among them is refused with a hint (patterns), not by clap.
+    override_usage = "stackcount [OPTIONS] <PATTERN>..."
 )]
 struct Args {
     #[command(flatten)]
@@ -170,10 +171,11 @@ struct Shape {
 }
 
 fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<()> {
-    let pattern = one_pattern(&args)?;
-    let spec = ProbeSpec::parse(&pattern, args.summary.regexp)?;
+    let patterns = patterns(&args)?;
+    let pattern = patterns.join(" ");
+    let specs = ProbeSpec::parse_all(&patterns, args.summary.regexp)?;
     let mut session = Session::prepare(
-        std::slice::from_ref(&spec),
+        &specs,
         &mut args.common,
         How {
             // Stacks are counted alike whichever tracepoint took them.
@@ -246,7 +248,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
     session.attach(skel.object())?;
     let json = session.json;
     if !args.folded {
-        session.announce(std::slice::from_ref(&pattern))?;
+        session.announce(&patterns)?;
     } else {
         // Folded output has no start line, but a stop while attaching is said.
         session.begins();
@@ -507,24 +509,20 @@ impl Served for Stacks<'_> {
     }
 }
 
-/// The one pattern stackcount takes; a second positional is most often a
-/// duration given to -d out of funccount habit.
-fn one_pattern(args: &Args) -> Result<String> {
+/// The patterns stackcount takes: one, as BCC's, or several; a number among
+/// them is most often a duration given to -d out of funccount habit.
+fn patterns(args: &Args) -> Result<Vec<String>> {
+    let number = |p: &String| p.parse::<f64>().is_ok();
     match args.patterns.as_slice() {
-        [p] => Ok(p.clone()),
-        [first, ..] if args.delimited && first.parse::<f64>().is_ok() => bail!(
-            "stackcount takes one PATTERN, got {}: -d is --delimited here; \
-             the duration is -D SECS (as in BCC's stackcount)",
-            args.patterns.len()
+        ps if !ps.iter().any(number) => Ok(ps.to_vec()),
+        [first, ..] if args.delimited && number(first) => bail!(
+            "'{}' is not a PATTERN: -d is --delimited here; the duration is -D SECS (as in \
+             BCC's stackcount)",
+            common::escape(first)
         ),
         ps => bail!(
-            "stackcount takes one PATTERN, got {} ({}); count several with one \
-             glob or -r regex",
-            ps.len(),
-            ps.iter()
-                .map(|p| format!("\"{}\"", common::escape(p)))
-                .collect::<Vec<_>>()
-                .join(", ")
+            "'{}' is not a PATTERN; the duration is -D SECS",
+            common::escape(ps.iter().find(|p| number(p)).expect("a number"))
         ),
     }
 }
