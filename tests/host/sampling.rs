@@ -17,6 +17,7 @@ fn build_sampled(dir: &Scratch) -> PathBuf {
         .args(["-O2", "-o"])
         .arg(&out)
         .arg(&src)
+        .arg("-lpthread")
         .status()
         .expect("gcc");
     assert!(st.success(), "gcc failed");
@@ -210,4 +211,34 @@ fn stackcount_counts_a_sampling_source_beside_a_tracepoint() {
         .map(|s| s.1)
         .sum();
     assert!((200..=205).contains(&sleeping), "{}", out.stdout);
+}
+
+#[test]
+fn profile_with_p_covers_threads_created_during_the_run() {
+    // Two threads started after the tool attached burn 2 s of the process's
+    // CPU between them: 198 samples +-10%, all in tk_burn, through
+    // start_thread (the events are per CPU, filtered by process in BPF).
+    let dir = Scratch::new();
+    let bin = build_sampled(&dir);
+    let out = trace_cprog(
+        &tool("stackcount"),
+        &bin,
+        &["threads", "1000"],
+        &["-U", "profile:hz:99"],
+        |l| l.starts_with("Tracing"),
+    );
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let stacks = parse_stacks(&out.stdout);
+    let all: u64 = stacks.iter().map(|s| s.1).sum();
+    assert!((178..=218).contains(&all), "{all} samples:\n{}", out.stdout);
+    let threads: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f.iter().any(|f| f == "tk_burn") && f.iter().any(|f| f == "start_thread"))
+        .map(|s| s.1)
+        .sum();
+    assert!(
+        threads * 100 >= all * 95,
+        "{threads} of {all}:\n{}",
+        out.stdout
+    );
 }

@@ -1,9 +1,13 @@
 /* What sampling and counter sources measure, in known amounts. Built by the
  * tests with `gcc -O2`. Prints "ready", reads one line from stdin, then:
  *   burn MS     runs tk_burn until the process has used MS ms of CPU time
+ *   threads MS  starts 2 threads (after the line, so a tracer started before
+ *               never saw them) that run tk_burn until the process has used
+ *               2 x MS ms of CPU time
  *   faults N    touches N fresh pages of an anonymous mapping (N page faults)
  *   sleeps K    sleeps 1 ms K times (K voluntary context switches)
  * and exits. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +52,15 @@ __attribute__((noinline)) void tk_sleeps(long k)
 		nanosleep(&ms, NULL);
 }
 
+static double burn_ms;
+
+static void *tk_thread(void *arg)
+{
+	(void)arg;
+	tk_burn(burn_ms);
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
 	char line[16];
@@ -59,7 +72,16 @@ int main(int argc, char **argv)
 		return 2;
 	if (!strcmp(argv[1], "burn"))
 		tk_burn(n);
-	else if (!strcmp(argv[1], "faults"))
+	else if (!strcmp(argv[1], "threads")) {
+		pthread_t t[2];
+
+		/* Both threads together: process CPU time runs twice as fast. */
+		burn_ms = 2.0 * n;
+		for (int i = 0; i < 2; i++)
+			pthread_create(&t[i], NULL, tk_thread, NULL);
+		for (int i = 0; i < 2; i++)
+			pthread_join(t[i], NULL);
+	} else if (!strcmp(argv[1], "faults"))
 		tk_faults(n);
 	else if (!strcmp(argv[1], "sleeps"))
 		tk_sleeps(n);
