@@ -242,3 +242,26 @@ fn profile_with_p_covers_threads_created_during_the_run() {
         out.stdout
     );
 }
+
+#[test]
+fn one_link_per_cpu_and_none_left_after_the_run() {
+    let cpus = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let online: usize = cpus
+        .trim()
+        .split(',')
+        .map(|r| match r.split_once('-') {
+            Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
+            None => 1,
+        })
+        .sum();
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        let mut t = spawn(&tool("funccount"), &["profile:hz:99", "software:cs"]);
+        t.wait_ready();
+        let links = bpf_link_ids_of(t.pid());
+        assert_eq!(links.len(), 2 * online, "{links:?}");
+        t.signal(sig);
+        let out = t.finish(std::time::Duration::from_secs(30));
+        assert_eq!(out.code(), 0, "{}", out.stderr);
+        assert_links_gone(links);
+    }
+}
