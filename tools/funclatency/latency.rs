@@ -89,6 +89,15 @@ pub fn run(mut cfg: Config, ahead: Ahead) -> Result<()> {
     if cfg.debug {
         common::stderr(&common::describe_programs(skel.object()));
     }
+    // Counts the calls of threads that exit inside them (bpf/pairing.h);
+    // attached before the probes, so that it counts every thread they see
+    // (attached after the banner, the first threads of a run that starts on
+    // it exited uncounted).
+    let _exits = skel
+        .progs
+        .lat_thread_exit
+        .attach()
+        .context("attaching to sched_process_exit")?;
     session.attach(skel.object())?;
     match cfg.banner {
         Some(line) if session.begins() => session.status(line)?,
@@ -104,12 +113,6 @@ pub fn run(mut cfg: Config, ahead: Ahead) -> Result<()> {
         );
     }
     let lost = PerCpuCounters::new(&skel.maps.pairing_lost, PAIR_STATS)?;
-    // Counts the calls of threads that exit inside them (bpf/pairing.h).
-    let _exits = skel
-        .progs
-        .lat_thread_exit
-        .attach()
-        .context("attaching to sched_process_exit")?;
     let mut lat = Latency {
         table,
         lost,
