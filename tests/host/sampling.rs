@@ -200,7 +200,7 @@ fn stackcount_counts_a_sampling_source_beside_a_tracepoint() {
     assert_eq!(out.code(), 0, "{}", out.stderr);
     assert!(
         out.stdout.starts_with(
-            "Tracing 2 functions for \"software:cs:1\", \"t:syscalls:sys_enter_clock_nanosleep\""
+            "Tracing 2 functions for \"software:context-switches:1 (every event)\", \"t:syscalls:sys_enter_clock_nanosleep\""
         ),
         "{}",
         out.stdout
@@ -264,4 +264,26 @@ fn one_link_per_cpu_and_none_left_after_the_run() {
         assert_eq!(out.code(), 0, "{}", out.stderr);
         assert_links_gone(links);
     }
+}
+
+#[test]
+fn a_rate_above_the_kernel_s_limit_is_said() {
+    // perf_event_max_sample_rate is at most 100,000 (the kernel lowers it
+    // when sampling takes too long): 1,000,000 per second is refused.
+    let max = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate").unwrap();
+    let out = run(
+        &tool("funccount"),
+        &["-d", "1", "profile:hz:1000000"],
+        std::time::Duration::from_secs(30),
+    );
+    assert_eq!(out.code(), 1);
+    assert_eq!(
+        out.stderr,
+        format!(
+            "funccount: error: profile:hz:1000000: the kernel refused the rate: it samples at \
+             most {} times a second (kernel.perf_event_max_sample_rate, which the kernel lowers \
+             when sampling takes too long); lower the rate or raise that sysctl\n",
+            max.trim()
+        )
+    );
 }

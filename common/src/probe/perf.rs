@@ -52,6 +52,7 @@ impl PerfSource {
             Every::Period(n) if self.type_ == PERF_TYPE_SOFTWARE && self.config == SW_CPU_CLOCK => {
                 format!("every {}", ns_text(n))
             }
+            Every::Period(1) => "every event".into(),
             Every::Period(n) => format!("every {n} events"),
         }
     }
@@ -214,6 +215,8 @@ mod tests {
         assert_eq!(s.name, "software:context-switches:1000");
         assert_eq!(p("software:faults:1").config, 2);
         assert_eq!(p("software:page-faults:1").every, Every::Period(1));
+        assert_eq!(p("software:page-faults:1").rate(), "every event");
+        assert_eq!(p("software:cs").rate(), "every 1000 events");
         assert_eq!(p("software:major-faults").every, Every::Period(1));
         assert!(err("software:nope").starts_with("unknown software event 'nope': use cpu-clock"));
         assert!(err("software:cs:x").contains("not a whole number"));

@@ -118,13 +118,27 @@ impl Session {
         self.attached.as_ref()
     }
 
-    /// BCC's start line for `patterns`.
+    /// BCC's start line for `patterns`; a sampling source is shown with its
+    /// event's name and its period or rate (`software:context-switches:1000
+    /// (every 1000 events)` for `software:cs`).
     pub fn announce<S: AsRef<str>>(&self, patterns: &[S]) -> Result<()> {
         let n = self.attached.as_ref().map_or(0, Attached::probes_attached);
         if !self.begins() {
             return Ok(());
         }
-        self.status(&output::banner(n, patterns))
+        let shown: Vec<String> = patterns
+            .iter()
+            .map(|p| {
+                let p = p.as_ref();
+                let parts: Vec<&str> = p.split(':').collect();
+                match crate::probe::perf::is_perf(parts[0]) {
+                    true => crate::probe::perf::parse(&parts)
+                        .map_or(p.to_string(), |s| format!("{} ({})", s.name, s.rate())),
+                    false => p.to_string(),
+                }
+            })
+            .collect();
+        self.status(&output::banner(n, &shown))
     }
 
     /// A status line: stdout with text output, stderr beside JSON.
