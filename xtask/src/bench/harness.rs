@@ -125,9 +125,21 @@ pub struct Peer {
 }
 
 impl Peer {
-    /// Spawns `cmd` (its stdio as the caller set it) in a process group of its own.
+    /// Spawns `cmd` (its stdio as the caller set it) in a process group of its
+    /// own, with SIGINT and SIGQUIT at their defaults: a bench started in the
+    /// background of a shell without job control inherits them ignored, and a
+    /// peer that keeps the defaults would not stop at [`Peer::stop`]'s SIGINT.
     pub fn spawn(mut cmd: Command, what: &str) -> Result<Peer> {
         use std::os::unix::process::CommandExt as _;
+        // SAFETY: signal(2) is async-signal-safe; nothing else runs between
+        // fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+                Ok(())
+            });
+        }
         let child = cmd
             .process_group(0)
             .spawn()
