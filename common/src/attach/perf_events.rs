@@ -103,24 +103,7 @@ fn open(src: &PerfSource, cpu: u32) -> Result<i32, i32> {
     }
     // Enabled by the link.
     attr.set_disabled(1);
-    // SAFETY: attr is valid for the call; a non-negative result is a new fd.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            &attr as *const sys::perf_event_attr,
-            -1 as libc::c_int,
-            cpu as libc::c_int,
-            -1 as libc::c_int,
-            sys::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
-        )
-    };
-    if fd < 0 {
-        Err(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EINVAL))
-    } else {
-        Ok(fd as i32)
-    }
+    crate::sys::perf::perf_event_open(&attr, -1, cpu as i32)
 }
 
 /// Why the kernel refused `src`'s event (errno `e`), in words.

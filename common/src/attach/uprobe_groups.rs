@@ -179,24 +179,7 @@ fn perf_event_open_tracepoint(id: u64, pid: Option<u32>) -> Result<i32, i32> {
         Some(p) => (p as libc::c_int, -1),
         None => (-1, 0),
     };
-    // SAFETY: attr is valid for the call; a non-negative result is a new fd.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            &attr as *const sys::perf_event_attr,
-            pid,
-            cpu as libc::c_int,
-            -1 as libc::c_int,
-            sys::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
-        )
-    };
-    if fd < 0 {
-        Err(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EINVAL))
-    } else {
-        Ok(fd as i32)
-    }
+    crate::sys::perf::perf_event_open(&attr, pid, cpu)
 }
 
 /// Without uprobe_multi: the functions of one binary as tracefs uprobe events,
