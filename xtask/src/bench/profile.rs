@@ -575,6 +575,10 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
                 continue;
             }
             let m = medians(&runs[h][k]);
+            let per_run: Vec<String> = runs[h][k]
+                .iter()
+                .map(|r| format!("{:.1}", loss(r)))
+                .collect();
             t.push_record([
                 kind.label().to_string(),
                 hz.to_string(),
@@ -586,7 +590,7 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
                 format!("{:.3}", m.rate / 1e6),
                 format!("{:.2}%", loss(&m)),
                 m.frames.map_or_else(dash, |f| f.to_string()),
-                m.note.clone(),
+                format!("loss per run {}%; {}", per_run.join(", "), m.note),
             ]);
             if let Some(rep) = &m.report {
                 let mut rec = vec!["  + perf report --stdio".to_string(), hz.to_string()];
