@@ -637,6 +637,17 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         SETTLE.as_secs_f64()
     );
 
+    let (lo, hi) = untraced
+        .iter()
+        .fold((f64::MAX, 0.0f64), |(lo, hi), &r| (lo.min(r), hi.max(r)));
+    if hi > lo * 1.05 {
+        println!(
+            "WARNING: the untraced runs differ by {:.0}%: other work shared the CPUs \
+             during the run (see each row's losses per run); rerun on a quiet machine.",
+            (hi / lo - 1.0) * 100.0
+        );
+    }
+
     let get = |hz: u32, k: Kind| med.iter().find(|m| m.0 == hz && m.1 == k).map(|m| &m.2);
     let mut ratios = Builder::default();
     ratios.push_record(["Hz", "ratio", "value", "goal"]);
