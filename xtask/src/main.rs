@@ -11,6 +11,10 @@
 //!                        three binaries and of --version on the host, against bpftrace
 //!                        (bench-attach --startup: the guest's rows)
 //!   bench-stacks         stackcount vs bpftrace printing 10,000 distinct stacks
+//!   bench-profile [--rounds N] [--seconds S]
+//!                        on-CPU profile of all CPUs at 99 and 999 Hz: stackcount (unwind
+//!                        tables, fp) vs perf record -g -a and bpftrace: tracer CPU,
+//!                        samples, the busy workload's throughput loss
 //!   bench-attach         attach/detach time for 10..all kernel functions in a guest,
 //!                        against bpftrace and BCC's funccount
 //!   bench-ab OLD NEW [--rounds N]

@@ -9,6 +9,7 @@ mod host;
 mod io;
 mod latency;
 mod load;
+mod profile;
 mod serve;
 mod stacks;
 mod startup;
@@ -33,6 +34,7 @@ pub fn run(task: &str, args: &[String], root: &Path) -> Option<Result<()>> {
             .and_then(|()| build_release(&["--bin", "funccount"]))
             .and_then(|()| startup::host(root)),
         "bench-stacks" => bench_deps().and_then(|()| stacks::run(root, args)),
+        "bench-profile" => bench_deps().and_then(|()| profile::run(root, args)),
         "bench-io" => bench_deps().and_then(|()| io::run(root)),
         "bench-load" => bench_deps().and_then(|()| load::run(root)),
         "bench-serve" => deps::ensure(deps::BUILD).and_then(|()| serve::run(root)),

@@ -158,10 +158,10 @@ impl Drop for Chain {
 /// The BPF programs of a tool, duplicated into this process (pidfd_getfd) so
 /// their run-time statistics can be read after the tool has exited (stackcount
 /// and funccount -p exit with the traced process).
-struct Progs(Vec<i32>);
+pub(super) struct Progs(Vec<i32>);
 
 impl Progs {
-    fn grab(pid: u32) -> Progs {
+    pub(super) fn grab(pid: u32) -> Progs {
         let mut fds = Vec::new();
         // SAFETY: plain syscalls; the fds returned are ours to close (Drop).
         let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
@@ -188,7 +188,7 @@ impl Progs {
     }
 
     /// (run_time_ns, run_cnt) of each program.
-    fn stats(&self) -> Vec<(u64, u64)> {
+    pub(super) fn stats(&self) -> Vec<(u64, u64)> {
         self.0
             .iter()
             .map(|fd| {
@@ -228,7 +228,7 @@ fn bpf_delta(a: &[(u64, u64)], b: &[(u64, u64)]) -> Option<u64> {
 }
 
 /// User plus system time of the children reaped so far, ns.
-fn children_cpu_ns() -> u64 {
+pub(super) fn children_cpu_ns() -> u64 {
     // SAFETY: getrusage fills the struct it is given.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
@@ -238,7 +238,11 @@ fn children_cpu_ns() -> u64 {
 
 /// Runs `cmd` to its end within `limit` (killed with its group past it):
 /// (wall s, CPU ns, its stdout).
-fn run_bounded(mut cmd: Command, what: &str, limit: Duration) -> Result<(f64, u64, String)> {
+pub(super) fn run_bounded(
+    mut cmd: Command,
+    what: &str,
+    limit: Duration,
+) -> Result<(f64, u64, String)> {
     let dir = std::env::temp_dir();
     let out_path = dir.join(format!("tk-bench-unwind-{}.out", std::process::id()));
     cmd.stdin(Stdio::null())
@@ -366,7 +370,7 @@ fn traced(
 
 /// Waits until perf record has opened its perf events (a `[perf_event]` fd),
 /// then half a second for it to enable them.
-fn wait_perf_open(pid: u32) -> Result<()> {
+pub(super) fn wait_perf_open(pid: u32) -> Result<()> {
     let end = Instant::now() + Duration::from_secs(60);
     loop {
         let open = fs::read_dir(format!("/proc/{pid}/fd"))
@@ -603,7 +607,7 @@ fn build_nofp(root: &Path, dir: &Path) -> Result<PathBuf> {
     Ok(out)
 }
 
-fn fmt_err(e: &anyhow::Error) -> String {
+pub(super) fn fmt_err(e: &anyhow::Error) -> String {
     format!("failed: {}", format!("{e:#}").replace('\n', " "))
 }
 
