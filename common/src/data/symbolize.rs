@@ -12,7 +12,6 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
@@ -197,18 +196,14 @@ fn memory_gone(pid: u32) -> bool {
 
 /// The executable mappings of `pid` (files and the vDSO), from /proc/PID/maps.
 fn exec_mappings(pid: &str) -> Option<Vec<ExecMapping>> {
-    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    // Each line once: start, end, permissions, file offset, path ("" for none).
+    let maps = crate::user::maps::read(pid)?;
+    // Each line once: start, end, permissions, file offset, path ("" for none;
+    // its first word: " (deleted)" is not part of it).
     let lines: Vec<(u64, u64, &str, u64, &str)> = maps
-        .lines()
-        .filter_map(|l| {
-            let mut f = l.split_whitespace();
-            let (start, end) = f.next()?.split_once('-')?;
-            let perms = f.next()?;
-            let pgoff = u64::from_str_radix(f.next()?, 16).ok()?;
-            let path = f.nth(2).unwrap_or("");
-            let hex = |v| u64::from_str_radix(v, 16).ok();
-            Some((hex(start)?, hex(end)?, perms, pgoff, path))
+        .iter()
+        .map(|l| {
+            let path = l.path.split(' ').next().unwrap_or("");
+            (l.start, l.end, l.perms.as_str(), l.pgoff, path)
         })
         .collect();
     // Per file, its lowest mapping of any kind: (start, file offset).
@@ -583,6 +578,7 @@ impl Symbols {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[inline(never)]
     #[no_mangle]

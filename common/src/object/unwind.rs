@@ -487,30 +487,18 @@ fn fill_array(map: &MapHandle, rows: &[Row]) -> Result<()> {
 /// The executable file mappings of `pid`, from /proc/PID/maps; `None` once it
 /// is gone.
 fn exec_mappings(pid: u32) -> Option<Vec<Mapping>> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let lines = crate::user::maps::read(&pid.to_string())?;
     Some(
-        maps.lines()
-            .filter_map(|l| {
-                let mut f = l.split_whitespace();
-                let (start, end) = f.next()?.split_once('-')?;
-                let perms = f.next()?;
-                let pgoff = u64::from_str_radix(f.next()?, 16).ok()?;
-                let (major, minor) = f.next()?.split_once(':')?;
-                let ino: u64 = f.next()?.parse().ok()?;
-                let path = f.collect::<Vec<_>>().join(" ");
-                if !perms.contains('x') || ino == 0 || !path.starts_with('/') {
-                    return None;
-                }
-                let hex = |v| u64::from_str_radix(v, 16).ok();
-                let dev = hex(major)? << 32 | hex(minor)?;
-                Some(Mapping {
-                    start: hex(start)?,
-                    end: hex(end)?,
-                    pgoff,
-                    dev,
-                    ino,
-                    path,
-                })
+        lines
+            .into_iter()
+            .filter(|l| l.perms.contains('x') && l.ino != 0 && l.path.starts_with('/'))
+            .map(|l| Mapping {
+                start: l.start,
+                end: l.end,
+                pgoff: l.pgoff,
+                dev: l.dev,
+                ino: l.ino,
+                path: l.path,
             })
             .collect(),
     )

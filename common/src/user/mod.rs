@@ -7,4 +7,5 @@ pub mod cfi;
 pub mod elf;
 pub mod ifunc;
 pub mod insn;
+pub mod maps;
 pub mod targets;

@@ -1,0 +1,62 @@
+//! /proc/PID/maps, read into its fields, for the stages that need a process's
+//! mappings (symbolization, unwind tables).
+
+/// One line of /proc/PID/maps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    pub start: u64,
+    pub end: u64,
+    pub perms: String,
+    /// File offset of `start`.
+    pub pgoff: u64,
+    /// Device as major << 32 | minor, and inode (0: no file).
+    pub dev: u64,
+    pub ino: u64,
+    /// The rest of the line, blanks as one space: a path, `[vdso]`, a path
+    /// with " (deleted)", or empty.
+    pub path: String,
+}
+
+/// The lines of `/proc/<pid>/maps` (`pid` as /proc names it: a number or
+/// `self`); `None` once the process is gone.
+pub fn read(pid: &str) -> Option<Vec<Line>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    Some(text.lines().filter_map(parse).collect())
+}
+
+fn parse(l: &str) -> Option<Line> {
+    let hex = |v| u64::from_str_radix(v, 16).ok();
+    let mut f = l.split_whitespace();
+    let (start, end) = f.next()?.split_once('-')?;
+    let perms = f.next()?.to_string();
+    let pgoff = hex(f.next()?)?;
+    let (major, minor) = f.next()?.split_once(':')?;
+    let ino = f.next()?.parse().ok()?;
+    Some(Line {
+        start: hex(start)?,
+        end: hex(end)?,
+        perms,
+        pgoff,
+        dev: hex(major)? << 32 | hex(minor)?,
+        ino,
+        path: f.collect::<Vec<_>>().join(" "),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_in_fields() {
+        let l = parse("7f10a000-7f10b000 r-xp 00002000 fd:01 1234   /usr/lib/a b.so (deleted)")
+            .unwrap();
+        assert_eq!((l.start, l.end, l.pgoff), (0x7f10a000, 0x7f10b000, 0x2000));
+        assert_eq!(
+            (l.perms.as_str(), l.dev, l.ino),
+            ("r-xp", 0xfd << 32 | 1, 1234)
+        );
+        assert_eq!(l.path, "/usr/lib/a b.so (deleted)");
+        assert_eq!(parse("1000-2000 rw-p 00000000 00:00 0").unwrap().path, "");
+    }
+}
