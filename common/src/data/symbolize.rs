@@ -296,7 +296,11 @@ impl Symbols {
     }
 
     /// Takes `pid`'s mappings again (a library it loaded since the snapshot).
+    /// A process gone (or exiting: no mapping left) keeps its snapshot.
     pub fn refresh(&mut self, pid: u32) -> bool {
+        if exec_mappings(&pid.to_string()).is_none() {
+            return false;
+        }
         self.remembered.remove(&pid);
         self.remember(pid)
     }

@@ -18,10 +18,14 @@ pub struct Line {
 }
 
 /// The lines of `/proc/<pid>/maps` (`pid` as /proc names it: a number or
-/// `self`); `None` once the process is gone.
+/// `self`); `None` once the process is gone, or going: an exiting process
+/// has released its memory before it is reaped, and reads as no mapping at
+/// all (so does a kernel thread), which must not replace what was read of it
+/// while it lived.
 pub fn read(pid: &str) -> Option<Vec<Line>> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    Some(text.lines().filter_map(parse).collect())
+    let lines: Vec<Line> = text.lines().filter_map(parse).collect();
+    (!lines.is_empty()).then_some(lines)
 }
 
 fn parse(l: &str) -> Option<Line> {
@@ -58,5 +62,29 @@ mod tests {
         );
         assert_eq!(l.path, "/usr/lib/a b.so (deleted)");
         assert_eq!(parse("1000-2000 rw-p 00000000 00:00 0").unwrap().path, "");
+    }
+
+    #[test]
+    fn an_exited_process_not_yet_reaped_has_no_maps() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id().to_string();
+        let zombie = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+        };
+        let t = std::time::Instant::now();
+        while !zombie() && t.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(zombie(), "pid {pid} did not exit");
+        assert!(read(&pid).is_none());
+        assert!(read("self").is_some_and(|l| !l.is_empty()));
+        child.wait().unwrap();
+        assert!(read(&pid).is_none());
     }
 }
