@@ -37,9 +37,11 @@
 //!   deb                  build target/debian/tracekit_<version>_<arch>.deb with cargo-deb
 //!   install-test         only the install test `test` runs after the host tests: install
 //!                        into a temporary prefix and uninstall, then the .deb on this host
-//!   bench-load           urandomread and trace under 10,000..1,000,000 events/s against
+//!   bench-load [--tools DIR]
+//!                        urandomread and trace under 10,000..1,000,000 events/s against
 //!                        bpftrace: printed, lost, CPU, RSS, exit time; urandomread also
-//!                        with 16 hostile --listen clients
+//!                        with 16 hostile --listen clients; --tools: another build's
+//!                        binaries (an older commit's target/release), for before/after
 //!   bench-serve          funccount --listen: scrape time with 10,000 series, and the
 //!                        traced calls' cost while scraped
 //!   check-layers         common/src's rooms import only rooms on lower floors (`test` runs it

@@ -14,7 +14,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -161,11 +161,11 @@ impl Drop for Hostile {
     }
 }
 
-fn run_one(root: &Path, setup: Setup, rate: u64) -> Result<Row> {
+fn run_one(root: &Path, tools: &Path, setup: Setup, rate: u64) -> Result<Row> {
     let n = if rate == 0 { UNPACED } else { rate * SECS };
     let work = Work::start(root, n, rate)?;
     let pid = work.0.id().to_string();
-    let bin = |t: &str| root.join("target/release").join(t);
+    let bin = |t: &str| tools.join(t);
     let listen = free_addr()?;
     let (cmd, ready_on_stderr, ready): (Command, bool, fn(&str) -> bool) = match setup {
         Setup::Urandomread { json, clients } => {
@@ -287,7 +287,22 @@ fn free_addr() -> Result<SocketAddr> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
 }
 
-pub fn run(root: &Path) -> Result<()> {
+/// `args`: `--tools DIR` takes urandomread and trace from DIR (another build's
+/// target/release: the numbers before a change), the workload still from here.
+pub fn run(root: &Path, args: &[String]) -> Result<()> {
+    let tools = match args {
+        [] => root.join("target/release"),
+        [flag, dir] if flag == "--tools" => PathBuf::from(dir),
+        _ => bail!("usage: cargo xtask bench-load [--tools DIR]"),
+    };
+    for t in ["urandomread", "trace"] {
+        if args.len() == 2 && !tools.join(t).is_file() {
+            bail!(
+                "--tools {}: no {t} there (build it: cargo build --release --bin {t})",
+                tools.display()
+            );
+        }
+    }
     crate::build::build_release(&[
         "--bin",
         "urandomread",
@@ -296,6 +311,7 @@ pub fn run(root: &Path) -> Result<()> {
         "--example",
         "random",
     ])?;
+    eprintln!("xtask: bench-load: the tools from {}", tools.display());
     let setups = [
         Setup::Urandomread {
             json: false,
@@ -340,7 +356,7 @@ pub fn run(root: &Path) -> Result<()> {
                 }
             );
             eprintln!("xtask: {what}");
-            match run_one(root, setup, rate) {
+            match run_one(root, &tools, setup, rate) {
                 Ok(r) => {
                     let sum = if r.printed + r.lost == r.calls {
                         String::new()

@@ -36,7 +36,7 @@ pub fn run(task: &str, args: &[String], root: &Path) -> Option<Result<()>> {
         "bench-stacks" => bench_deps().and_then(|()| stacks::run(root, args)),
         "bench-profile" => bench_deps().and_then(|()| profile::run(root, args)),
         "bench-io" => bench_deps().and_then(|()| io::run(root)),
-        "bench-load" => bench_deps().and_then(|()| load::run(root)),
+        "bench-load" => bench_deps().and_then(|()| load::run(root, args)),
         "bench-serve" => deps::ensure(deps::BUILD).and_then(|()| serve::run(root)),
         "bench-attach" => attach::host(root, args),
         "bench-ab" => ab::host(root, args),
