@@ -37,7 +37,7 @@
 //!   deb                  build target/debian/tracekit_<version>_<arch>.deb with cargo-deb
 //!   install-test         only the install test `test` runs after the host tests: install
 //!                        into a temporary prefix and uninstall, then the .deb on this host
-//!   bench-load [--tools DIR]
+//!   bench-load [--tools DIR] [--only TEXT]
 //!                        urandomread and trace under 10,000..1,000,000 events/s against
 //!                        bpftrace: printed, lost, CPU, RSS, exit time; urandomread also
 //!                        with 16 hostile --listen clients; --tools: another build's

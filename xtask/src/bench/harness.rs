@@ -27,7 +27,10 @@ pub fn lines_of(child: &mut Child) -> mpsc::Receiver<String> {
     if let Some(out) = child.stdout.take() {
         let tx = tx.clone();
         thread::spawn(move || {
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
+            for l in BufReader::with_capacity(1 << 20, out)
+                .lines()
+                .map_while(Result::ok)
+            {
                 let _ = tx.send(l);
             }
         });
@@ -300,7 +303,10 @@ impl Tracer {
         let reader = thread::spawn(move || {
             let mut o = Output::default();
             let mut started = on_stderr;
-            for l in BufReader::new(out).lines().map_while(Result::ok) {
+            for l in BufReader::with_capacity(1 << 20, out)
+                .lines()
+                .map_while(Result::ok)
+            {
                 if !started {
                     started = ready(&l);
                     if started {

@@ -288,21 +288,31 @@ fn free_addr() -> Result<SocketAddr> {
 }
 
 /// `args`: `--tools DIR` takes urandomread and trace from DIR (another build's
-/// target/release: the numbers before a change), the workload still from here.
+/// target/release: the numbers before a change), the workload still from here;
+/// `--only TEXT` runs the setups whose name contains TEXT.
 pub fn run(root: &Path, args: &[String]) -> Result<()> {
-    let tools = match args {
-        [] => root.join("target/release"),
-        [flag, dir] if flag == "--tools" => PathBuf::from(dir),
-        _ => bail!("usage: cargo xtask bench-load [--tools DIR]"),
-    };
-    for t in ["urandomread", "trace"] {
-        if args.len() == 2 && !tools.join(t).is_file() {
-            bail!(
-                "--tools {}: no {t} there (build it: cargo build --release --bin {t})",
-                tools.display()
-            );
+    let usage = "usage: cargo xtask bench-load [--tools DIR] [--only TEXT]";
+    let (mut tools, mut only) = (None, None);
+    let mut a = args.iter();
+    while let Some(flag) = a.next() {
+        let value = a.next().with_context(|| usage.to_string())?;
+        match flag.as_str() {
+            "--tools" => tools = Some(PathBuf::from(value)),
+            "--only" => only = Some(value.clone()),
+            _ => bail!(usage),
         }
     }
+    if let Some(dir) = &tools {
+        for t in ["urandomread", "trace"] {
+            if !dir.join(t).is_file() {
+                bail!(
+                    "--tools {}: no {t} there (build it: cargo build --release --bin {t})",
+                    dir.display()
+                );
+            }
+        }
+    }
+    let tools = tools.unwrap_or_else(|| root.join("target/release"));
     crate::build::build_release(&[
         "--bin",
         "urandomread",
@@ -345,6 +355,12 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
         "exit after work",
     ]);
     for setup in setups {
+        if only
+            .as_ref()
+            .is_some_and(|o| !setup.name().contains(o.as_str()))
+        {
+            continue;
+        }
         for &rate in RATES {
             let what = format!(
                 "{} at {}",
