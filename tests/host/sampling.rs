@@ -287,3 +287,35 @@ fn a_rate_above_the_kernel_s_limit_is_said() {
         )
     );
 }
+
+#[test]
+fn cgroup_filters_samples_as_it_filters_probes() {
+    // Two programs touching fresh pages, one in a cgroup below the one
+    // filtered (5,000 faults) and one beside it (3,000): funccount --cgroup
+    // counts the first one's page faults only (each event of every CPU is
+    // sampled, and filtered in BPF like any probe's hit).
+    let dir = Scratch::new();
+    let bin = build_sampled(&dir);
+    let top = Cgroup::new("cg-sampled");
+    let below = Cgroup::new("cg-sampled/below");
+    let sibling = Cgroup::new("cg-sampled-sibling");
+    let mut inside = CProg::start_with(&bin, &["faults", "5000"]);
+    let mut beside = CProg::start_with(&bin, &["faults", "3000"]);
+    below.adopt(inside.pid);
+    sibling.adopt(beside.pid);
+    let mut t = spawn(
+        &tool("funccount"),
+        &["--cgroup", &top.rel, "software:page-faults:1"],
+    );
+    t.wait_ready();
+    beside.go();
+    inside.go();
+    assert!(beside.wait().success());
+    assert!(inside.wait().success());
+    t.signal(libc::SIGINT);
+    let out = t.finish(std::time::Duration::from_secs(60));
+    assert_eq!(out.code(), 0, "stderr: {}", out.stderr);
+    let t = last_table(&out.stdout);
+    let faults = count_of(&t, "software:page-faults:1");
+    assert!((5000..=5050).contains(&faults), "{t:?}");
+}
