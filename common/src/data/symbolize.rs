@@ -138,6 +138,11 @@ pub struct Symbols {
     binaries: RefCell<HashMap<PathBuf, Option<Rc<Binary>>>>,
     /// Files by build ID, for build-ID frames.
     files: RefCell<FileIndex>,
+    /// Whether DWARF is read: for inlined calls only. Names come from symbol
+    /// tables, the file's and its separate debug file's, as perf takes them:
+    /// inflating the compressed DWARF of a debug file (libc6-dbg's) to name
+    /// two frames cost more than a whole profile's sampling.
+    inlined: bool,
 }
 
 /// Files by build ID: those read so far, and those known but not yet read
@@ -264,6 +269,7 @@ impl Symbols {
             exec_maps: HashMap::new(),
             binaries: RefCell::new(HashMap::new()),
             files: RefCell::new(FileIndex::default()),
+            inlined,
         }
     }
 
@@ -389,8 +395,14 @@ impl Symbols {
         }
         let mut by_offset: HashMap<(&Path, u64), Frame> = HashMap::new();
         for (path, offsets) in by_file {
-            let src = Source::Elf(Elf::new(path));
-            for (off, f) in self.resolve_with(&src, Input::FileOffset(&offsets), &offsets, true) {
+            let mut elf = Elf::new(path);
+            elf.debug_syms = self.inlined;
+            let src = Source::Elf(elf);
+            for (off, mut f) in self.resolve_with(&src, Input::FileOffset(&offsets), &offsets, true)
+            {
+                if f.name.is_none() {
+                    self.name_by_symtabs(&mut f, path, off);
+                }
                 by_offset.insert((path, off), f);
             }
         }
@@ -459,6 +471,7 @@ impl Symbols {
         let process = |map_files: bool| {
             let mut p = Process::new(Pid::from(pid));
             p.map_files = map_files;
+            p.debug_syms = self.inlined;
             Source::Process(p)
         };
         // While the process lives, its files are read through /proc/PID/map_files:
@@ -478,8 +491,39 @@ impl Symbols {
             // By the snapshot's paths.
             out = self.resolve(&process(false), &named, true);
         }
+        // What the files' own tables do not name (a static function of a
+        // stripped library): their debug files' symbol tables.
+        for (a, f) in out.iter_mut().filter(|(_, f)| f.name.is_none()) {
+            let m = maps.and_then(|m| m.iter().find(|m| *a >= m.start && *a < m.end));
+            if let Some((m, path)) = m.and_then(|m| m.path.as_deref().map(|p| (m, p))) {
+                self.name_by_symtabs(f, path, *a - m.start + m.pgoff);
+            }
+        }
         out.extend(outside.into_iter().map(|a| (a, Frame::unknown(a))));
         out
+    }
+
+    /// Names `f`, at file offset `offset` of `path`, by the function holding
+    /// it in the symbol tables of the file and of its separate debug file
+    /// (preferring exported names, as BCC shows them), when DWARF is not read.
+    fn name_by_symtabs(&self, f: &mut Frame, path: &Path, offset: u64) {
+        if self.inlined {
+            return;
+        }
+        let Some(bin) = self.binary_at(path) else {
+            return;
+        };
+        let Some(addr) = bin.vaddr_of(offset) else {
+            return;
+        };
+        if let Some(func) = bin.function_containing(addr) {
+            let name = elf::preferred(func.names.iter().filter(|n| n.exported))
+                .or_else(|| elf::preferred(&func.names));
+            if let Some(n) = name {
+                f.name = Some(n.name.clone());
+                f.offset = addr - func.addr;
+            }
+        }
     }
 
     fn resolve(&self, src: &Source, addrs: &[u64], user: bool) -> HashMap<u64, Frame> {
@@ -570,11 +614,15 @@ impl Symbols {
 
     /// The symbol tables of `sym`'s file, read once.
     fn binary(&self, sym: &Sym<'_>) -> Option<Rc<Binary>> {
-        let module = Path::new(sym.module.as_deref()?);
+        self.binary_at(Path::new(sym.module.as_deref()?))
+    }
+
+    /// The symbol tables of the file at `path` and its debug file, read once.
+    fn binary_at(&self, path: &Path) -> Option<Rc<Binary>> {
         self.binaries
             .borrow_mut()
-            .entry(module.to_path_buf())
-            .or_insert_with(|| Binary::read(module).ok().map(|b| Rc::new(b.without_code())))
+            .entry(path.to_path_buf())
+            .or_insert_with(|| Binary::read(path).ok().map(|b| Rc::new(b.without_code())))
             .clone()
     }
 }

@@ -265,6 +265,8 @@ pub struct Binary {
     /// (`__gxx_personality_v0`). The tables alone are no sign: libc and Rust
     /// programs have them too.
     pub cxx_exceptions: bool,
+    /// Its executable PT_LOAD segments: (vaddr, filesz, file offset).
+    segments: Segments,
 }
 
 /// A symbol as read from one table.
@@ -341,7 +343,17 @@ impl Binary {
             entry,
             go,
             cxx_exceptions,
+            segments,
         })
+    }
+
+    /// The virtual address (as its symbols give them) of file offset `offset`
+    /// in its code.
+    pub fn vaddr_of(&self, offset: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|&&(_, filesz, off)| offset >= off && offset - off < filesz)
+            .map(|&(vaddr, _, off)| offset - off + vaddr)
     }
 
     /// The symbol tables alone: the file is closed ([`Binary::bytes_at`] then
