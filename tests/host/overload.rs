@@ -214,21 +214,92 @@ fn slow_clients_do_not_slow_the_tracing() {
 
 /// A shell as user nobody, running `script` with `$PORT` set.
 fn as_nobody(script: &str, port: u16) -> Command {
+    as_user(65534, script, port)
+}
+
+/// A shell as user `uid` (no account needed), running `script` with `$PORT` set.
+fn as_user(uid: u32, script: &str, port: u16) -> Command {
     let mut c = Command::new("bash");
     c.args(["-c", script])
         .env("PORT", port.to_string())
-        .uid(65534)
-        .gid(65534)
+        .uid(uid)
+        .gid(uid)
         .stdin(Stdio::null());
     c
 }
 
 /// What a raw request as user nobody got back: its status line.
 fn nobody_asks(raw: &str, port: u16) -> String {
+    user_asks(65534, raw, port)
+}
+
+/// What a raw request as user `uid` got back: its status line.
+fn user_asks(uid: u32, raw: &str, port: u16) -> String {
     let script =
         "trap '' PIPE; exec 3<>/dev/tcp/127.0.0.1/$PORT && printf \"$REQ\" >&3 && head -1 <&3";
-    let out = as_nobody(script, port).env("REQ", raw).output().unwrap();
+    let out = as_user(uid, script, port).env("REQ", raw).output().unwrap();
     String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// `n` clients as user `uid` that each send one byte and wait, reconnecting
+/// as soon as they are cut: every slot they may take stays held.
+fn churning(uid: u32, n: usize, port: u16) -> Group {
+    let script = format!(
+        "for i in $(seq {n}); do \
+         (while :; do exec 3<>/dev/tcp/127.0.0.1/$PORT || continue; printf G >&3; cat <&3 >/dev/null; done) & \
+         done; wait"
+    );
+    Group(
+        as_user(uid, &script, port)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap(),
+    )
+}
+
+#[test]
+fn a_client_that_asks_at_once_gets_in_however_the_slots_churn() {
+    // The sweep's second slowloris: clients that send a byte, are cut after
+    // the head's 2 s, and reconnect at once kept every slot held, so 0 of 10
+    // scrapes and no authenticated POST got through. A client whose head
+    // comes at once now takes the slot of one still sending its head: here
+    // for root against 16 of root's own churning clients (every slot), and
+    // for another user against three users' (every slot but root's 4).
+    let w = Workload::start(&prog("random"), &["getrandom", "3", "8", "--hold"]);
+    let pid = w.pid.to_string();
+    let s = Served::start("urandomread", &["-p", &pid, "--listen", ":0"]);
+    let port = s.addr.port();
+    let get = "GET /metrics HTTP/1.1\\r\\nHost: localhost\\r\\n\\r\\n";
+    for (churners, asker) in [(vec![0], 0), (vec![65534, 1001, 1002], 1003)] {
+        let loris: Vec<Group> = churners.iter().map(|&u| churning(u, 16, port)).collect();
+        thread::sleep(Duration::from_secs(1));
+        let mut ok = 0;
+        for _ in 0..10 {
+            let started = Instant::now();
+            let answered = if asker == 0 {
+                s.get("/metrics").0 == 200
+            } else {
+                user_asks(asker, get, port) == "HTTP/1.1 200 OK"
+            };
+            if answered && started.elapsed() < Duration::from_secs(1) {
+                ok += 1;
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        let reset = if asker == 0 { s.post("/reset").0 } else { 200 };
+        drop(loris);
+        assert_eq!(
+            (ok, reset),
+            (10, 200),
+            "user {asker}: {ok} of 10 scrapes answered"
+        );
+    }
+    w.go();
+    s.stop(T);
+    w.go();
+    assert!(w.wait().success());
 }
 
 #[test]

@@ -24,6 +24,14 @@
 //! address (per user on loopback), and a client has [`FIRST_BYTE`] to begin its
 //! request and [`HEAD_TIMEOUT`] to finish its head: a slowloris holds few slots,
 //! briefly, and the administrator's scrape or `POST /stop` still gets through.
+//! A client that finds every slot it may take held still gets a chance (the
+//! waiting room, one per peer): if its whole head comes within [`WAITING`],
+//! it takes the slot of the oldest connection still sending its head. So
+//! slow or silent clients, however fast they reconnect and from however many
+//! addresses, cannot keep out a client that asks at once (a scraper, an
+//! authenticated `POST /stop` through a `0.0.0.0` bind), which a reserved slot
+//! alone could not promise: whether a request is authenticated is known only
+//! once its head is read.
 //!
 //! The parser is `httparse` (hyper's); tiny_http 0.12 was not used: it has no
 //! read timeouts, no bound on a header line, and a thread per connection
@@ -57,6 +65,11 @@ pub const MAX_HEAD: usize = 8192;
 pub const FIRST_BYTE: Duration = Duration::from_secs(1);
 /// Time a client has to send its whole request head.
 pub const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
+/// Time a client that found no slot has to send its whole head, to take the
+/// slot of a connection still sending one.
+pub const WAITING: Duration = Duration::from_millis(200);
+/// Clients in the waiting room at once (and one per peer).
+const WAITING_ROOM: usize = 16;
 /// Time a client has to take each part of the answer.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Requests waiting for the tool's thread; more are answered 503.
@@ -335,6 +348,7 @@ impl Server {
             pending: pending.clone(),
             // SAFETY: geteuid has no preconditions.
             euid: unsafe { libc::geteuid() },
+            heads: Mutex::new(Heads::default()),
         });
         thread::Builder::new()
             .name("listen".into())
@@ -374,6 +388,67 @@ struct Shared {
     slots: Mutex<Slots>,
     pending: Arc<Pending>,
     euid: u32,
+    /// Connections still sending their head, and the waiting room.
+    heads: Mutex<Heads>,
+}
+
+/// Connections whose head has not all come: those a client in the waiting
+/// room may push out; and the peers in the waiting room.
+#[derive(Default)]
+struct Heads {
+    next: u64,
+    open: Vec<OpenHead>,
+    waiting: Vec<Peer>,
+}
+
+struct OpenHead {
+    id: u64,
+    trusted: bool,
+    /// A handle on the connection, to shut it down.
+    stream: TcpStream,
+}
+
+/// A connection's place among [`Heads::open`] while its head is read.
+struct Reading<'a> {
+    ctx: &'a Shared,
+    id: u64,
+}
+
+impl<'a> Reading<'a> {
+    fn new(ctx: &'a Shared, s: &TcpStream, trusted: bool) -> Reading<'a> {
+        let mut h = ctx.heads.lock().expect("heads lock");
+        let id = h.next;
+        h.next += 1;
+        if let Ok(stream) = s.try_clone() {
+            h.open.push(OpenHead {
+                id,
+                trusted,
+                stream,
+            });
+        }
+        Reading { ctx, id }
+    }
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        let mut h = self.ctx.heads.lock().expect("heads lock");
+        h.open.retain(|o| o.id != self.id);
+    }
+}
+
+/// Ends the oldest connection still sending its head that `caller` may take
+/// the slot of (an untrusted client only an untrusted one's); whether there
+/// was one.
+fn push_out(ctx: &Shared, caller: &Caller) -> bool {
+    let mut h = ctx.heads.lock().expect("heads lock");
+    let Some(i) = h.open.iter().position(|o| caller.trusted || !o.trusted) else {
+        return false;
+    };
+    let victim = h.open.remove(i);
+    // Its read ends at once; its thread answers nobody and frees the slot.
+    let _ = victim.stream.shutdown(Shutdown::Both);
+    true
 }
 
 /// Who a client is, as far as the server can tell.
@@ -419,6 +494,10 @@ struct Slots {
     per_peer: HashMap<Peer, usize>,
 }
 
+/// The refusal of a peer holding its [`PER_PEER`] slots: no waiting room
+/// for it (what it would push out is not its own).
+const TOO_MANY_FROM_YOU: &str = "too many connections from you\n";
+
 /// One connection's slot, given back when dropped.
 struct Slot {
     ctx: Arc<Shared>,
@@ -438,7 +517,7 @@ impl Slot {
                 return Err("too many connections\n");
             }
             if mine >= PER_PEER {
-                return Err("too many connections from you\n");
+                return Err(TOO_MANY_FROM_YOU);
             }
             s.untrusted += 1;
         }
@@ -477,21 +556,96 @@ fn accept(listener: TcpListener, tx: SyncSender<Request>, ctx: Arc<Shared>) {
         let (Ok(peer), Ok(local)) = (stream.peer_addr(), stream.local_addr()) else {
             continue;
         };
-        let slot = match Slot::take(&ctx, Caller::of(peer, local, &ctx)) {
-            Ok(slot) => slot,
+        let caller = Caller::of(peer, local, &ctx);
+        let tx = tx.clone();
+        let spawned = match Slot::take(&ctx, caller) {
+            Ok(slot) => thread::Builder::new()
+                .name("listen-conn".into())
+                .spawn(move || connection(stream, &tx, slot)),
             Err(why) => {
-                refuse(&mut stream, why);
-                continue;
+                let seat = (why != TOO_MANY_FROM_YOU)
+                    .then(|| Seat::take(&ctx, caller))
+                    .flatten();
+                let Some(seat) = seat else {
+                    refuse(&mut stream, why);
+                    continue;
+                };
+                let ctx = ctx.clone();
+                thread::Builder::new()
+                    .name("listen-wait".into())
+                    .spawn(move || waiting(stream, &tx, &ctx, caller, seat, why))
             }
         };
-        let tx = tx.clone();
-        let spawned = thread::Builder::new()
-            .name("listen-conn".into())
-            .spawn(move || connection(stream, &tx, slot));
         if spawned.is_err() {
             thread::sleep(Duration::from_millis(10));
         }
     }
+}
+
+/// A place in the waiting room, given back when dropped.
+struct Seat {
+    ctx: Arc<Shared>,
+    peer: Peer,
+}
+
+impl Seat {
+    fn take(ctx: &Arc<Shared>, caller: Caller) -> Option<Seat> {
+        let mut h = ctx.heads.lock().expect("heads lock");
+        if h.waiting.len() >= WAITING_ROOM || h.waiting.contains(&caller.peer) {
+            return None;
+        }
+        h.waiting.push(caller.peer);
+        Some(Seat {
+            ctx: ctx.clone(),
+            peer: caller.peer,
+        })
+    }
+}
+
+impl Drop for Seat {
+    fn drop(&mut self) {
+        let mut h = self.ctx.heads.lock().expect("heads lock");
+        if let Some(i) = h.waiting.iter().position(|p| *p == self.peer) {
+            h.waiting.swap_remove(i);
+        }
+    }
+}
+
+/// A client that found no slot: served if its whole head comes within
+/// [`WAITING`] and a connection still sending its head can be pushed out for
+/// it; else refused as it would have been.
+fn waiting(
+    mut s: TcpStream,
+    tx: &SyncSender<Request>,
+    ctx: &Arc<Shared>,
+    caller: Caller,
+    seat: Seat,
+    why: &str,
+) {
+    let head = match read_head_within(&mut s, WAITING, WAITING) {
+        Ok(head) => head,
+        Err(None) => return,
+        Err(Some(_)) => return refuse(&mut s, why),
+    };
+    // One connection pushed out at a time, and few: the freed slot may go to
+    // a newcomer first.
+    let until = Instant::now() + WAITING;
+    let mut pushed = 0;
+    let slot = loop {
+        if let Ok(slot) = Slot::take(ctx, caller) {
+            break slot;
+        }
+        if pushed < 4 && push_out(ctx, &caller) {
+            pushed += 1;
+        }
+        if Instant::now() >= until {
+            return refuse(&mut s, why);
+        }
+        // The pushed-out connection's thread gives its slot back at once.
+        thread::sleep(Duration::from_millis(2));
+    };
+    drop(seat);
+    answer_head(s, tx, slot, Ok(head));
 }
 
 /// A 503 written without waiting: the accept thread must not block on it.
@@ -562,9 +716,23 @@ enum Verdict {
 }
 
 fn connection(mut s: TcpStream, tx: &SyncSender<Request>, slot: Slot) {
+    let head = {
+        let _reading = Reading::new(&slot.ctx, &s, slot.caller.trusted);
+        read_head_within(&mut s, FIRST_BYTE, HEAD_TIMEOUT)
+    };
+    answer_head(s, tx, slot, head);
+}
+
+/// Answers a connection whose head was read (or found wanting).
+fn answer_head(
+    mut s: TcpStream,
+    tx: &SyncSender<Request>,
+    slot: Slot,
+    head: std::result::Result<Vec<u8>, Option<Verdict>>,
+) {
     let ctx = &slot.ctx;
     let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
-    let verdict = match read_head(&mut s) {
+    let verdict = match head {
         Ok(head) => judge(&head, &slot.caller, ctx.bound, ctx.token.as_deref()),
         Err(Some(v)) => v,
         Err(None) => return, // closed before sending anything
@@ -615,10 +783,15 @@ fn connection(mut s: TcpStream, tx: &SyncSender<Request>, slot: Slot) {
 }
 
 /// Reads the request head (up to the blank line): its first byte within
-/// [`FIRST_BYTE`], all of it within [`HEAD_TIMEOUT`] and [`MAX_HEAD`] bytes.
-/// Err(Some(answer)) for a client that is too slow or too big; Err(None) for
-/// one that closed (or never spoke) without a request.
-fn read_head(s: &mut TcpStream) -> std::result::Result<Vec<u8>, Option<Verdict>> {
+/// `first` ([`FIRST_BYTE`]), all of it within `whole` ([`HEAD_TIMEOUT`]) and
+/// [`MAX_HEAD`] bytes. Err(Some(answer)) for a client that is too slow or too
+/// big; Err(None) for one that closed (or never spoke, or was pushed out)
+/// without a request.
+fn read_head_within(
+    s: &mut TcpStream,
+    first: Duration,
+    whole: Duration,
+) -> std::result::Result<Vec<u8>, Option<Verdict>> {
     let start = Instant::now();
     let mut buf = Vec::with_capacity(512);
     let mut chunk = [0u8; 2048];
@@ -630,11 +803,7 @@ fn read_head(s: &mut TcpStream) -> std::result::Result<Vec<u8>, Option<Verdict>>
         if buf.len() >= MAX_HEAD {
             return Err(Some(answer(431, "request head too large")));
         }
-        let limit = if buf.is_empty() {
-            FIRST_BYTE
-        } else {
-            HEAD_TIMEOUT
-        };
+        let limit = if buf.is_empty() { first } else { whole };
         let left = limit.saturating_sub(start.elapsed());
         if left.is_zero() {
             return Err(Some(answer(408, "request not received in time")));
@@ -1204,6 +1373,7 @@ mod tests {
             slots: Mutex::new(Slots::default()),
             pending: Arc::new(Pending::default()),
             euid: 0,
+            heads: Mutex::new(Heads::default()),
         });
         let user = |uid| Caller {
             peer: Peer::Local(Some(uid)),
