@@ -393,7 +393,8 @@ static __always_inline __u32 unwind_user(__u64 *ip, __u32 stride)
 		if (bpf_map_update_elem(&unwind_procs, &st.tgid, &asked, BPF_NOEXIST) == 0)
 			unwind_ask(st.tgid, UNWIND_PROC_ASKED);
 		st.early = true;
-	} else if (*state == UNWIND_PROC_ASKED) {
+	} else if (*state != UNWIND_PROC_READY) {
+		/* Asked, or stale (it mapped code since, or exec'd): being loaded. */
 		st.early = true;
 	}
 	if (stride == 4)

@@ -396,3 +396,69 @@ fn where_the_kernel_cannot_one_line_says_which_walk_is_used() {
          use --user-stacks fp (frame pointers)\n"
     );
 }
+
+#[test]
+fn trace_loads_the_tables_of_a_new_process_that_floods() {
+    // Our sweep: `trace -U` (no -p) met a new process that made getppid()
+    // as fast as it could; the tables' request ring came after the events'
+    // in each read, and a flood kept the reads full of events: every stack
+    // of that process ended in [truncated], and most were not counted (its
+    // walks after the first load, met stale, were not "early"). Now the
+    // request is read first, whole stacks come during the flood, and every
+    // cut one is counted.
+    let mut t = spawn(
+        &tool("trace"),
+        &["-v", "-U", "t:syscalls:sys_enter_getppid"],
+    );
+    t.wait_line(|l| l.starts_with("PID"), Duration::from_secs(60));
+    let flood = Command::new("/usr/bin/python3")
+        .args(["-c", "import os\nwhile 1: os.getppid()\n"])
+        .spawn()
+        .unwrap();
+    let pid = flood.id();
+    let mut flood = Reaped(flood);
+    // Whole stacks come while it floods (its first records, and those met
+    // while a debug build first reads python3's symbols, can be cut).
+    t.wait_line(|l| l.contains("Py_BytesMain"), Duration::from_secs(60));
+    let _ = flood.0.kill();
+    let _ = flood.0.wait();
+    t.signal(libc::SIGINT);
+    let out = t.finish(T);
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    // Its records: a line "PID TID COMM ..." and the stack under it.
+    let mine = format!("{pid} ");
+    let (mut whole, mut cut) = (0u64, 0u64);
+    for rec in out.stdout.split("\n\n") {
+        if !rec.trim_start().starts_with(&mine) {
+            continue;
+        }
+        if rec.contains("Py_BytesMain") && rec.contains("_start") {
+            whole += 1;
+        } else if rec.contains("[truncated]") {
+            cut += 1;
+        }
+    }
+    // "N user stacks end in [truncated]: ..." and -v's "... M of them cut short".
+    let number_before = |what: &str| -> u64 {
+        out.stderr
+            .lines()
+            .find(|l| l.contains(what))
+            .and_then(|l| {
+                l.split(what)
+                    .next()?
+                    .split_whitespace()
+                    .last()?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0)
+    };
+    let early =
+        number_before(" user stacks end in [truncated]") + number_before(" of them cut short");
+    assert!(whole >= 1, "{whole} whole, {cut} cut:\n{}", out.stderr);
+    assert!(
+        cut <= early,
+        "{cut} cut printed, {early} said:\n{}",
+        out.stderr
+    );
+}

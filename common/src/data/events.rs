@@ -95,11 +95,12 @@ pub fn wait_readable(rb: &RingBuffer, timeout: Duration) -> std::result::Result<
 }
 
 /// Bytes the ring buffer of `rb` holds that its reader has not consumed.
-fn avail_bytes(rb: &RingBuffer) -> u64 {
+fn avail_bytes(rb: &RingBuffer, index: u32) -> u64 {
     use libbpf_rs::AsRawLibbpf;
-    // SAFETY: `rb` is a live ring_buffer with one ring (index 0) for its life.
+    // SAFETY: `rb` is a live ring_buffer whose rings (`index` among them) live
+    // as long as it.
     unsafe {
-        let ring = libbpf_sys::ring_buffer__ring(rb.as_libbpf_object().as_ptr(), 0);
+        let ring = libbpf_sys::ring_buffer__ring(rb.as_libbpf_object().as_ptr(), index);
         if ring.is_null() {
             return 0;
         }
@@ -139,6 +140,8 @@ pub type SideRing<'a> = (&'a dyn MapCore, Box<dyn FnMut(&[u8]) + 'a>);
 /// The reader of a tool's `events` ring buffer and `events_lost` counter.
 pub struct Events<'a> {
     rb: RingBuffer<'a>,
+    /// The events' ring among `rb`'s (after a side ring: see new_raw_with).
+    ring_index: u32,
     batch: Rc<Batch>,
     lost: PerCpuCounters,
     lost_total: u64,
@@ -201,6 +204,17 @@ impl<'a> Events<'a> {
         });
         let b = batch.clone();
         let mut builder = RingBufferBuilder::new();
+        // The side ring first: libbpf consumes the rings in the order added,
+        // up to a batch in all, and under a flood of events a side ring after
+        // them was never reached (trace -U: a new process's tables were never
+        // loaded, and its every stack was cut).
+        let ring_index = u32::from(side.is_some());
+        if let Some((ring, mut side_on)) = side {
+            builder.add(ring, move |data: &[u8]| {
+                side_on(data);
+                0
+            })?;
+        }
         builder.add(ring, move |data: &[u8]| {
             b.taken.set(b.taken.get() + record_bytes(data.len()));
             if b.skip.get() {
@@ -217,14 +231,9 @@ impl<'a> Events<'a> {
             }
             0
         })?;
-        if let Some((ring, mut side_on)) = side {
-            builder.add(ring, move |data: &[u8]| {
-                side_on(data);
-                0
-            })?;
-        }
         Ok(Events {
             rb: builder.build()?,
+            ring_index,
             batch,
             lost: PerCpuCounters::new(lost, 1)?,
             lost_total: 0,
@@ -257,7 +266,7 @@ impl<'a> Events<'a> {
     /// rather than printed, and reported with the losses: the stop is prompt
     /// however slowly records render.
     pub fn drain(&mut self) -> Result<()> {
-        let held = avail_bytes(&self.rb);
+        let held = avail_bytes(&self.rb, self.ring_index);
         let asked = crate::stop::Stop::global()
             .and_then(|s| s.reason())
             .is_some_and(|r| {

@@ -66,7 +66,8 @@ pub fn report(stats: &[u64], verbose: bool) {
     if early > 0 {
         crate::diag::warn(&format!(
             "{early} user stacks end in [truncated]: their process was seen before its unwind \
-             tables were loaded (use -p PID to load them before tracing)"
+             tables were loaded, or reloaded after it mapped new code or exec'd (use -p PID to \
+             load them before tracing)"
         ));
     }
     if verbose && walked > 0 {
