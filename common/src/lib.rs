@@ -35,8 +35,8 @@ pub use sys::errno;
 pub use sys::process::{kernel_thread, thread_group, INIT_PIDNS_INO};
 
 // Floor 2: the stop request, what the user asked, output.
-pub use output::hist;
 pub use output::{emit, status, summary_record, timestamp, unix_time};
+pub use output::{hist, pprof};
 pub use probe::mode::{AttachMode, Hooks, UserStacks};
 pub use probe::pattern::Matcher;
 pub use probe::perf;
