@@ -54,7 +54,7 @@ pub use user::targets::at_offset;
 
 // Floor 4: the plan, reading back what BPF recorded.
 pub use data::events::Streamed;
-pub use data::{counters, events, stacks, symbolize};
+pub use data::{counters, events, profile, stacks, symbolize};
 pub use plan::{perf_syscalls, raw_attachable, syscall_event, Plan, Probe, RawTracepoints, Site};
 // A tool's plan options beyond the shared ones (--unsafe: Go return probes).
 pub use plan::{Options as PlanOptions, UNSAFE_FLAG};
