@@ -1,0 +1,44 @@
+/* One leaf function reached by two known paths, a known number of times each,
+ * for stackcount --pprof (tests/host/pprof.rs). Built with `cc -g -O1`. Prints
+ * "ready", reads one line from stdin, then calls tk_leaf 300 times through
+ * main -> tk_path_a -> tk_leaf and 700 times through main -> tk_path_b ->
+ * tk_leaf, and exits. */
+#include <stdio.h>
+
+__attribute__((noinline)) long tk_leaf(long x)
+{
+	__asm__ volatile("" ::: "memory");
+	return x * 3 + 1;
+}
+
+__attribute__((noinline)) long tk_path_a(long x)
+{
+	long r = tk_leaf(x);
+
+	__asm__ volatile("" ::: "memory"); /* no tail call */
+	return r + 1;
+}
+
+__attribute__((noinline)) long tk_path_b(long x)
+{
+	long r = tk_leaf(x);
+
+	__asm__ volatile("" ::: "memory"); /* no tail call */
+	return r + 2;
+}
+
+int main(void)
+{
+	char line[16];
+	volatile long sink = 0;
+
+	setvbuf(stdout, NULL, _IONBF, 0);
+	printf("ready\n");
+	if (!fgets(line, sizeof(line), stdin))
+		return 2;
+	for (long i = 0; i < 300; i++)
+		sink += tk_path_a(i);
+	for (long i = 0; i < 700; i++)
+		sink += tk_path_b(i);
+	return 0;
+}
