@@ -1,7 +1,8 @@
 //! stackcount --pprof, read back by the real consumer, `go tool pprof`
 //! (package golang-go): stacks of a uprobe with their exact counts, labels
-//! and the binary's build ID; a CPU profile's cpu values; a file per
-//! interval; an unwritable path refused before tracing.
+//! and the binary's build ID; inlined calls as lines of one location; a CPU
+//! profile's cpu values; a file per interval; an unwritable path refused
+//! before tracing.
 
 use std::path::Path;
 use std::process::Command;
@@ -56,7 +57,8 @@ fn traces(text: &str) -> Vec<Trace> {
                     t.count = n.parse().unwrap();
                     t.frames.push(leaf.to_string());
                 }
-                [frame] => t.frames.push(frame.to_string()),
+                // A frame: one word, or a call inlined there, "name (inline)".
+                _ if !t.frames.is_empty() => t.frames.push(line.trim().to_string()),
                 w => panic!("unexpected -traces line {w:?} in\n{text}"),
             }
         }
@@ -91,26 +93,35 @@ fn duration_ms(top: &str) -> f64 {
     }
 }
 
-#[test]
-fn pprof_profile_of_a_uprobe_reads_back_in_go_tool_pprof() {
-    // tk_leaf is called 300 times through tk_path_a and 700 through tk_path_b:
-    // go tool pprof must show exactly those two stacks with those counts.
+/// `stackcount -U --pprof F -p PID [extra] BIN:tk_leaf` over tests/progs/twopaths.c:
+/// the scratch directory, the binary, the profile, the PID, the tool's output.
+fn leaf_profile(extra: &[&str]) -> (Scratch, std::path::PathBuf, std::path::PathBuf, u32, Output) {
     let dir = Scratch::new();
     let bin = build_c(&dir, "twopaths");
     let file = dir.0.join("leaf.pb.gz");
     let spec = format!("{}:tk_leaf", bin.display());
     let p = CProg::start(&bin);
-    let pid = p.pid.to_string();
-    let mut t = spawn(
-        &tool("stackcount"),
-        &["-U", "--pprof", file.to_str().unwrap(), "-p", &pid, &spec],
-    );
+    let pid = p.pid;
+    let pid_arg = pid.to_string();
+    let mut args = vec!["-U", "--pprof", file.to_str().unwrap(), "-p", &pid_arg];
+    args.extend_from_slice(extra);
+    args.push(&spec);
+    let mut t = spawn(&tool("stackcount"), &args);
     t.wait_line(
         |l| l.starts_with("Tracing"),
         std::time::Duration::from_secs(60),
     );
     let out = t.finish_after(p, std::time::Duration::from_secs(120));
     assert_eq!(out.code(), 0, "{}", out.stderr);
+    (dir, bin, file, pid, out)
+}
+
+#[test]
+fn pprof_profile_of_a_uprobe_reads_back_in_go_tool_pprof() {
+    // tk_leaf is called 300 times through tk_path_a and 700 through tk_path_b:
+    // go tool pprof must show exactly those two stacks with those counts.
+    let (_dir, bin, file, pid, out) = leaf_profile(&[]);
+    let pid = pid.to_string();
     // The text output is as without --pprof.
     let printed = parse_stacks(&out.stdout);
     assert_eq!(printed.len(), 2, "{}", out.stdout);
@@ -159,6 +170,33 @@ fn pprof_profile_of_a_uprobe_reads_back_in_go_tool_pprof() {
         .unwrap_or_else(|| panic!("no mapping of {}:\n{raw}", bin.display()));
     assert!(mine.contains(&format!(" {id} ")), "want {id}:\n{raw}");
     assert!(mappings.lines().all(|l| l.ends_with("[FN]")), "{raw}");
+}
+
+#[test]
+fn pprof_inlined_calls_are_lines_of_one_location() {
+    // With --inline, tk_path_b's call of tk_leaf is in tk_inlined, inlined
+    // there: one location of two lines, innermost first, which go tool pprof
+    // shows as "tk_inlined (inline)" above tk_path_b.
+    let (_dir, _bin, file, _pid, out) = leaf_profile(&["--inline"]);
+    assert_contains(&out.stdout, "  tk_inlined (inlined)\n  tk_path_b\n");
+    let text = pprof(&["-traces"], &file);
+    let b = traces(&text)
+        .into_iter()
+        .find(|t| t.count == 700)
+        .unwrap_or_else(|| panic!("no stack of 700:\n{text}"));
+    assert_eq!(
+        b.frames[..4],
+        ["tk_leaf", "tk_inlined (inline)", "tk_path_b", "main"],
+        "{text}"
+    );
+    let raw = pprof(&["-raw"], &file);
+    assert!(
+        raw.lines()
+            .zip(raw.lines().skip(1))
+            .any(|(a, b)| a.ends_with(" tk_inlined :0 s=0") && b.trim() == "tk_path_b :0 s=0"),
+        "{raw}"
+    );
+    assert_contains(&raw, "[FN][IN]");
 }
 
 #[test]

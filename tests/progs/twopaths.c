@@ -2,7 +2,7 @@
  * for stackcount --pprof (tests/host/pprof.rs). Built with `cc -g -O1`. Prints
  * "ready", reads one line from stdin, then calls tk_leaf 300 times through
  * main -> tk_path_a -> tk_leaf and 700 times through main -> tk_path_b ->
- * tk_leaf, and exits. */
+ * tk_leaf (from tk_inlined, inlined there), and exits. */
 #include <stdio.h>
 
 __attribute__((noinline)) long tk_leaf(long x)
@@ -19,12 +19,24 @@ __attribute__((noinline)) long tk_path_a(long x)
 	return r + 1;
 }
 
-__attribute__((noinline)) long tk_path_b(long x)
+/* Inlined into tk_path_b: with --inline, the call's return address is in
+ * tk_inlined, inlined in tk_path_b (one location, two lines). */
+volatile long tk_stored;
+
+static inline __attribute__((always_inline)) long tk_inlined(long x)
 {
 	long r = tk_leaf(x);
 
-	__asm__ volatile("" ::: "memory"); /* no tail call */
+	tk_stored = r; /* the return address: a store of tk_inlined's */
 	return r + 2;
+}
+
+__attribute__((noinline)) long tk_path_b(long x)
+{
+	long r = tk_inlined(x);
+
+	__asm__ volatile("" ::: "memory");
+	return r + 3;
 }
 
 int main(void)
