@@ -35,8 +35,8 @@ pub use sys::errno;
 pub use sys::process::{kernel_thread, thread_group, INIT_PIDNS_INO};
 
 // Floor 2: the stop request, what the user asked, output.
-pub use output::hist;
 pub use output::{emit, status, summary_record, timestamp, unix_time};
+pub use output::{hist, pprof};
 pub use probe::mode::{AttachMode, Hooks, UserStacks};
 pub use probe::pattern::Matcher;
 pub use probe::perf;
@@ -54,7 +54,7 @@ pub use user::targets::at_offset;
 
 // Floor 4: the plan, reading back what BPF recorded.
 pub use data::events::Streamed;
-pub use data::{counters, events, stacks, symbolize};
+pub use data::{counters, events, profile, stacks, symbolize};
 pub use plan::{perf_syscalls, raw_attachable, syscall_event, Plan, Probe, RawTracepoints, Site};
 // A tool's plan options beyond the shared ones (--unsafe: Go return probes).
 pub use plan::{Options as PlanOptions, UNSAFE_FLAG};

@@ -21,6 +21,8 @@ mod lifecycle;
 mod cli;
 // stackcount: user and kernel stacks, folded and SVG output, names after exit.
 mod stackcount;
+// stackcount --pprof, read back by go tool pprof.
+mod pprof;
 // funclatency: call timing in every attach mode, histograms, units, intervals.
 mod funclatency;
 // disksnoop: block requests of known count and size to a loop device.

@@ -35,6 +35,8 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/stackcount.skel.rs"));
 }
 
+mod pprof;
+
 const EXAMPLES: &str = "\
 Examples:
   stackcount submit_bio          # kernel stacks leading to submit_bio()
@@ -50,6 +52,8 @@ Examples:
   stackcount -P c:malloc         # malloc() stacks per process
   stackcount -f -D 10 vfs_read > out.folded   # folded, for flame graphs
   stackcount -D 10 --svg read.svg vfs_read    # write a flame graph directly
+  stackcount -D 10 --pprof cpu.pb.gz profile:hz:99  # a profile for go tool pprof
+  stackcount -i 5 --pprof out.pb.gz -p 185 c:malloc  # out.1.pb.gz, out.2.pb.gz...
   stackcount -f -D 10 profile:hz:99 > cpu.folded  # an on-CPU profile of every CPU";
 
 /// Count events by kernel and user stack (kernel functions, user functions,
@@ -114,6 +118,12 @@ struct Args {
     /// Also write an interactive flame graph SVG of the whole run to FILE
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
+
+    /// Also write a gzipped pprof profile (profile.proto, for go tool pprof) to
+    /// FILE at the end; with -i, one per interval, numbered before the
+    /// extension: out.pb.gz is out.1.pb.gz, out.2.pb.gz...
+    #[arg(long, value_name = "FILE")]
+    pprof: Option<PathBuf>,
 
     /// Print the plan (what matched, attach mode, skipped probes) and the time of each start-up phase
     #[arg(long)]
@@ -193,6 +203,13 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
     // Symbolizing at the summary opens the traced processes' binaries and maps.
     session.plan.fd_reserve = 64;
     let plan = &session.plan;
+    let perpid = args.perpid || args.common.pid.is_some(); // BCC: -p implies -P
+                                                           // As the SVG path: an unwritable profile path fails now.
+    let mut profiles = args
+        .pprof
+        .as_ref()
+        .map(|p| pprof::Profiles::check(p, args.summary.interval.is_some(), plan, perpid))
+        .transpose()?;
     // User-space probes have no interesting kernel stack (it is the uprobe trap).
     let user_probe = plan
         .probes
@@ -200,7 +217,6 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
         .all(|p| matches!(p.site, Site::User { .. } | Site::Usdt { .. }));
     let want_kernel = !args.user_stacks_only && (args.kernel_stacks_only || !user_probe);
     let want_user = !args.kernel_stacks_only;
-    let perpid = args.perpid || args.common.pid.is_some(); // BCC: -p implies -P
     let shape = Shape {
         perpid,
         comm: perpid || args.folded || args.svg.is_some(),
@@ -276,6 +292,9 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
         interval: args.summary.interval,
         duration: args.duration,
     };
+    if let Some(p) = &mut profiles {
+        p.start(); // the first interval starts now
+    }
     let mut st = Stacks {
         skel: &skel,
         symbols: &symbols,
@@ -290,6 +309,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
         stacks_lost: PerCpuCounters::new(&skel.maps.stacks_lost, 2)?,
         counts_lost: PerCpuCounters::new(&skel.maps.counts_lost, 1)?,
         keep_run: svg.is_some() || session.serving(),
+        profiles: profiles.as_mut(),
         pending: HashMap::new(),
         lost: [0; 4],
         lost_total: 0,
@@ -335,6 +355,10 @@ struct Stacks<'a> {
     counts_lost: PerCpuCounters,
     /// Keep the run's folded totals (--svg, --listen's /stacks).
     keep_run: bool,
+    /// --pprof: `pending` then keeps each frame's address and each stack's
+    /// process, which the profile needs and the other outputs merge away
+    /// ([`shown`]).
+    profiles: Option<&'a mut pprof::Profiles>,
     /// Drained since the last summary (or /reset), and what was lost meanwhile
     /// (requests only read the maps: they drain at summaries and /reset).
     pending: HashMap<Key, u64>,
@@ -441,8 +465,13 @@ impl Served for Stacks<'_> {
         Ok(())
     }
     fn print(&mut self, last: bool) -> Result<()> {
+        let end = std::time::SystemTime::now();
         self.collect()?;
-        let entries = Self::sorted(std::mem::take(&mut self.pending));
+        let pending = std::mem::take(&mut self.pending);
+        if let Some(p) = self.profiles.as_deref_mut() {
+            p.write(&pending, &self.symbols.borrow(), end)?;
+        }
+        let entries = Self::sorted(shown(pending, self.args, self.shape));
         let lost = std::mem::take(&mut self.lost);
         report_lost(&lost);
         if self.tables.is_some() {
@@ -486,7 +515,7 @@ impl Served for Stacks<'_> {
             *pending.entry(k).or_default() += c;
         }
         Ok(serde_json::from_str(&json_summary(
-            &Self::sorted(pending),
+            &Self::sorted(shown(pending, self.args, self.shape)),
             &self.lost,
             false,
             self.args,
@@ -622,11 +651,13 @@ fn drain(
     let resolved = batch.resolve(symbols);
     let mut merged: HashMap<Key, u64> = HashMap::new();
     for (k, n) in raw {
+        // --pprof keeps what the profile needs: see `shown`.
+        let keep = args.pprof.is_some();
         let key = Key {
-            pid: shape.perpid.then_some(k.tgid),
+            pid: (shape.perpid || keep).then_some(k.tgid),
             comm: shape.comm.then(|| k.comm.clone()),
-            kernel: strip(resolved.kernel(get(k.kernel)), args),
-            user: strip(resolved.user(k.tgid, get(k.user)), args),
+            kernel: strip(resolved.kernel(get(k.kernel)), args, keep),
+            user: strip(resolved.user(k.tgid, get(k.user)), args, keep),
         };
         *merged.entry(key).or_default() += n;
     }
@@ -635,20 +666,41 @@ fn drain(
     Ok((out, expired))
 }
 
-/// Keeps only what the output shows, so stacks that print alike merge.
-fn strip(frames: Vec<Frame>, args: &Args) -> Vec<Frame> {
+/// Keeps only what the output shows, so stacks that print alike merge; and
+/// the addresses with `keep_addr` (--pprof).
+fn strip(frames: Vec<Frame>, args: &Args, keep_addr: bool) -> Vec<Frame> {
     frames
         .into_iter()
         .map(|mut f| {
             if !args.offset {
                 f.offset = 0;
             }
-            if !args.verbose {
+            if !args.verbose && !keep_addr {
                 f.addr = 0;
             }
             f
         })
         .collect()
+}
+
+/// The stacks as the text, folded and JSON outputs show them: what --pprof
+/// kept in the keys (addresses, the process when not counted per process)
+/// dropped, and stacks that then print alike merged. Without --pprof the keys
+/// are already so.
+fn shown(entries: HashMap<Key, u64>, args: &Args, shape: &Shape) -> HashMap<Key, u64> {
+    if args.pprof.is_none() {
+        return entries;
+    }
+    let mut out: HashMap<Key, u64> = HashMap::new();
+    for (mut k, c) in entries {
+        if !shape.perpid {
+            k.pid = None;
+        }
+        k.kernel = strip(k.kernel, args, false);
+        k.user = strip(k.user, args, false);
+        *out.entry(k).or_default() += c;
+    }
+    out
 }
 
 fn frame_lines(out: &mut String, frames: &[Frame], args: &Args) {
@@ -741,5 +793,47 @@ fn report_lost(lost: &[u64]) {
         if *n > 0 {
             warn(&format!("lost {n} {w}"));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(name: &str, addr: u64) -> Frame {
+        Frame {
+            addr,
+            name: Some(name.into()),
+            offset: 0,
+            inlined: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn pprof_keys_merge_back_into_the_stacks_text_shows() {
+        // --pprof keeps addresses and the process in the keys; without -P/-p
+        // and -v, two processes' stacks at other addresses print as one.
+        let args = Args::try_parse_from(["stackcount", "--pprof", "x.pb.gz", "c:malloc"]).unwrap();
+        let shape = Shape {
+            perpid: false,
+            comm: false,
+            comm_line: false,
+            delimit: false,
+        };
+        let key = |pid, addr| Key {
+            pid: Some(pid),
+            comm: None,
+            kernel: vec![frame("do_syscall_64", addr)],
+            user: vec![frame("malloc", addr + 1), frame("main", addr + 2)],
+        };
+        let full = HashMap::from([(key(1, 0x100), 3), (key(2, 0x200), 4)]);
+        let shown = shown(full, &args, &shape);
+        let want = Key {
+            pid: None,
+            comm: None,
+            kernel: vec![frame("do_syscall_64", 0)],
+            user: vec![frame("malloc", 0), frame("main", 0)],
+        };
+        assert_eq!(shown, HashMap::from([(want, 7)]));
     }
 }

@@ -23,7 +23,8 @@ pub const BUILD: &[&str] = &[
 /// objcopy strips a test binary; zlib1g is the Debian library the tests trace;
 /// iproute2 makes the network namespace and prometheus the server that scrape
 /// --listen in tests/host/serve.rs; g++ builds the C++ program whose exceptions
-/// funclatency warns of).
+/// funclatency warns of; golang-go's `go tool pprof` reads the profiles
+/// stackcount --pprof writes, in tests/host/pprof.rs).
 pub const TEST: &[&str] = &[
     "util-linux",
     "g++",
@@ -32,6 +33,7 @@ pub const TEST: &[&str] = &[
     "zlib1g",
     "iproute2",
     "prometheus",
+    "golang-go",
 ];
 
 /// The install test (install_test.rs): man-db renders the man pages; bash, zsh and

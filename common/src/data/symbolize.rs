@@ -192,6 +192,17 @@ struct ExecMapping {
     low_base: u64,
 }
 
+/// A file mapped executable in a process, as [`Symbols::mappings`] gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappedFile {
+    pub start: u64,
+    pub end: u64,
+    /// Where in the file `start` is.
+    pub pgoff: u64,
+    /// The file (None: the vDSO).
+    pub path: Option<PathBuf>,
+}
+
 /// Whether `pid`'s memory is gone: it has exited, or is exiting. An exiting
 /// process releases its mappings (and /proc/PID/map_files) before it becomes a
 /// zombie, so for that while its state is not yet Z but it maps nothing.
@@ -309,6 +320,23 @@ impl Symbols {
         }
         self.remembered.remove(&pid);
         self.remember(pid)
+    }
+
+    /// `pid`'s executable mappings (its snapshot if remembered, else read now;
+    /// None for a process gone unremembered), for naming the file each frame's
+    /// address is in (pprof's mappings).
+    pub fn mappings(&self, pid: u32) -> Option<Vec<MappedFile>> {
+        let maps = self.maps_of(pid)?;
+        Some(
+            maps.iter()
+                .map(|m| MappedFile {
+                    start: m.start,
+                    end: m.end,
+                    pgoff: m.pgoff,
+                    path: m.path.clone(),
+                })
+                .collect(),
+        )
     }
 
     /// `pid`'s executable mappings: its snapshot if remembered, else read now.

@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 use anyhow::{Context, Result};
 
 pub mod hist;
+pub mod pprof;
 
 /// Writes `text` to stdout and flushes, so a summary reaches a pipe in one piece.
 /// A closed stdout (`| head`) surfaces as an error that [`is_closed_stdout`] recognises.

@@ -1,0 +1,341 @@
+//! stackcount --pprof, read back by the real consumer, `go tool pprof`
+//! (package golang-go): stacks of a uprobe with their exact counts, labels
+//! and the binary's build ID; inlined calls as lines of one location; a CPU
+//! profile's cpu values; a file per interval; an unwritable path refused
+//! before tracing.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::util::*;
+
+/// `go tool pprof ARGS FILE`'s stdout, asserted successful.
+fn pprof(args: &[&str], file: &Path) -> String {
+    let out = Command::new("go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(file)
+        .output()
+        .expect("running go tool pprof (package golang-go)");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "go tool pprof {args:?} {}: {}\n{stdout}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// One stack of `go tool pprof -traces`: its labels, its count, its frames
+/// (leaf first).
+#[derive(Debug)]
+struct Trace {
+    labels: Vec<(String, String)>,
+    count: u64,
+    frames: Vec<String>,
+}
+
+/// Parses `-traces` output: blocks between `-----------+---` lines; label
+/// lines `key:  value`, then `COUNT   leaf`, then one frame a line.
+fn traces(text: &str) -> Vec<Trace> {
+    let mut out = Vec::new();
+    for block in text.split("-----------+").skip(1) {
+        let mut t = Trace {
+            labels: Vec::new(),
+            count: 0,
+            frames: Vec::new(),
+        };
+        for line in block.lines().skip(1) {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                [] => {}
+                [key, value] if key.ends_with(':') && t.frames.is_empty() => t
+                    .labels
+                    .push((key.trim_end_matches(':').to_string(), value.to_string())),
+                [n, leaf] if t.frames.is_empty() && n.parse::<u64>().is_ok() => {
+                    t.count = n.parse().unwrap();
+                    t.frames.push(leaf.to_string());
+                }
+                // A frame: one word, or a call inlined there, "name (inline)".
+                _ if !t.frames.is_empty() => t.frames.push(line.trim().to_string()),
+                w => panic!("unexpected -traces line {w:?} in\n{text}"),
+            }
+        }
+        if !t.frames.is_empty() {
+            out.push(t);
+        }
+    }
+    out
+}
+
+/// The GNU build ID of `bin`, as `readelf -n` prints it.
+fn build_id(bin: &Path) -> String {
+    let out = Command::new("readelf").arg("-n").arg(bin).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: "))
+        .unwrap_or_else(|| panic!("no build ID in {}:\n{text}", bin.display()))
+        .to_string()
+}
+
+/// The profile's duration in ms, from `-top`'s `Duration: 999.87ms, ...` or
+/// `Duration: 1.01s, ...`.
+fn duration_ms(top: &str) -> f64 {
+    let d = top
+        .lines()
+        .find_map(|l| l.strip_prefix("Duration: "))
+        .and_then(|l| l.split(',').next())
+        .unwrap_or_else(|| panic!("no duration:\n{top}"));
+    match d.strip_suffix("ms") {
+        Some(ms) => ms.parse().unwrap(),
+        None => d.trim_end_matches('s').parse::<f64>().unwrap() * 1000.0,
+    }
+}
+
+/// `stackcount -U --pprof F -p PID [extra] BIN:tk_leaf` over tests/progs/twopaths.c:
+/// the scratch directory, the binary, the profile, the PID, the tool's output.
+fn leaf_profile(extra: &[&str]) -> (Scratch, std::path::PathBuf, std::path::PathBuf, u32, Output) {
+    let dir = Scratch::new();
+    let bin = build_c(&dir, "twopaths");
+    let file = dir.0.join("leaf.pb.gz");
+    let spec = format!("{}:tk_leaf", bin.display());
+    let p = CProg::start(&bin);
+    let pid = p.pid;
+    let pid_arg = pid.to_string();
+    let mut args = vec!["-U", "--pprof", file.to_str().unwrap(), "-p", &pid_arg];
+    args.extend_from_slice(extra);
+    args.push(&spec);
+    let mut t = spawn(&tool("stackcount"), &args);
+    t.wait_line(
+        |l| l.starts_with("Tracing"),
+        std::time::Duration::from_secs(60),
+    );
+    let out = t.finish_after(p, std::time::Duration::from_secs(120));
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    (dir, bin, file, pid, out)
+}
+
+#[test]
+fn pprof_profile_of_a_uprobe_reads_back_in_go_tool_pprof() {
+    // tk_leaf is called 300 times through tk_path_a and 700 through tk_path_b:
+    // go tool pprof must show exactly those two stacks with those counts.
+    let (_dir, bin, file, pid, out) = leaf_profile(&[]);
+    let pid = pid.to_string();
+    // The text output is as without --pprof.
+    let printed = parse_stacks(&out.stdout);
+    assert_eq!(printed.len(), 2, "{}", out.stdout);
+
+    let text = pprof(&["-traces"], &file);
+    let mut stacks = traces(&text);
+    stacks.sort_by_key(|t| t.count);
+    assert_eq!(stacks.len(), 2, "{text}");
+    for (t, (count, via)) in stacks.iter().zip([(300, "tk_path_a"), (700, "tk_path_b")]) {
+        assert_eq!(t.count, count, "{text}");
+        assert_eq!(t.frames[..3], ["tk_leaf", via, "main"], "{text}");
+        assert_eq!(
+            t.frames.last().map(String::as_str),
+            Some("_start"),
+            "{text}"
+        );
+        let labels: Vec<(&str, &str)> = t
+            .labels
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            labels,
+            [("comm", "twopaths"), ("pid", pid.as_str())],
+            "{text}"
+        );
+    }
+
+    let top = pprof(&["-top"], &file);
+    assert_contains(&top, "Type: samples");
+    assert_contains(&top, "Total samples = 1000");
+    assert!(
+        top.lines().any(|l| l.split_whitespace().collect::<Vec<_>>()
+            == ["1000", "100%", "100%", "1000", "100%", "tk_leaf"]),
+        "{top}"
+    );
+
+    // The binary's mapping, with its build ID; every mapping says its
+    // functions are named ([FN]).
+    let raw = pprof(&["-raw"], &file);
+    let mappings = raw.split("\nMappings\n").nth(1).expect("mappings");
+    let id = build_id(&bin);
+    let mine = mappings
+        .lines()
+        .find(|l| l.contains(&format!(" {} ", bin.display())))
+        .unwrap_or_else(|| panic!("no mapping of {}:\n{raw}", bin.display()));
+    assert!(mine.contains(&format!(" {id} ")), "want {id}:\n{raw}");
+    assert!(mappings.lines().all(|l| l.ends_with("[FN]")), "{raw}");
+}
+
+#[test]
+fn pprof_inlined_calls_are_lines_of_one_location() {
+    // With --inline, tk_path_b's call of tk_leaf is in tk_inlined, inlined
+    // there: one location of two lines, innermost first, which go tool pprof
+    // shows as "tk_inlined (inline)" above tk_path_b.
+    let (_dir, _bin, file, _pid, out) = leaf_profile(&["--inline"]);
+    assert_contains(&out.stdout, "  tk_inlined (inlined)\n  tk_path_b\n");
+    let text = pprof(&["-traces"], &file);
+    let b = traces(&text)
+        .into_iter()
+        .find(|t| t.count == 700)
+        .unwrap_or_else(|| panic!("no stack of 700:\n{text}"));
+    assert_eq!(
+        b.frames[..4],
+        ["tk_leaf", "tk_inlined (inline)", "tk_path_b", "main"],
+        "{text}"
+    );
+    let raw = pprof(&["-raw"], &file);
+    assert!(
+        raw.lines()
+            .zip(raw.lines().skip(1))
+            .any(|(a, b)| a.ends_with(" tk_inlined :0 s=0") && b.trim() == "tk_path_b :0 s=0"),
+        "{raw}"
+    );
+    assert_contains(&raw, "[FN][IN]");
+}
+
+#[test]
+fn pprof_cpu_profile_counts_nanoseconds_of_each_sample() {
+    // 2 s of CPU at 99 Hz: the cpu sample type is the count times the period,
+    // 10101010 ns, sample by sample.
+    let dir = Scratch::new();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs/sampled.c");
+    let bin = dir.0.join("sampled");
+    let st = Command::new("gcc")
+        .args(["-O2", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .arg("-lpthread")
+        .status()
+        .expect("gcc");
+    assert!(st.success(), "gcc failed");
+    let file = dir.0.join("cpu.pb.gz");
+    let out = trace_cprog(
+        &tool("stackcount"),
+        &bin,
+        &["burn", "2000"],
+        &["--pprof", file.to_str().unwrap(), "profile:hz:99"],
+        |l| l.starts_with("Tracing"),
+    );
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let raw = pprof(&["-raw"], &file);
+    assert_starts_with(&raw, "PeriodType: cpu nanoseconds\nPeriod: 10101010\n");
+    let samples = raw
+        .split("\nSamples:\nsamples/count cpu/nanoseconds\n")
+        .nth(1)
+        .and_then(|s| s.split("\nLocations\n").next())
+        .unwrap_or_else(|| panic!("no samples of two types:\n{raw}"));
+    let (mut count, mut cpu) = (0u64, 0u64);
+    for line in samples.lines().filter(|l| l.contains(": ")) {
+        let values: Vec<u64> = line
+            .split(':')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .map(|v| v.parse().unwrap())
+            .collect();
+        assert_eq!(values.len(), 2, "{line}");
+        assert_eq!(values[1], values[0] * 10_101_010, "{line}");
+        count += values[0];
+        cpu += values[1];
+    }
+    assert!((178..=218).contains(&count), "{count} samples:\n{raw}");
+    assert_eq!(cpu, count * 10_101_010);
+    // The same samples as printed.
+    let printed: u64 = parse_stacks(&out.stdout).iter().map(|s| s.1).sum();
+    assert_eq!(printed, count, "{}", out.stdout);
+    // tk_burn is where the CPU went (at least 95% of it, as the text test).
+    let top = pprof(&["-top", "-sample_index=cpu"], &file);
+    assert_contains(&top, "Type: cpu");
+    let burn = top
+        .lines()
+        .find(|l| l.trim_end().ends_with(" tk_burn"))
+        .unwrap_or_else(|| panic!("no tk_burn:\n{top}"));
+    let cum: f64 = burn
+        .split_whitespace()
+        .nth(4)
+        .unwrap()
+        .trim_end_matches('%')
+        .parse()
+        .unwrap();
+    assert!(cum >= 95.0, "{top}");
+}
+
+#[test]
+fn pprof_writes_one_file_per_interval() {
+    // -i 1 -D 3: out.1.pb.gz, out.2.pb.gz, out.3.pb.gz, each a profile of
+    // about one second; no out.pb.gz.
+    let dir = Scratch::new();
+    let file = dir.0.join("out.pb.gz");
+    let out = run(
+        &tool("stackcount"),
+        &[
+            "-K",
+            "-i",
+            "1",
+            "-D",
+            "3",
+            "--pprof",
+            file.to_str().unwrap(),
+            "t:sched:sched_switch",
+        ],
+        std::time::Duration::from_secs(60),
+    );
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let mut names: Vec<String> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["out.1.pb.gz", "out.2.pb.gz", "out.3.pb.gz"]);
+    for n in &names {
+        let top = pprof(&["-top"], &dir.0.join(n));
+        assert_contains(&top, "File: [kernel.kallsyms]");
+        assert_contains(&top, "schedule");
+        let ms = duration_ms(&top);
+        assert!((900.0..=1100.0).contains(&ms), "{n}: {ms} ms\n{top}");
+    }
+}
+
+#[test]
+fn pprof_to_an_unwritable_path_fails_before_tracing() {
+    let dir = Scratch::new();
+    let file = dir.0.join("no/such/dir/x.pb.gz");
+    fails_with(
+        &tool("stackcount"),
+        &[
+            "-D",
+            "30",
+            "--pprof",
+            file.to_str().unwrap(),
+            "t:sched:sched_switch",
+        ],
+        &format!(
+            "cannot create {} for --pprof: No such file or directory (os error 2); give a \
+             path in a writable directory",
+            file.display()
+        ),
+    );
+    // With -i, the first interval's file is the one tried.
+    let file = dir.0.join("no/such/dir/x.pb.gz");
+    fails_with(
+        &tool("stackcount"),
+        &[
+            "-i",
+            "1",
+            "--pprof",
+            file.to_str().unwrap(),
+            "t:sched:sched_switch",
+        ],
+        &format!(
+            "cannot create {} for --pprof: No such file or directory (os error 2); give a \
+             path in a writable directory",
+            dir.0.join("no/such/dir/x.1.pb.gz").display()
+        ),
+    );
+}

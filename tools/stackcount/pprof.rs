@@ -1,0 +1,120 @@
+//! stackcount --pprof FILE: which file each summary's profile goes to (one
+//! per interval with -i), what its samples measure (from the run's patterns),
+//! and its labels; the profile itself is built by common's pprof builder.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use anyhow::{anyhow, Result};
+use common::perf::{Every, Family};
+use common::pprof::{self, Builder, Label, Sampling};
+use common::profile::Frames;
+use common::symbolize::Symbols;
+use common::{Plan, Site};
+
+use crate::Key;
+
+/// The profiles of a run.
+pub struct Profiles {
+    path: PathBuf,
+    /// One file per interval (-i), numbered from 1.
+    numbered: bool,
+    written: u64,
+    sampling: Option<Sampling>,
+    /// Label samples with `comm` and `pid` (stacks counted per process).
+    per_process: bool,
+    /// Start of the current interval.
+    since: SystemTime,
+}
+
+impl Profiles {
+    /// Checks now, before tracing, that the first file can be written: a
+    /// mistyped directory fails in a second, not after the whole trace.
+    pub fn check(path: &Path, numbered: bool, plan: &Plan, per_process: bool) -> Result<Profiles> {
+        let first = if numbered {
+            pprof::numbered(path, 1)
+        } else {
+            path.to_path_buf()
+        };
+        File::create(&first).map_err(|e| {
+            anyhow!(
+                "cannot create {} for --pprof: {e}; give a path in a writable directory",
+                first.display()
+            )
+        })?;
+        Ok(Profiles {
+            path: path.to_path_buf(),
+            numbered,
+            written: 0,
+            sampling: sampling(plan),
+            per_process,
+            since: SystemTime::now(),
+        })
+    }
+
+    /// Tracing starts: the first interval's time.
+    pub fn start(&mut self) {
+        self.since = SystemTime::now();
+    }
+
+    /// Writes the profile of one summary's stacks (keys with their addresses
+    /// and process, see `drain`), counted until `end` (when the summary began:
+    /// reading and symbolizing them is not part of the interval).
+    pub fn write(
+        &mut self,
+        entries: &HashMap<Key, u64>,
+        symbols: &Symbols,
+        end: SystemTime,
+    ) -> Result<()> {
+        let mut frames = Frames::new(symbols);
+        let mut b = Builder::new(self.sampling);
+        // Sorted, so that a profile of the same counts is the same file.
+        let mut sorted: Vec<(&Key, &u64)> = entries.iter().collect();
+        sorted.sort();
+        for (k, &count) in sorted {
+            let mut stack = frames.kernel(&k.kernel);
+            stack.extend(frames.user(k.pid, &k.user));
+            let mut labels = Vec::new();
+            if self.per_process {
+                if let Some(comm) = &k.comm {
+                    labels.push(Label::Str("comm", comm.clone()));
+                }
+                if let Some(pid) = k.pid {
+                    labels.push(Label::Num("pid", pid.into()));
+                }
+            }
+            b.add(&stack, count, &labels);
+        }
+        let duration = end.duration_since(self.since).unwrap_or_default();
+        let profile = b.finish(self.since, duration);
+        self.since = end;
+        self.written += 1;
+        let path = match self.numbered {
+            true => pprof::numbered(&self.path, self.written),
+            false => self.path.clone(),
+        };
+        pprof::write(&path, &profile)
+    }
+}
+
+/// What a sample is beyond its count: when every pattern is the same sampling
+/// source, its period (stacks are not told apart by pattern, so a run that
+/// mixes sources, or a source with probes, counts samples only).
+fn sampling(plan: &Plan) -> Option<Sampling> {
+    let mut sources = plan.probes.iter().map(|p| match &p.site {
+        Site::Perf(s) => Some(s),
+        _ => None,
+    });
+    let first = sources.next()??;
+    if !sources.all(|s| s.is_some_and(|s| s.name == first.name)) {
+        return None;
+    }
+    match (first.family, first.every) {
+        (Family::Profile, Every::Hz(hz)) => Some(Sampling::CpuNanos(1_000_000_000 / hz)),
+        (Family::Profile, Every::Period(ns)) => Some(Sampling::CpuNanos(ns)),
+        (_, Every::Period(n)) => Some(Sampling::Events(n)),
+        (_, Every::Hz(_)) => None,
+    }
+}
