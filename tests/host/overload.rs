@@ -261,72 +261,36 @@ fn churning(uid: u32, n: usize, port: u16) -> Group {
 
 #[test]
 fn a_client_that_asks_at_once_gets_in_however_the_slots_churn() {
-    // The sweep's second slowloris: clients that send a byte, are cut after
+    // Our sweep's second slowloris: clients that send a byte, are cut after
     // the head's 2 s, and reconnect at once kept every slot held, so 0 of 10
     // scrapes and no authenticated POST got through. A client whose head
-    // comes at once now takes the slot of one still sending its head: here
-    // for root against 16 of root's own churning clients (every slot), and
-    // for another user against three users' (every slot but root's 4).
+    // comes at once now takes the slot of one still sending its head. Here
+    // three users churn 16 clients each (every slot but root's 4); a fourth
+    // user, who has no kept slot (as a remote client with the token has
+    // none until its head is read), scrapes 10 times, and root posts.
     let w = Workload::start(&prog("random"), &["getrandom", "3", "8", "--hold"]);
     let pid = w.pid.to_string();
     let s = Served::start("urandomread", &["-p", &pid, "--listen", ":0"]);
     let port = s.addr.port();
     let get = "GET /metrics HTTP/1.1\\r\\nHost: localhost\\r\\n\\r\\n";
-    for (churners, asker) in [(vec![0], 0), (vec![65534, 1001, 1002], 1003)] {
-        let loris: Vec<Group> = churners.iter().map(|&u| churning(u, 16, port)).collect();
-        thread::sleep(Duration::from_secs(1));
-        let mut ok = 0;
-        for _ in 0..10 {
-            let started = Instant::now();
-            let answered = if asker == 0 {
-                s.get("/metrics").0 == 200
-            } else {
-                user_asks(asker, get, port) == "HTTP/1.1 200 OK"
-            };
-            if answered && started.elapsed() < Duration::from_secs(1) {
-                ok += 1;
-            }
-            thread::sleep(Duration::from_millis(100));
+    let loris: Vec<Group> = [65534, 1001, 1002]
+        .iter()
+        .map(|&u| churning(u, 16, port))
+        .collect();
+    thread::sleep(Duration::from_secs(1));
+    let mut ok = 0;
+    for _ in 0..10 {
+        let started = Instant::now();
+        if user_asks(1003, get, port) == "HTTP/1.1 200 OK"
+            && started.elapsed() < Duration::from_secs(1)
+        {
+            ok += 1;
         }
-        let reset = if asker == 0 { s.post("/reset").0 } else { 200 };
-        drop(loris);
-        assert_eq!(
-            (ok, reset),
-            (10, 200),
-            "user {asker}: {ok} of 10 scrapes answered"
-        );
+        thread::sleep(Duration::from_millis(100));
     }
-    w.go();
-    s.stop(T);
-    w.go();
-    assert!(w.wait().success());
-}
-
-#[test]
-fn control_is_refused_to_other_users_and_web_pages() {
-    let w = Workload::start(&prog("random"), &["getrandom", "3", "8", "--hold"]);
-    let pid = w.pid.to_string();
-    let s = Served::start("urandomread", &["-p", &pid, "--listen", ":0"]);
-    let port = s.addr.port();
-    // Another local account: it may read, not stop or reset (it stopped
-    // root's tool).
-    let get = "GET /metrics HTTP/1.1\\r\\nHost: localhost\\r\\n\\r\\n";
-    assert_eq!(nobody_asks(get, port), "HTTP/1.1 200 OK");
-    for post in ["/stop", "/reset"] {
-        let raw = format!("POST {post} HTTP/1.1\\r\\nHost: localhost\\r\\n\\r\\n");
-        assert_eq!(nobody_asks(&raw, port), "HTTP/1.1 403 Forbidden", "{post}");
-    }
-    // A web page in root's browser: its Origin, or its own name (rebinding).
-    for raw in [
-        "POST /stop HTTP/1.1\r\nHost: localhost\r\nOrigin: http://evil.example\r\n\r\n",
-        "POST /reset HTTP/1.1\r\nHost: evil.example\r\n\r\n",
-        "GET /summary HTTP/1.1\r\nHost: attacker.example:80\r\n\r\n",
-    ] {
-        let (code, body) = request(s.local(), raw);
-        assert_eq!(code, 403, "{raw:?}: {body}");
-    }
-    assert_eq!(s.get("/metrics").0, 200);
-    // Root on this machine may; the answer comes once all is detached.
+    let reset = s.post("/reset").0;
+    drop(loris);
+    assert_eq!((ok, reset), (10, 200), "{ok} of 10 scrapes answered");
     w.go();
     s.stop(T);
     w.go();
