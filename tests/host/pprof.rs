@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use crate::util::http::*;
 use crate::util::*;
 
 /// `go tool pprof ARGS FILE`'s stdout, asserted successful.
@@ -338,4 +339,128 @@ fn pprof_to_an_unwritable_path_fails_before_tracing() {
             dir.0.join("no/such/dir/x.1.pb.gz").display()
         ),
     );
+}
+
+#[test]
+fn the_profile_endpoint_answers_go_tool_pprof_with_the_window_s_stacks() {
+    // `go tool pprof http://.../debug/pprof/profile?seconds=4`, as Pyroscope's
+    // and Parca's scrapers ask: the 1,000 calls made inside the window, as
+    // exactly the two stacks of 300 and 700.
+    let dir = Scratch::new();
+    let bin = build_c(&dir, "twopaths");
+    let spec = format!("{}:tk_leaf", bin.display());
+    let mut p = CProg::start(&bin);
+    let pid = p.pid.to_string();
+    let s = Served::start(
+        "stackcount",
+        &["-U", "-p", &pid, "--listen", "127.0.0.1:0", &spec],
+    );
+    let url = format!("http://{}/debug/pprof/profile?seconds=4", s.local());
+    let fetch = Command::new("go")
+        .args(["tool", "pprof", "-traces", &url])
+        .env("PPROF_TMPDIR", &dir.0)
+        .env("HOME", &dir.0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("running go tool pprof (package golang-go)");
+    // The window opens as the request arrives; the calls come well inside it.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    p.go();
+    let fetched = fetch.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&fetched.stdout).into_owned();
+    assert!(
+        fetched.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&fetched.stderr)
+    );
+    let mut stacks = traces(&text);
+    stacks.sort_by_key(|t| t.count);
+    assert_eq!(stacks.len(), 2, "{text}");
+    for (t, (count, via)) in stacks.iter().zip([(300, "tk_path_a"), (700, "tk_path_b")]) {
+        assert_eq!(t.count, count, "{text}");
+        assert_eq!(t.frames[..3], ["tk_leaf", via, "main"], "{text}");
+    }
+    // twopaths exited after its calls, and the run ended with it (-p): the
+    // window open then was answered with what was counted until the end.
+    let out = s.run.finish(std::time::Duration::from_secs(60));
+    assert!(p.wait().success());
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+}
+
+#[test]
+fn bad_or_too_many_profile_requests_are_refused_and_tracing_goes_on() {
+    let w = Workload::start(&prog("random"), &["getrandom", "3", "8", "--hold"]);
+    let pid = w.pid.to_string();
+    let s = Served::start(
+        "stackcount",
+        &[
+            "-p",
+            &pid,
+            "--listen",
+            "127.0.0.1:0",
+            "t:syscalls:sys_enter_getrandom",
+        ],
+    );
+    for q in ["-1", "0", "301", "99999", "abc", "1.5", "", "4294967297"] {
+        let (status, body) = s.get(&format!("/debug/pprof/profile?seconds={q}"));
+        assert_eq!(status, 400, "seconds={q}: {body}");
+    }
+    let (status, _) = s.post("/debug/pprof/profile");
+    assert_eq!(status, 405);
+    // Four windows at once; a fifth is refused, and the loop keeps answering.
+    let addr = s.local();
+    let open: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                use std::io::{Read, Write};
+                let mut c = std::net::TcpStream::connect(addr).unwrap();
+                write!(
+                    c,
+                    "GET /debug/pprof/profile?seconds=3 HTTP/1.1\r\nHost: localhost\r\n\r\n"
+                )
+                .unwrap();
+                let mut all = Vec::new();
+                c.read_to_end(&mut all).unwrap();
+                String::from_utf8_lossy(&all[..12]).into_owned()
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(s.get("/debug/pprof/profile?seconds=1").0, 503);
+    let t = std::time::Instant::now();
+    assert_eq!(s.get("/metrics").0, 200);
+    assert!(t.elapsed() < std::time::Duration::from_secs(1));
+    // The workload's three calls, counted while the windows were open.
+    w.go();
+    for o in open {
+        assert_eq!(o.join().unwrap(), "HTTP/1.1 200");
+    }
+    let out = s.stop(std::time::Duration::from_secs(60));
+    w.go();
+    assert!(w.wait().success());
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let stacks = parse_stacks(&out.stdout);
+    assert_eq!(stacks.iter().map(|s| s.1).sum::<u64>(), 3, "{}", out.stdout);
+}
+
+#[test]
+fn tools_without_stacks_have_no_profile_endpoint() {
+    let w = Workload::start(&prog("random"), &["getrandom", "3", "8", "--hold"]);
+    let pid = w.pid.to_string();
+    let s = Served::start(
+        "funccount",
+        &[
+            "-p",
+            &pid,
+            "--listen",
+            "127.0.0.1:0",
+            "t:syscalls:sys_enter_getrandom",
+        ],
+    );
+    assert_eq!(s.get("/debug/pprof/profile?seconds=1").0, 404);
+    w.go();
+    s.stop(std::time::Duration::from_secs(60));
+    w.go();
+    assert!(w.wait().success());
 }

@@ -205,6 +205,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
     let plan = &session.plan;
     let perpid = args.perpid || args.common.pid.is_some(); // BCC: -p implies -P
                                                            // As the SVG path: an unwritable profile path fails now.
+    let profile_kind = pprof::Kind::of(plan, perpid);
     let mut profiles = args
         .pprof
         .as_ref()
@@ -314,6 +315,10 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
         lost: [0; 4],
         lost_total: 0,
         run: BTreeMap::new(),
+        total: HashMap::new(),
+        marks: HashMap::new(),
+        next_mark: 0,
+        profile_kind,
     };
     session.run(schedule, &mut st)?;
     let folded_run = std::mem::take(&mut st.run);
@@ -366,6 +371,13 @@ struct Stacks<'a> {
     lost_total: u64,
     /// Folded lines (keyed with count 0) and their totals since the start.
     run: BTreeMap<String, u64>,
+    /// --listen: the stacks drained since the start (never reset), and the
+    /// marks of /debug/pprof/profile windows open (the totals then).
+    total: HashMap<Key, u64>,
+    marks: HashMap<u64, HashMap<Key, u64>>,
+    next_mark: u64,
+    /// What a profile's samples measure, and their labels.
+    profile_kind: pprof::Kind,
 }
 
 impl Stacks<'_> {
@@ -420,9 +432,21 @@ impl Stacks<'_> {
             if self.keep_run {
                 *self.run.entry(folded_line(self.shape, &k, 0)).or_default() += c;
             }
+            if self.args.common.listen.is_some() {
+                *self.total.entry(k.clone()).or_default() += c;
+            }
             *self.pending.entry(k).or_default() += c;
         }
         Ok(())
+    }
+
+    /// The stacks counted since the start: drained, and in the maps now.
+    fn total_now(&self) -> Result<HashMap<Key, u64>> {
+        let mut now = self.total.clone();
+        for (k, c) in self.peek()? {
+            *now.entry(k).or_default() += c;
+        }
+        Ok(now)
     }
 
     /// What the maps hold now, read without clearing them (a request).
@@ -527,6 +551,31 @@ impl Served for Stacks<'_> {
         self.pending.clear();
         self.lost = [0; 4];
         Ok(())
+    }
+
+    fn profile_mark(&mut self) -> Option<Result<u64>> {
+        Some(self.total_now().map(|now| {
+            self.next_mark += 1;
+            self.marks.insert(self.next_mark, now);
+            self.next_mark
+        }))
+    }
+
+    fn profile_since(
+        &mut self,
+        mark: u64,
+        start: std::time::SystemTime,
+        duration: Duration,
+    ) -> Result<Vec<u8>> {
+        let then = self.marks.remove(&mark).unwrap_or_default();
+        let mut since = self.total_now()?;
+        for (k, c) in since.iter_mut() {
+            *c -= then.get(k).copied().unwrap_or(0).min(*c);
+        }
+        since.retain(|_, c| *c > 0);
+        Ok(self
+            .profile_kind
+            .encoded(&since, &self.symbols.borrow(), start, duration))
     }
 
     fn folded(&mut self) -> Option<Result<String>> {
@@ -651,8 +700,8 @@ fn drain(
     let resolved = batch.resolve(symbols);
     let mut merged: HashMap<Key, u64> = HashMap::new();
     for (k, n) in raw {
-        // --pprof keeps what the profile needs: see `shown`.
-        let keep = args.pprof.is_some();
+        // Profiles keep what they need: see `shown`.
+        let keep = raw_keys(args);
         let key = Key {
             pid: (shape.perpid || keep).then_some(k.tgid),
             comm: shape.comm.then(|| k.comm.clone()),
@@ -683,12 +732,18 @@ fn strip(frames: Vec<Frame>, args: &Args, keep_addr: bool) -> Vec<Frame> {
         .collect()
 }
 
+/// Whether counted stacks keep each frame's address and their process, which
+/// pprof profiles need (--pprof, and --listen's /debug/pprof/profile).
+fn raw_keys(args: &Args) -> bool {
+    args.pprof.is_some() || args.common.listen.is_some()
+}
+
 /// The stacks as the text, folded and JSON outputs show them: what --pprof
 /// kept in the keys (addresses, the process when not counted per process)
 /// dropped, and stacks that then print alike merged. Without --pprof the keys
 /// are already so.
 fn shown(entries: HashMap<Key, u64>, args: &Args, shape: &Shape) -> HashMap<Key, u64> {
-    if args.pprof.is_none() {
+    if !raw_keys(args) {
         return entries;
     }
     let mut out: HashMap<Key, u64> = HashMap::new();

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use anyhow::{anyhow, Result};
 use common::perf::{Every, Family};
@@ -16,15 +16,72 @@ use common::{Plan, Site};
 
 use crate::Key;
 
+/// What a run's profiles measure, and how their samples are labelled.
+#[derive(Clone, Copy)]
+pub struct Kind {
+    sampling: Option<Sampling>,
+    /// Label samples with `comm` and `pid` (stacks counted per process).
+    per_process: bool,
+}
+
+impl Kind {
+    pub fn of(plan: &Plan, per_process: bool) -> Kind {
+        Kind {
+            sampling: sampling(plan),
+            per_process,
+        }
+    }
+
+    /// The profile of `entries` (keys with their addresses and process, see
+    /// `drain`), counted over `duration` from `start`.
+    fn build(
+        &self,
+        entries: &HashMap<Key, u64>,
+        symbols: &Symbols,
+        start: SystemTime,
+        duration: Duration,
+    ) -> pprof::proto::Profile {
+        let mut frames = Frames::new(symbols);
+        let mut b = Builder::new(self.sampling);
+        // Sorted, so that a profile of the same counts is the same file.
+        let mut sorted: Vec<(&Key, &u64)> = entries.iter().collect();
+        sorted.sort();
+        for (k, &count) in sorted {
+            let mut stack = frames.kernel(&k.kernel);
+            stack.extend(frames.user(k.pid, &k.user));
+            let mut labels = Vec::new();
+            if self.per_process {
+                if let Some(comm) = &k.comm {
+                    labels.push(Label::Str("comm", comm.clone()));
+                }
+                if let Some(pid) = k.pid {
+                    labels.push(Label::Num("pid", pid.into()));
+                }
+            }
+            b.add(&stack, count, &labels);
+        }
+        b.finish(start, duration)
+    }
+
+    /// [`Kind::build`], gzipped (`/debug/pprof/profile`'s answer).
+    pub fn encoded(
+        &self,
+        entries: &HashMap<Key, u64>,
+        symbols: &Symbols,
+        start: SystemTime,
+        duration: Duration,
+    ) -> Vec<u8> {
+        pprof::encode(&self.build(entries, symbols, start, duration))
+    }
+}
+
 /// The profiles of a run.
 pub struct Profiles {
     path: PathBuf,
     /// One file per interval (-i), numbered from 1.
     numbered: bool,
     written: u64,
-    sampling: Option<Sampling>,
-    /// Label samples with `comm` and `pid` (stacks counted per process).
-    per_process: bool,
+    kind: Kind,
     /// Start of the current interval.
     since: SystemTime,
 }
@@ -48,8 +105,7 @@ impl Profiles {
             path: path.to_path_buf(),
             numbered,
             written: 0,
-            sampling: sampling(plan),
-            per_process,
+            kind: Kind::of(plan, per_process),
             since: SystemTime::now(),
         })
     }
@@ -68,27 +124,8 @@ impl Profiles {
         symbols: &Symbols,
         end: SystemTime,
     ) -> Result<()> {
-        let mut frames = Frames::new(symbols);
-        let mut b = Builder::new(self.sampling);
-        // Sorted, so that a profile of the same counts is the same file.
-        let mut sorted: Vec<(&Key, &u64)> = entries.iter().collect();
-        sorted.sort();
-        for (k, &count) in sorted {
-            let mut stack = frames.kernel(&k.kernel);
-            stack.extend(frames.user(k.pid, &k.user));
-            let mut labels = Vec::new();
-            if self.per_process {
-                if let Some(comm) = &k.comm {
-                    labels.push(Label::Str("comm", comm.clone()));
-                }
-                if let Some(pid) = k.pid {
-                    labels.push(Label::Num("pid", pid.into()));
-                }
-            }
-            b.add(&stack, count, &labels);
-        }
         let duration = end.duration_since(self.since).unwrap_or_default();
-        let profile = b.finish(self.since, duration);
+        let profile = self.kind.build(entries, symbols, self.since, duration);
         self.since = end;
         self.written += 1;
         let path = match self.numbered {

@@ -2,7 +2,7 @@
 //! requests between their waits (so map reads stay on the tool's thread), and
 //! the session's own health metrics. The HTTP server is [`crate::serve::http`].
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Result;
 
@@ -18,6 +18,19 @@ const STACKS_FRESH: Duration = Duration::from_secs(1);
 
 /// How often the run loop looks for a stop while it waits for requests.
 pub(crate) const SLICE: Duration = Duration::from_millis(50);
+
+/// `GET /debug/pprof/profile` windows open at once; more are answered 503
+/// (each holds a connection for its seconds, and a snapshot of the counts).
+pub(crate) const MAX_PROFILES: usize = 4;
+
+/// A `GET /debug/pprof/profile` request waiting for its window to end.
+pub(crate) struct Window {
+    rq: Request,
+    mark: u64,
+    start: SystemTime,
+    opened: Instant,
+    length: Duration,
+}
 
 /// Binds `--listen` (before anything is attached, so a port in use fails fast).
 pub(crate) fn bind(common: &CommonArgs) -> Result<Option<Server>> {
@@ -55,6 +68,30 @@ impl Session {
                 .reset()
                 .map(|()| Reply::json(&serde_json::json!({ "reset": true }))),
             Route::Stacks => self.stacks(tool),
+            Route::Profile(seconds) => {
+                let seconds = *seconds;
+                if self.profiles.borrow().len() >= MAX_PROFILES {
+                    Ok(Reply::error(
+                        503,
+                        &format!("{MAX_PROFILES} profiles are being taken; try again later"),
+                    ))
+                } else {
+                    match tool.profile_mark() {
+                        None => Ok(Reply::error(404, "this tool has no stacks")),
+                        Some(Err(e)) => Err(e),
+                        Some(Ok(mark)) => {
+                            self.profiles.borrow_mut().push(Window {
+                                rq,
+                                mark,
+                                start: SystemTime::now(),
+                                opened: Instant::now(),
+                                length: Duration::from_secs(seconds.into()),
+                            });
+                            return;
+                        }
+                    }
+                }
+            }
             Route::Stop => {
                 self.stop.trigger(StopReason::Requested);
                 self.stopping.borrow_mut().push(rq);
@@ -62,6 +99,30 @@ impl Session {
             }
         };
         rq.answer(reply.unwrap_or_else(|e| Reply::error(500, &format!("{e:#}"))));
+    }
+
+    /// Answers the profile windows that have ended (`all`: every one, at the
+    /// end of the run, with what was counted until then).
+    pub(crate) fn answer_profiles(&self, tool: &mut dyn Served, all: bool) {
+        if self.profiles.borrow().is_empty() {
+            return;
+        }
+        let due: Vec<Window> = {
+            let mut open = self.profiles.borrow_mut();
+            let (due, wait) = open
+                .drain(..)
+                .partition(|w| all || w.opened.elapsed() >= w.length);
+            *open = wait;
+            due
+        };
+        for w in due {
+            let length = w.opened.elapsed().min(w.length);
+            let reply = tool
+                .profile_since(w.mark, w.start, length)
+                .map(|gz| Reply::bytes("application/octet-stream", gz))
+                .unwrap_or_else(|e| Reply::error(500, &format!("{e:#}")));
+            w.rq.answer(reply);
+        }
     }
 
     /// `GET /stacks`, symbolized at most once a [`STACKS_FRESH`]: clients

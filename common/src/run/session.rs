@@ -55,6 +55,8 @@ pub struct Session {
     pub(crate) stopping: RefCell<Vec<Request>>,
     /// The last `GET /stacks` answer and when it was made.
     pub(crate) stacks_cache: RefCell<Option<(Instant, String)>>,
+    /// `GET /debug/pprof/profile` requests waiting for their window to end.
+    pub(crate) profiles: RefCell<Vec<crate::run::listen::Window>>,
     /// Phase times for the `timing:` line ([`crate::timing`]).
     marks: RefCell<Marks>,
 }
@@ -181,6 +183,8 @@ impl Session {
             },
         )?;
         tool.borrow_mut().drain()?;
+        // Profiles asked for and not yet due: what the run counted until now.
+        self.answer_profiles(&mut **tool.borrow_mut(), true);
         Ok(why)
     }
 
@@ -208,6 +212,7 @@ impl Session {
                     let lost = tool.lost();
                     self.handle(rq, &mut **tool, lost);
                 }
+                self.answer_profiles(&mut **tool, false);
                 return Ok(());
             }
             tool.poll(t.min(slice))?;
@@ -219,6 +224,7 @@ impl Session {
                 self.handle(rq, &mut **tool, lost);
                 tool.poll(Duration::ZERO)?;
             }
+            self.answer_profiles(&mut **tool, false);
             Ok(())
         })
     }
@@ -329,6 +335,7 @@ impl Session {
             server: crate::run::listen::bind(common)?,
             stopping: RefCell::new(Vec::new()),
             stacks_cache: RefCell::new(None),
+            profiles: RefCell::new(Vec::new()),
             marks: RefCell::new(marks),
         })
     }

@@ -103,6 +103,22 @@ pub trait Served {
     fn folded(&mut self) -> Option<Result<String>> {
         None
     }
+    /// `GET /debug/pprof/profile`: marks what was counted so far, as a mark
+    /// the tool keeps until [`Served::profile_since`] takes it (stackcount);
+    /// None: 404.
+    fn profile_mark(&mut self) -> Option<Result<u64>> {
+        None
+    }
+    /// The gzipped pprof profile of what was counted since `mark`, over
+    /// `duration` from `start`; the mark is dropped.
+    fn profile_since(
+        &mut self,
+        _mark: u64,
+        _start: std::time::SystemTime,
+        _duration: Duration,
+    ) -> Result<Vec<u8>> {
+        anyhow::bail!("this tool has no stacks")
+    }
     /// Whether the tool reads a ring buffer ([`Served::poll`]) while the run
     /// waits; without one the run sleeps until its next summary or a stop.
     fn polls(&self) -> bool {
@@ -245,18 +261,29 @@ pub enum Route {
     Stop,
     Reset,
     Stacks,
+    /// `GET /debug/pprof/profile?seconds=N`: the stacks of the next N seconds.
+    Profile(u32),
 }
+
+/// `seconds` of `/debug/pprof/profile` when none is given (Go's default).
+pub const PROFILE_SECONDS: u32 = 30;
+/// The longest profile asked for (a connection is held that long).
+pub const MAX_PROFILE_SECONDS: u32 = 300;
 
 /// An answer: status, content type, body.
 #[derive(Debug, Clone)]
 pub struct Reply {
     pub status: u16,
     pub content_type: &'static str,
-    pub body: String,
+    pub body: Vec<u8>,
 }
 
 impl Reply {
     pub fn ok(content_type: &'static str, body: String) -> Reply {
+        Reply::bytes(content_type, body.into_bytes())
+    }
+
+    pub fn bytes(content_type: &'static str, body: Vec<u8>) -> Reply {
         Reply {
             status: 200,
             content_type,
@@ -272,7 +299,7 @@ impl Reply {
         Reply {
             status,
             content_type: "text/plain; charset=utf-8",
-            body: format!("{msg}\n"),
+            body: format!("{msg}\n").into_bytes(),
         }
     }
 }
@@ -706,6 +733,31 @@ fn drain_refused(stream: TcpStream) {
     }
 }
 
+/// Go's path for a CPU profile, which Pyroscope's and Parca's scrapers ask.
+const PROFILE_PATH: &str = "/debug/pprof/profile";
+
+/// `seconds` of a profile request's query: [`PROFILE_SECONDS`] when absent,
+/// else a whole number from 1 to [`MAX_PROFILE_SECONDS`] (Go's handler takes
+/// the first `seconds`; so does this).
+fn profile_seconds(target: &str) -> std::result::Result<u32, String> {
+    let query = target.split_once('?').map_or("", |q| q.1);
+    let query = query.split('#').next().unwrap_or("");
+    let Some(v) = query.split('&').find_map(|kv| kv.strip_prefix("seconds=")) else {
+        return Ok(PROFILE_SECONDS);
+    };
+    match v.parse::<u32>() {
+        Ok(n)
+            if (1..=MAX_PROFILE_SECONDS).contains(&n) && v.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            Ok(n)
+        }
+        _ => Err(format!(
+            "seconds={}: give a whole number of seconds from 1 to {MAX_PROFILE_SECONDS}",
+            escape(v.as_bytes())
+        )),
+    }
+}
+
 /// What the connection thread decided about a request head.
 #[derive(Debug, PartialEq, Eq)]
 enum Verdict {
@@ -745,6 +797,10 @@ fn answer_head(
         Verdict::Forward(route, head) => {
             let (reply_tx, reply_rx) = mpsc::sync_channel(1);
             let stops = route == Route::Stop;
+            let route_seconds = match route {
+                Route::Profile(n) => Some(n),
+                _ => None,
+            };
             let rq = Request {
                 route,
                 reply: reply_tx,
@@ -768,7 +824,11 @@ fn answer_head(
                     stop.trigger(crate::stop::StopReason::Requested);
                 }
             }
-            match reply_rx.recv_timeout(ANSWER_TIMEOUT) {
+            let wait = match route_seconds {
+                Some(n) => ANSWER_TIMEOUT + Duration::from_secs(n.into()),
+                None => ANSWER_TIMEOUT,
+            };
+            match reply_rx.recv_timeout(wait) {
                 Ok(reply) => {
                     write_reply(&mut s, &reply, &[], head);
                     ctx.pending.add(-1);
@@ -917,10 +977,14 @@ fn judge(head: &[u8], caller: &Caller, bound: SocketAddr, token: Option<&str>) -
         )
     };
     let route = match path {
-        "/metrics" | "/summary" | "/stacks" if !get => return allow("GET, HEAD"),
+        "/metrics" | "/summary" | "/stacks" | PROFILE_PATH if !get => return allow("GET, HEAD"),
         "/metrics" => Route::Metrics,
         "/summary" => Route::Summary,
         "/stacks" => Route::Stacks,
+        PROFILE_PATH => match profile_seconds(target) {
+            Ok(n) => Route::Profile(n),
+            Err(why) => return answer(400, &why),
+        },
         "/stop" | "/reset" if method != "POST" => return allow("POST"),
         "/stop" => Route::Stop,
         "/reset" => Route::Reset,
@@ -1098,10 +1162,11 @@ fn write_reply(s: &mut TcpStream, r: &Reply, extra: &[(&str, &str)], head_only: 
         out.push_str(&format!("{k}: {v}\r\n"));
     }
     out.push_str("\r\n");
+    let mut out = out.into_bytes();
     if !head_only {
-        out.push_str(&r.body);
+        out.extend_from_slice(&r.body);
     }
-    let _ = s.write_all(out.as_bytes());
+    let _ = s.write_all(&out);
     let _ = s.flush();
     let _ = s.shutdown(Shutdown::Write);
 }
@@ -1363,6 +1428,21 @@ mod tests {
             ),
             Verdict::Forward(Route::Stop, false)
         );
+    }
+
+    #[test]
+    fn profile_seconds_as_go_takes_them_and_bounded() {
+        let p = |t: &str| profile_seconds(t);
+        assert_eq!(p("/debug/pprof/profile"), Ok(PROFILE_SECONDS));
+        assert_eq!(p("/debug/pprof/profile?seconds=5"), Ok(5));
+        assert_eq!(p("/debug/pprof/profile?debug=1&seconds=300#x"), Ok(300));
+        assert_eq!(p("/debug/pprof/profile?seconds=7&seconds=9"), Ok(7));
+        for bad in ["0", "301", "-1", "+5", "5s", "", "1e3", "99999999999"] {
+            assert!(
+                p(&format!("/debug/pprof/profile?seconds={bad}")).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]
