@@ -199,9 +199,12 @@ static __always_inline __u64 arith(__u32 op, __u64 x, __u64 y)
 	case B_AND: return x & y;
 	case B_OR: return x | y;
 	case B_XOR: return x ^ y;
-	case B_SHL: return x << (y & 63);
-	case B_SHR: return x >> (y & 63);
-	case B_SAR: return (__s64)x >> (y & 63);
+	/* As if shifted a bit at a time: a count of 64 or more leaves nothing
+	 * (the sign, for >> of a negative signed value), where the CPU would
+	 * take the count mod 64 and C leaves it undefined. */
+	case B_SHL: return y > 63 ? 0 : x << y;
+	case B_SHR: return y > 63 ? 0 : x >> y;
+	case B_SAR: return (__s64)x >> (y > 63 ? 63 : y);
 	}
 	return x;
 }

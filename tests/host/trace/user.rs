@@ -435,3 +435,24 @@ fn returns_nested_deeper_than_the_kernels_64_return_hooks_are_reported() {
         }
     }
 }
+
+#[test]
+fn shift_counts_of_64_or_more_at_run_time_leave_nothing() {
+    // Counts 0, 10, ..., 490 from tt_args's second argument: as if shifted a
+    // bit at a time (the sweep saw them taken mod 64: 70 shifted by 6).
+    let spec = format!(
+        "{}:tt_args \"%lx %lx %ld\", 0x7fffffffffffffff >> arg2, 0x4000000000000000 << arg2 >> arg2, ((s64)arg2 - 1000) >> arg2",
+        bin()
+    );
+    let out = run_on("calls", 50, &[&spec]);
+    let ev = events(&out.stdout);
+    assert_eq!(ev.len(), 50, "{}", out.stdout);
+    for (i, (.., msg)) in ev.iter().enumerate() {
+        let c = 10 * i as u32;
+        let want = |v: u64| if c > 63 { 0 } else { v };
+        let shr = want(0x7fff_ffff_ffff_ffff_u64 >> c.min(63));
+        let round = want(want(0x4000_0000_0000_0000_u64 << c.min(63)) >> c.min(63));
+        let sar = (10 * i as i64 - 1000) >> c.min(63);
+        assert_eq!(msg, &format!("{shr:x} {round:x} {sar}"), "count {c}");
+    }
+}
