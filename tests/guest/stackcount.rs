@@ -108,3 +108,59 @@ fn user_stacks_of_a_kernel_function_are_whole_without_frame_pointers() {
     );
     assert_nothing_left("stackcount");
 }
+
+#[test]
+#[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
+fn a_pprof_profile_of_kernel_stacks_reads_back_in_go_tool_pprof() {
+    // 700 vfs_read calls through pread(2): one stack of 700 in go tool pprof
+    // (Debian's golang-go, from the host root the guest runs on), its
+    // frames in the [kernel.kallsyms] mapping.
+    let dir = Scratch::new();
+    let file = dir.0.join("vfs.pb.gz");
+    let w = read_data(&dir, 700, &[]);
+    let out = trace_workload(
+        &tool("stackcount"),
+        w,
+        &["-K", "--pprof", file.to_str().unwrap(), "vfs_read"],
+        T,
+    );
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let pprof = |args: &[&str]| {
+        let o = std::process::Command::new("go")
+            .args(["tool", "pprof"])
+            .args(args)
+            .arg(&file)
+            .env("HOME", &dir.0)
+            .env("GOCACHE", dir.0.join("go-cache"))
+            .output()
+            .expect("running go tool pprof (package golang-go)");
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(
+            o.status.success(),
+            "{text}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        text
+    };
+    let traces = pprof(&["-traces"]);
+    let lines: Vec<&str> = traces.lines().map(str::trim).collect();
+    let at = lines
+        .iter()
+        .position(|l| l.split_whitespace().collect::<Vec<_>>() == ["700", "vfs_read"])
+        .unwrap_or_else(|| panic!("no stack of 700 at vfs_read:\n{traces}"));
+    assert!(
+        ["ksys_pread64", "__x64_sys_pread64"].contains(&lines[at + 1]),
+        "caller of vfs_read:\n{traces}"
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with("-----------+"))
+            .count(),
+        2,
+        "one stack:\n{traces}"
+    );
+    let raw = pprof(&["-raw"]);
+    assert!(raw.contains("[kernel.kallsyms]"), "{raw}");
+    assert_nothing_left("stackcount");
+}
