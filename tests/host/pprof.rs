@@ -388,12 +388,13 @@ fn the_profile_endpoint_answers_go_tool_pprof_with_the_window_s_stacks() {
     assert_eq!(out.code(), 0, "{}", out.stderr);
 }
 
-#[test]
-fn bad_or_too_many_profile_requests_are_refused_and_tracing_goes_on() {
+/// `tool -p PID --listen 127.0.0.1:0 t:syscalls:sys_enter_getrandom` over a
+/// workload that makes 3 getrandom() calls when told, and exits when told again.
+fn getrandom_served(tool: &str) -> (Workload, Served) {
     let w = Workload::start(&prog("random"), &["getrandom", "3", "8", "--hold"]);
     let pid = w.pid.to_string();
     let s = Served::start(
-        "stackcount",
+        tool,
         &[
             "-p",
             &pid,
@@ -402,6 +403,12 @@ fn bad_or_too_many_profile_requests_are_refused_and_tracing_goes_on() {
             "t:syscalls:sys_enter_getrandom",
         ],
     );
+    (w, s)
+}
+
+#[test]
+fn bad_or_too_many_profile_requests_are_refused_and_tracing_goes_on() {
+    let (w, s) = getrandom_served("stackcount");
     for q in ["-1", "0", "301", "99999", "abc", "1.5", "", "4294967297"] {
         let (status, body) = s.get(&format!("/debug/pprof/profile?seconds={q}"));
         assert_eq!(status, 400, "seconds={q}: {body}");
@@ -446,18 +453,7 @@ fn bad_or_too_many_profile_requests_are_refused_and_tracing_goes_on() {
 
 #[test]
 fn tools_without_stacks_have_no_profile_endpoint() {
-    let w = Workload::start(&prog("random"), &["getrandom", "3", "8", "--hold"]);
-    let pid = w.pid.to_string();
-    let s = Served::start(
-        "funccount",
-        &[
-            "-p",
-            &pid,
-            "--listen",
-            "127.0.0.1:0",
-            "t:syscalls:sys_enter_getrandom",
-        ],
-    );
+    let (w, s) = getrandom_served("funccount");
     assert_eq!(s.get("/debug/pprof/profile?seconds=1").0, 404);
     w.go();
     s.stop(std::time::Duration::from_secs(60));
