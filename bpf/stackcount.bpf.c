@@ -10,14 +10,19 @@
 #include "filter.h"
 #include "armed.h"
 #include "stacks.h"
+#include "uprobe_groups.h"
 
 /* Which stacks to collect; set before load. */
 const volatile bool kernel_stacks = true;
 const volatile bool user_stacks = true;
+/* Key stacks by probe too (a pprof profile's `probe` label, in a run of several
+ * probes); otherwise `probe` stays 0 and stacks are keyed alike whichever probe
+ * took them. */
+const volatile bool probe_keys = false;
 
 struct stack_key {
 	__u32 tgid;
-	__u32 pad;
+	__u32 probe; /* the plan's index, with probe_keys */
 	__u64 kernel_stack; /* stack hash, 0 for none */
 	__u64 user_stack;
 	char comm[16];
@@ -53,8 +58,9 @@ struct {
 	__uint(max_entries, 64 * 1024);
 } new_procs SEC(".maps");
 
-/* `at_entry`: a probe at a user function's entry (uprobes). */
-static __always_inline int record(void *ctx, bool at_entry)
+/* `at_entry`: a probe at a user function's entry (uprobes). `probe`: the
+ * plan's index of the probe that fired (read only with probe_keys). */
+static __always_inline int record(void *ctx, bool at_entry, __u32 probe)
 {
 	struct stack_key key = {};
 	__u64 one = 1, *n;
@@ -63,6 +69,8 @@ static __always_inline int record(void *ctx, bool at_entry)
 	if (!armed || filtered_out())
 		return 0;
 	key.tgid = bpf_get_current_pid_tgid() >> 32;
+	if (probe_keys)
+		key.probe = probe;
 	if (kernel_stacks)
 		key.kernel_stack = take_stack(ctx, STACK_KERNEL, false);
 	if (user_stacks)
@@ -102,42 +110,48 @@ static __always_inline int record(void *ctx, bool at_entry)
 SEC("kprobe.multi")
 int stack_kprobe_multi(struct pt_regs *ctx)
 {
-	return record(ctx, false);
+	return record(ctx, false, probe_keys ? bpf_get_attach_cookie(ctx) : 0);
 }
 
 SEC("kprobe")
 int stack_kprobe(struct pt_regs *ctx)
 {
-	return record(ctx, false);
+	return record(ctx, false, probe_keys ? bpf_get_attach_cookie(ctx) : 0);
 }
 
 SEC("uprobe.multi")
 int stack_uprobe_multi(struct pt_regs *ctx)
 {
-	return record(ctx, true);
+	return record(ctx, true, probe_keys ? bpf_get_attach_cookie(ctx) : 0);
 }
 
 SEC("uprobe")
 int stack_uprobe(struct pt_regs *ctx)
 {
-	return record(ctx, true);
+	__u32 probe = 0;
+
+	/* A uprobe group's cookie names the group; the address, its function. */
+	if (probe_keys && !uprobe_entry_probe(ctx, bpf_get_attach_cookie(ctx), &probe))
+		return 0;
+	return record(ctx, true, probe);
 }
 
 SEC("tracepoint")
 int stack_tracepoint(void *ctx)
 {
-	return record(ctx, false);
+	return record(ctx, false, probe_keys ? bpf_get_attach_cookie(ctx) : 0);
 }
 
-/* Tracepoints as raw tracepoint links, on any kernel: this program serves every
- * tracepoint alike, so it needs no cookie (6.10+). Raw links detach without the
+/* Tracepoints as raw tracepoint links: on any kernel when this program serves
+ * every tracepoint alike; with probe_keys, only where links carry a cookie
+ * (6.10+; before, perf-event tracepoints carry it). Raw links detach without the
  * per-event RCU waits of perf events. The kernel stack taken here begins in this program
  * and bpf_trace_run*; user space leaves those frames out
  * (common/src/data/stacks.rs). */
 SEC("raw_tp")
 int stack_raw_tp(void *ctx)
 {
-	return record(ctx, false);
+	return record(ctx, false, probe_keys ? bpf_get_attach_cookie(ctx) : 0);
 }
 
 /* Whether this kernel lets BPF read kernel memory (not under lockdown=
@@ -153,19 +167,25 @@ SEC("raw_tp/sys_enter")
 int stack_sys_enter(__u64 *args)
 {
 	/* The probe first: most syscalls are not traced. */
-	if (!syscall_probe(syscall_enter_nr(args), 0) || compat_syscall())
+	__u32 probe = syscall_probe(syscall_enter_nr(args), 0);
+
+	if (!probe || compat_syscall())
 		return 0;
-	return record(args, false);
+	return record(args, false, probe - 1);
 }
 
 SEC("raw_tp/sys_exit")
 int stack_sys_exit(__u64 *args)
 {
 	__u64 nr;
+	__u32 probe;
 
-	if (!syscall_exit_nr(args, &nr) || !syscall_probe(nr, SYSCALL_SLOTS) || compat_syscall())
+	if (!syscall_exit_nr(args, &nr))
 		return 0;
-	return record(args, false);
+	probe = syscall_probe(nr, SYSCALL_SLOTS);
+	if (!probe || compat_syscall())
+		return 0;
+	return record(args, false, probe - 1);
 }
 
 /* Sampling and counter sources (profile:, software:, hardware:): the stacks
@@ -174,13 +194,13 @@ int stack_sys_exit(__u64 *args)
 SEC("perf_event")
 int stack_perf_event(void *ctx)
 {
-	return record(ctx, false);
+	return record(ctx, false, probe_keys ? bpf_get_attach_cookie(ctx) : 0);
 }
 
 SEC("usdt")
 int stack_usdt(struct pt_regs *ctx)
 {
-	return record(ctx, false);
+	return record(ctx, false, probe_keys ? bpf_usdt_cookie(ctx) : 0);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

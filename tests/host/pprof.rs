@@ -10,6 +10,8 @@ use std::process::Command;
 use crate::util::http::*;
 use crate::util::*;
 
+const T: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// `go tool pprof ARGS FILE`'s stdout, asserted successful.
 fn pprof(args: &[&str], file: &Path) -> String {
     let out = Command::new("go")
@@ -96,6 +98,7 @@ fn duration_ms(top: &str) -> f64 {
 
 /// `stackcount -U --pprof F -p PID [extra] BIN:tk_leaf` over tests/progs/twopaths.c:
 /// the scratch directory, the binary, the profile, the PID, the tool's output.
+/// `BIN` in an `extra` argument is the binary's path (another pattern of it).
 fn leaf_profile(extra: &[&str]) -> (Scratch, std::path::PathBuf, std::path::PathBuf, u32, Output) {
     let dir = Scratch::new();
     let bin = build_c(&dir, "twopaths");
@@ -104,8 +107,12 @@ fn leaf_profile(extra: &[&str]) -> (Scratch, std::path::PathBuf, std::path::Path
     let p = CProg::start(&bin);
     let pid = p.pid;
     let pid_arg = pid.to_string();
+    let extra: Vec<String> = extra
+        .iter()
+        .map(|a| a.replace("BIN", bin.to_str().unwrap()))
+        .collect();
     let mut args = vec!["-U", "--pprof", file.to_str().unwrap(), "-p", &pid_arg];
-    args.extend_from_slice(extra);
+    args.extend(extra.iter().map(String::as_str));
     args.push(&spec);
     let mut t = spawn(&tool("stackcount"), &args);
     t.wait_line(
@@ -459,4 +466,96 @@ fn tools_without_stacks_have_no_profile_endpoint() {
     s.stop(std::time::Duration::from_secs(60));
     w.go();
     assert!(w.wait().success());
+}
+
+/// Each stack's `probe` label and count, sorted.
+fn by_probe(stacks: &[Trace]) -> Vec<(String, u64, String)> {
+    let mut out: Vec<(String, u64, String)> = stacks
+        .iter()
+        .map(|t| {
+            let probe = t.labels.iter().find(|(k, _)| k == "probe");
+            let probe = probe.map_or("(none)", |(_, v)| v.as_str()).to_string();
+            (probe, t.count, t.frames.get(1).cloned().unwrap_or_default())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn pprof_samples_of_a_run_of_several_probes_are_labelled_with_their_probe() {
+    // tk_leaf (300 through tk_path_a, 700 through tk_path_b) and tk_path_a
+    // (300) in one run: three stacks, each labelled with the probe that took
+    // it, whether the uprobes are one uprobe_multi link or single uprobes in
+    // tracefs groups (whose cookie names the group, not the function).
+    for mode in ["multi", "single"] {
+        let (_dir, _bin, file, _pid, out) =
+            leaf_profile(&["--attach-mode", mode, "BIN:tk_path_a"]);
+        // Text output is as without --pprof: the same three stacks.
+        assert_eq!(parse_stacks(&out.stdout).len(), 3, "{mode}: {}", out.stdout);
+        let text = pprof(&["-traces"], &file);
+        let got = by_probe(&traces(&text));
+        let want = [
+            ("tk_leaf", 300, "tk_path_a"),
+            ("tk_leaf", 700, "tk_path_b"),
+            ("tk_path_a", 300, "main"),
+        ];
+        let want: Vec<(String, u64, String)> =
+            want.iter().map(|(p, n, f)| (p.to_string(), *n, f.to_string())).collect();
+        assert_eq!(got, want, "{mode}: {text}");
+    }
+}
+
+#[test]
+fn pprof_samples_of_tracepoints_are_labelled_with_their_tracepoint() {
+    // 345 renames: each fires task:task_rename and enters prctl. The
+    // tracepoint is a raw link with a cookie, or (before 6.10, forced the
+    // second time) a perf event, which carries one; the syscall event goes
+    // through the raw sys_enter link, whose probe is looked up by number.
+    let _lock = rename_event_lock(false);
+    for (env, mechanisms) in [
+        (
+            "TRACEKIT_NO_RAW_TP_COOKIE=0",
+            "tracepoints: 1 as raw tracepoint links, 1 syscall events through 1 raw sys_enter/sys_exit link, 0 as perf events",
+        ),
+        (
+            "TRACEKIT_NO_RAW_TP_COOKIE=1",
+            "tracepoints: 0 as raw tracepoint links, 1 syscall events through 1 raw sys_enter/sys_exit link, 1 as perf events",
+        ),
+    ] {
+        let dir = Scratch::new();
+        let file = dir.0.join("tp.pb.gz");
+        let w = Workload::start(&prog("workload"), &["rename", "345"]);
+        let tool = tool("stackcount");
+        let args = [
+            "--debug",
+            "-K",
+            "--pprof",
+            file.to_str().unwrap(),
+            "t:task:task_rename",
+            "t:syscalls:sys_enter_prctl",
+        ];
+        let out = trace_workload_via(&["env", env, tool.to_str().unwrap()], w, &args, T);
+        assert_eq!(tracepoint_mechanisms(&out.stderr), mechanisms, "{env}");
+        let text = pprof(&["-tags"], &file);
+        // " probe: Total 690.0", then "   345.0 (50.00%): NAME" per value.
+        let probes: Vec<(f64, &str)> = text
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with("probe:"))
+            .skip(1)
+            .take_while(|l| !l.trim().is_empty())
+            .filter_map(|l| {
+                let (n, name) = l.trim().split_once(' ')?;
+                Some((n.parse().ok()?, name.rsplit_once("): ")?.1))
+            })
+            .collect();
+        assert_eq!(
+            probes,
+            [
+                (345.0, "syscalls:sys_enter_prctl"),
+                (345.0, "task:task_rename")
+            ],
+            "{env}: {text}"
+        );
+    }
 }

@@ -163,6 +163,9 @@ fn main() {
 struct Key {
     pid: Option<u32>,
     comm: Option<String>,
+    /// The plan's index of the probe that took it (only for profiles: see
+    /// [`Shape::probe`]).
+    probe: Option<u32>,
     kernel: Vec<Frame>,
     user: Vec<Frame>,
 }
@@ -178,18 +181,27 @@ struct Shape {
     comm_line: bool,
     /// Put the `--` / `-` delimiter in every stack (-d with both kinds of stack).
     delimit: bool,
+    /// Key stacks by probe too: the `probe` label of pprof profiles, in a run
+    /// of several probes (the other outputs merge it away, see [`shown`]).
+    probe: bool,
 }
 
 fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<()> {
     let patterns = patterns(&args)?;
     let pattern = patterns.join(" ");
     let specs = ProbeSpec::parse_all(&patterns, args.summary.regexp)?;
+    let profiled = raw_keys(&args);
     let mut session = Session::prepare(
         &specs,
         &mut args.common,
         How {
-            // Stacks are counted alike whichever tracepoint took them.
-            raw_tracepoints: RawTracepoints::Alike,
+            // Stacks are counted alike whichever tracepoint took them, except
+            // in profiles, which label them with their probe: that needs a
+            // cookie (raw links before 6.10 have none; perf events do).
+            raw_tracepoints: match profiled {
+                true => RawTracepoints::ByCookie,
+                false => RawTracepoints::Alike,
+            },
             ..How::default()
         },
         args.debug,
@@ -224,6 +236,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
         // BCC prints it only with -P and no -p.
         comm_line: args.perpid && args.common.pid.is_none(),
         delimit: args.delimited && !args.kernel_stacks_only && !args.user_stacks_only,
+        probe: profiled && plan.probes.len() > 1,
     };
 
     let walk_tables = want_user && unwind::choose(args.user_stacks, args.common.pid)?;
@@ -236,6 +249,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
     let mut open = common::open_skeleton!(ahead, plan, args.common.cpu, |rodata| {
         rodata.kernel_stacks = want_kernel;
         rodata.user_stacks = want_user;
+        rodata.probe_keys = shape.probe;
         let g = common::SyscallGlobals::of(plan);
         rodata.kernel_reads = g.kernel_reads;
         rodata.remember_nr = g.remember_nr;
@@ -608,6 +622,8 @@ fn patterns(args: &Args) -> Result<Vec<String>> {
 /// A counts key (bpf/stackcount.bpf.c's `struct stack_key`), decoded.
 struct RawKey {
     tgid: u32,
+    /// The probe's index (0 without `probe_keys`).
+    probe: u32,
     /// Stack hashes, 0 for none.
     kernel: u64,
     user: u64,
@@ -633,6 +649,7 @@ fn parse_key(k: &[u8]) -> Option<RawKey> {
     let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
     Some(RawKey {
         tgid: key.tgid,
+        probe: key.probe,
         kernel: key.kernel_stack,
         user: key.user_stack,
         comm: String::from_utf8_lossy(&comm[..end]).into_owned(),
@@ -705,6 +722,7 @@ fn drain(
         let key = Key {
             pid: (shape.perpid || keep).then_some(k.tgid),
             comm: shape.comm.then(|| k.comm.clone()),
+            probe: shape.probe.then_some(k.probe),
             kernel: strip(resolved.kernel(get(k.kernel)), args, keep),
             user: strip(resolved.user(k.tgid, get(k.user)), args, keep),
         };
@@ -751,6 +769,7 @@ fn shown(entries: HashMap<Key, u64>, args: &Args, shape: &Shape) -> HashMap<Key,
         if !shape.perpid {
             k.pid = None;
         }
+        k.probe = None;
         k.kernel = strip(k.kernel, args, false);
         k.user = strip(k.user, args, false);
         *out.entry(k).or_default() += c;
@@ -866,18 +885,21 @@ mod tests {
 
     #[test]
     fn pprof_keys_merge_back_into_the_stacks_text_shows() {
-        // --pprof keeps addresses and the process in the keys; without -P/-p
-        // and -v, two processes' stacks at other addresses print as one.
+        // --pprof keeps addresses, the process and the probe in the keys;
+        // without -P/-p and -v, two processes' stacks at other addresses, taken
+        // by two probes, print as one.
         let args = Args::try_parse_from(["stackcount", "--pprof", "x.pb.gz", "c:malloc"]).unwrap();
         let shape = Shape {
             perpid: false,
             comm: false,
             comm_line: false,
             delimit: false,
+            probe: true,
         };
         let key = |pid, addr| Key {
             pid: Some(pid),
             comm: None,
+            probe: Some(pid - 1),
             kernel: vec![frame("do_syscall_64", addr)],
             user: vec![frame("malloc", addr + 1), frame("main", addr + 2)],
         };
@@ -886,6 +908,7 @@ mod tests {
         let want = Key {
             pid: None,
             comm: None,
+            probe: None,
             kernel: vec![frame("do_syscall_64", 0)],
             user: vec![frame("malloc", 0), frame("main", 0)],
         };

@@ -17,11 +17,14 @@ use common::{Plan, Site};
 use crate::Key;
 
 /// What a run's profiles measure, and how their samples are labelled.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct Kind {
     sampling: Option<Sampling>,
     /// Label samples with `comm` and `pid` (stacks counted per process).
     per_process: bool,
+    /// In a run of several probes, each probe's name by its index: samples are
+    /// labelled `probe` with it, as bpftrace's `probe` names the probe.
+    probes: Vec<String>,
 }
 
 impl Kind {
@@ -29,6 +32,10 @@ impl Kind {
         Kind {
             sampling: sampling(plan),
             per_process,
+            probes: match plan.probes.len() {
+                0 | 1 => Vec::new(),
+                _ => plan.probes.iter().map(|p| p.label.clone()).collect(),
+            },
         }
     }
 
@@ -57,6 +64,9 @@ impl Kind {
                 if let Some(pid) = k.pid {
                     labels.push(Label::Num("pid", pid.into()));
                 }
+            }
+            if let Some(name) = k.probe.and_then(|i| self.probes.get(i as usize)) {
+                labels.push(Label::Str("probe", name.clone()));
             }
             b.add(&stack, count, &labels);
         }
@@ -137,8 +147,9 @@ impl Profiles {
 }
 
 /// What a sample is beyond its count: when every pattern is the same sampling
-/// source, its period (stacks are not told apart by pattern, so a run that
-/// mixes sources, or a source with probes, counts samples only).
+/// source, its period (a profile has one set of sample types, so a run that
+/// mixes sources, or a source with probes, counts samples only; the `probe`
+/// label tells them apart).
 fn sampling(plan: &Plan) -> Option<Sampling> {
     let mut sources = plan.probes.iter().map(|p| match &p.site {
         Site::Perf(s) => Some(s),
