@@ -40,7 +40,8 @@ struct Trace {
 }
 
 /// Parses `-traces` output: blocks between `-----------+---` lines; label
-/// lines `key:  value`, then `COUNT   leaf`, then one frame a line.
+/// lines `key:  value`, then `COUNT   leaf`, then one frame a line (with
+/// `-lines`, a frame is "name file:line").
 fn traces(text: &str) -> Vec<Trace> {
     let mut out = Vec::new();
     for block in text.split("-----------+").skip(1) {
@@ -56,9 +57,9 @@ fn traces(text: &str) -> Vec<Trace> {
                 [key, value] if key.ends_with(':') && t.frames.is_empty() => t
                     .labels
                     .push((key.trim_end_matches(':').to_string(), value.to_string())),
-                [n, leaf] if t.frames.is_empty() && n.parse::<u64>().is_ok() => {
+                [n, leaf @ ..] if t.frames.is_empty() && n.parse::<u64>().is_ok() => {
                     t.count = n.parse().unwrap();
-                    t.frames.push(leaf.to_string());
+                    t.frames.push(leaf.join(" "));
                 }
                 // A frame: one word, or a call inlined there, "name (inline)".
                 _ if !t.frames.is_empty() => t.frames.push(line.trim().to_string()),
@@ -177,7 +178,65 @@ fn pprof_profile_of_a_uprobe_reads_back_in_go_tool_pprof() {
         .find(|l| l.contains(&format!(" {} ", bin.display())))
         .unwrap_or_else(|| panic!("no mapping of {}:\n{raw}", bin.display()));
     assert!(mine.contains(&format!(" {id} ")), "want {id}:\n{raw}");
-    assert!(mappings.lines().all(|l| l.ends_with("[FN]")), "{raw}");
+    assert!(mappings.lines().all(|l| l.contains("[FN]")), "{raw}");
+    // Built with -g: its frames have source files and lines ([FL][LN]).
+    assert!(mine.ends_with("[FN][FL][LN]"), "{raw}");
+
+    // Each frame at the line of the call it made (the leaf at its probe, the
+    // entry's line): where the return address is, less one.
+    let text = pprof(&["-traces", "-lines"], &file);
+    let mut stacks = traces(&text);
+    stacks.sort_by_key(|t| t.count);
+    let at = |func: &str, text: &str, nth: usize| {
+        format!("{func} {}:{}", twopaths(), line_of(text, nth))
+    };
+    let leaf = at("tk_leaf", "return x * 3 + 1;", 0);
+    assert_eq!(
+        stacks[0].frames[..3],
+        [
+            leaf.clone(),
+            at("tk_path_a", "long r = tk_leaf(x);", 0),
+            at("main", "sink += tk_path_a(i);", 0)
+        ],
+        "{text}"
+    );
+    // Debian's libc, by the DWARF of its debug file (libc6-dbg).
+    assert!(
+        stacks[0]
+            .frames
+            .iter()
+            .any(|f| f.starts_with("__libc_start_main ") && f.contains("csu/libc-start.c:")),
+        "{text}"
+    );
+    // Without --inline, tk_path_b's line is that of its call of tk_inlined.
+    assert_eq!(
+        stacks[1].frames[..3],
+        [
+            leaf,
+            at("tk_path_b", "long r = tk_inlined(x);", 0),
+            at("main", "sink += tk_path_b(i);", 0)
+        ],
+        "{text}"
+    );
+}
+
+/// tests/progs/twopaths.c, as its DWARF names it.
+fn twopaths() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/progs/twopaths.c")
+        .display()
+        .to_string()
+}
+
+/// The line number of the `nth` line of tests/progs/twopaths.c holding `text`.
+fn line_of(text: &str, nth: usize) -> usize {
+    let src = std::fs::read_to_string(twopaths()).unwrap();
+    let mut lines = src.lines().enumerate().filter(|(_, l)| l.contains(text));
+    lines
+        .nth(nth)
+        .unwrap_or_else(|| panic!("no {text:?} in twopaths.c"))
+        .0
+        + 1
 }
 
 #[test]
@@ -197,14 +256,26 @@ fn pprof_inlined_calls_are_lines_of_one_location() {
         ["tk_leaf", "tk_inlined (inline)", "tk_path_b", "main"],
         "{text}"
     );
+    // Each line at its own place: tk_inlined's call of tk_leaf, and
+    // tk_path_b's of tk_inlined.
     let raw = pprof(&["-raw"], &file);
+    let inner = format!(
+        " tk_inlined {}:{} s=0",
+        twopaths(),
+        line_of("long r = tk_leaf(x);", 1)
+    );
+    let outer = format!(
+        "tk_path_b {}:{} s=0",
+        twopaths(),
+        line_of("long r = tk_inlined(x);", 0)
+    );
     assert!(
         raw.lines()
             .zip(raw.lines().skip(1))
-            .any(|(a, b)| a.ends_with(" tk_inlined :0 s=0") && b.trim() == "tk_path_b :0 s=0"),
-        "{raw}"
+            .any(|(a, b)| a.ends_with(&inner) && b.trim() == outer),
+        "want {inner:?} then {outer:?}:\n{raw}"
     );
-    assert_contains(&raw, "[FN][IN]");
+    assert_contains(&raw, "[FN][FL][LN][IN]");
 }
 
 #[test]
@@ -489,8 +560,7 @@ fn pprof_samples_of_a_run_of_several_probes_are_labelled_with_their_probe() {
     // it, whether the uprobes are one uprobe_multi link or single uprobes in
     // tracefs groups (whose cookie names the group, not the function).
     for mode in ["multi", "single"] {
-        let (_dir, _bin, file, _pid, out) =
-            leaf_profile(&["--attach-mode", mode, "BIN:tk_path_a"]);
+        let (_dir, _bin, file, _pid, out) = leaf_profile(&["--attach-mode", mode, "BIN:tk_path_a"]);
         // Text output is as without --pprof: the same three stacks.
         assert_eq!(parse_stacks(&out.stdout).len(), 3, "{mode}: {}", out.stdout);
         let text = pprof(&["-traces"], &file);
@@ -500,8 +570,10 @@ fn pprof_samples_of_a_run_of_several_probes_are_labelled_with_their_probe() {
             ("tk_leaf", 700, "tk_path_b"),
             ("tk_path_a", 300, "main"),
         ];
-        let want: Vec<(String, u64, String)> =
-            want.iter().map(|(p, n, f)| (p.to_string(), *n, f.to_string())).collect();
+        let want: Vec<(String, u64, String)> = want
+            .iter()
+            .map(|(p, n, f)| (p.to_string(), *n, f.to_string()))
+            .collect();
         assert_eq!(got, want, "{mode}: {text}");
     }
 }

@@ -2,12 +2,13 @@
 //! frame with the file its address is in (from the process's maps snapshot,
 //! and that file's build ID, read once), each kernel frame in one mapping named
 //! `[kernel.kallsyms]` (with the running kernel's build ID), inlined calls as
-//! lines of one location.
+//! lines of one location; user frames' source files and lines from DWARF
+//! where the file (or its debug file) has it.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use crate::data::symbolize::{Frame, MappedFile, Symbols};
+use crate::data::symbolize::{Frame, MappedFile, SourceLines, Symbols};
 use crate::output::pprof;
 
 /// The name perf and pprof give the kernel's mapping.
@@ -44,7 +45,7 @@ impl<'a> Frames<'a> {
     pub fn kernel(&mut self, frames: &[Frame]) -> Vec<pprof::Frame> {
         frames
             .iter()
-            .map(|f| frame(f, (f.addr != 0).then(|| self.kernel.clone())))
+            .map(|f| frame(f, (f.addr != 0).then(|| self.kernel.clone()), None))
             .collect()
     }
 
@@ -53,9 +54,19 @@ impl<'a> Frames<'a> {
     pub fn user(&mut self, pid: Option<u32>, frames: &[Frame]) -> Vec<pprof::Frame> {
         frames
             .iter()
-            .map(|f| {
-                let m = pid.and_then(|p| self.mapping(p, f.addr));
-                frame(f, m)
+            .enumerate()
+            .map(|(i, f)| {
+                let Some(m) = pid.and_then(|p| self.mapping(p, f.addr)) else {
+                    return frame(f, None, None);
+                };
+                // A caller's frame is its return address: the line is that of
+                // the call, the instruction before it (as perf and addr2line take it).
+                let at = f.addr - m.start + m.offset - u64::from(i > 0);
+                let lines = match m.file.starts_with('/') {
+                    true => self.symbols.source_lines(Path::new(&m.file), at),
+                    false => None,
+                };
+                frame(f, Some(m), lines.as_deref())
             })
             .collect()
     }
@@ -94,16 +105,26 @@ impl<'a> Frames<'a> {
     }
 }
 
-/// One frame: its inlined calls (innermost first), then its function.
-fn frame(f: &Frame, mapping: Option<pprof::Mapping>) -> pprof::Frame {
-    let line = |name: &str| pprof::Line {
-        function: name.to_string(),
-        file: String::new(),
-        line: 0,
+/// One frame: its inlined calls (innermost first), then its function, each
+/// with its source file and line where `source` has them.
+fn frame(f: &Frame, mapping: Option<pprof::Mapping>, source: Option<&SourceLines>) -> pprof::Frame {
+    // The frame's inlined calls are those DWARF gave `source`, in its order.
+    let inlined = source.filter(|s| s.inlined.len() == f.inlined.len());
+    let at = |i: usize| match i < f.inlined.len() {
+        true => inlined.and_then(|s| s.inlined[i].as_ref()),
+        false => source.and_then(|s| s.function.as_ref()),
     };
     pprof::Frame {
         addr: f.addr,
-        lines: f.names().map(line).collect(),
+        lines: f
+            .names()
+            .enumerate()
+            .map(|(i, name)| pprof::Line {
+                function: name.to_string(),
+                file: at(i).map_or(String::new(), |l| l.file.clone()),
+                line: at(i).map_or(0, |l| l.line.into()),
+            })
+            .collect(),
         mapping,
     }
 }
@@ -148,7 +169,7 @@ mod tests {
             offset: 0,
             inlined: vec!["inner".into(), "middle".into()],
         };
-        let p = frame(&f, None);
+        let p = frame(&f, None, None);
         let names: Vec<&str> = p.lines.iter().map(|l| l.function.as_str()).collect();
         assert_eq!(names, ["inner", "middle", "outer"]);
     }

@@ -9,6 +9,8 @@
 //! frame names its file by build ID, found among the files of the processes seen,
 //! the files callers name, this process's own libraries and the program named
 //! like the process. Callers pass each distinct address once per summary.
+//! Source files and lines ([`Symbols::source_lines`]) are read from DWARF only
+//! for the outputs that carry them (pprof profiles), once per address.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -143,6 +145,29 @@ pub struct Symbols {
     /// inflating the compressed DWARF of a debug file (libc6-dbg's) to name
     /// two frames cost more than a whole profile's sampling.
     inlined: bool,
+    /// Reads DWARF's line tables (pprof's file names and line numbers); made
+    /// at the first use, as most runs never need it.
+    lines: std::cell::OnceCell<Symbolizer>,
+    /// Source lines found so far, by file and file offset.
+    lines_of: RefCell<HashMap<(PathBuf, u64), Found>>,
+}
+
+/// A lookup's result, kept: the lines, or None (no DWARF there).
+type Found = Option<Rc<SourceLines>>;
+
+/// Where in the source an address is, from DWARF: in its function, and in each
+/// call inlined there (innermost first, as [`Frame::inlined`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceLines {
+    pub function: Option<SourceLine>,
+    pub inlined: Vec<Option<SourceLine>>,
+}
+
+/// A source file and a line in it (0: the file is known, the line not).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceLine {
+    pub file: String,
+    pub line: u32,
 }
 
 /// Files by build ID: those read so far, and those known but not yet read
@@ -281,7 +306,52 @@ impl Symbols {
             binaries: RefCell::new(HashMap::new()),
             files: RefCell::new(FileIndex::default()),
             inlined,
+            lines: std::cell::OnceCell::new(),
+            lines_of: RefCell::new(HashMap::new()),
         }
+    }
+
+    /// The source file and line of the instruction at file offset `offset` of
+    /// `path`, in its function and in each call inlined there, from the DWARF
+    /// of the file or of its separate debug file; None without DWARF there.
+    /// Looked up once per address.
+    pub fn source_lines(&self, path: &Path, offset: u64) -> Option<Rc<SourceLines>> {
+        let key = (path.to_path_buf(), offset);
+        if let Some(found) = self.lines_of.borrow().get(&key) {
+            return found.clone();
+        }
+        let sym = self.lines.get_or_init(|| {
+            // Inlined calls always: without them the one line given is that of
+            // the innermost inlined call, not of the function that holds it.
+            Symbolizer::builder()
+                .enable_inlined_fns(true)
+                .enable_code_info(true)
+                .build()
+        });
+        let mut elf = Elf::new(path);
+        elf.debug_syms = true;
+        let found = match sym.symbolize_single(&Source::Elf(elf), Input::FileOffset(offset)) {
+            Ok(Symbolized::Sym(s)) => s.code_info.as_deref().map(|c| {
+                let line = |c: &blazesym::symbolize::CodeInfo<'_>| SourceLine {
+                    file: c.to_path().display().to_string(),
+                    line: c.line.unwrap_or(0),
+                };
+                // blazesym gives each inlined function outermost first, with
+                // the line in it; the function's own line is `code_info`.
+                Rc::new(SourceLines {
+                    function: Some(line(c)),
+                    inlined: s
+                        .inlined
+                        .iter()
+                        .rev()
+                        .map(|i| i.code_info.as_ref().map(line))
+                        .collect(),
+                })
+            }),
+            _ => None,
+        };
+        self.lines_of.borrow_mut().insert(key, found.clone());
+        found
     }
 
     /// A file whose build ID user frames may name (the binary a probe is in).

@@ -76,6 +76,8 @@ pub struct Builder {
     mappings: HashMap<Mapping, u64>,
     /// Whether any frame had inlined calls (the mappings say so).
     inlined: bool,
+    /// Mappings with a frame given a source file and line (they say so).
+    with_lines: std::collections::HashSet<u64>,
     profile: proto::Profile,
 }
 
@@ -91,6 +93,7 @@ impl Builder {
             locations: HashMap::new(),
             mappings: HashMap::new(),
             inlined: false,
+            with_lines: std::collections::HashSet::new(),
             profile: proto::Profile::default(),
         };
         b.string(""); // index 0, as the format requires
@@ -147,6 +150,8 @@ impl Builder {
         self.profile.duration_nanos = clamp_i(duration.as_nanos());
         for m in &mut self.profile.mapping {
             m.has_inline_frames = self.inlined;
+            m.has_filenames = self.with_lines.contains(&m.id);
+            m.has_line_numbers = m.has_filenames;
         }
         self.profile.string_table = self.strings;
         self.profile
@@ -227,6 +232,9 @@ impl Builder {
             })
             .collect();
         self.inlined |= f.lines.len() > 1;
+        if f.lines.iter().any(|l| !l.file.is_empty()) {
+            self.with_lines.insert(mapping_id);
+        }
         self.profile.location.push(proto::Location {
             id,
             mapping_id,
