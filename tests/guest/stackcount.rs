@@ -1,6 +1,7 @@
 //! stackcount's kernel stacks: the caller of vfs_read, and a raw tracepoint's
 //! stacks beginning where it fired.
 
+use crate::util::pprof::*;
 use crate::util::*;
 use crate::{assert_nothing_left, read_data, T};
 
@@ -125,24 +126,7 @@ fn a_pprof_profile_of_kernel_stacks_reads_back_in_go_tool_pprof() {
         T,
     );
     assert_eq!(out.code(), 0, "{}", out.stderr);
-    let pprof = |args: &[&str]| {
-        let o = std::process::Command::new("go")
-            .args(["tool", "pprof"])
-            .args(args)
-            .arg(&file)
-            .env("HOME", &dir.0)
-            .env("GOCACHE", dir.0.join("go-cache"))
-            .output()
-            .expect("running go tool pprof (package golang-go)");
-        let text = String::from_utf8_lossy(&o.stdout).into_owned();
-        assert!(
-            o.status.success(),
-            "{text}\n{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        text
-    };
-    let traces = pprof(&["-traces"]);
+    let traces = go_pprof(&["-traces"], &file);
     let lines: Vec<&str> = traces.lines().map(str::trim).collect();
     let at = lines
         .iter()
@@ -160,7 +144,52 @@ fn a_pprof_profile_of_kernel_stacks_reads_back_in_go_tool_pprof() {
         2,
         "one stack:\n{traces}"
     );
-    let raw = pprof(&["-raw"]);
+    let raw = go_pprof(&["-raw"], &file);
     assert!(raw.contains("[kernel.kallsyms]"), "{raw}");
     assert_nothing_left("stackcount");
+}
+
+#[test]
+#[ignore = "kernel functions: runs in guest kernels (cargo xtask test)"]
+fn a_pprof_profile_of_two_kernel_functions_labels_each_sample_with_its_probe() {
+    // 700 preads: each enters __x64_sys_pread64 and vfs_read. Every sample
+    // has its function as its probe label, whether the kprobes are one
+    // kprobe_multi link (auto, where the kernel has them) or a kprobe each
+    // (both carry the probe's cookie).
+    for mode in ["auto", "single"] {
+        let dir = Scratch::new();
+        let file = dir.0.join("two.pb.gz");
+        let w = read_data(&dir, 700, &[]);
+        let args = [
+            "-K",
+            "--attach-mode",
+            mode,
+            "--pprof",
+            file.to_str().unwrap(),
+            "vfs_read",
+            "__x64_sys_pread64",
+        ];
+        let out = trace_workload(&tool("stackcount"), w, &args, T);
+        assert_eq!(out.code(), 0, "{mode}: {}", out.stderr);
+        let text = go_pprof(&["-traces"], &file);
+        let mut got: Vec<(String, u64, String)> = traces(&text)
+            .into_iter()
+            .map(|t| {
+                let probe = t.labels.iter().find(|(k, _)| k == "probe");
+                let probe = probe.map_or("(none)".to_string(), |(_, v)| v.clone());
+                (probe, t.count, t.frames[0].clone())
+            })
+            .collect();
+        got.sort();
+        let want = [
+            ("__x64_sys_pread64", 700, "__x64_sys_pread64"),
+            ("vfs_read", 700, "vfs_read"),
+        ];
+        let want: Vec<(String, u64, String)> = want
+            .iter()
+            .map(|(p, n, f)| (p.to_string(), *n, f.to_string()))
+            .collect();
+        assert_eq!(got, want, "{mode}: {text}");
+        assert_nothing_left("stackcount");
+    }
 }

@@ -8,70 +8,10 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::util::http::*;
+use crate::util::pprof::*;
 use crate::util::*;
 
 const T: std::time::Duration = std::time::Duration::from_secs(120);
-
-/// `go tool pprof ARGS FILE`'s stdout, asserted successful.
-fn pprof(args: &[&str], file: &Path) -> String {
-    let out = Command::new("go")
-        .args(["tool", "pprof"])
-        .args(args)
-        .arg(file)
-        .output()
-        .expect("running go tool pprof (package golang-go)");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "go tool pprof {args:?} {}: {}\n{stdout}",
-        file.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
-/// One stack of `go tool pprof -traces`: its labels, its count, its frames
-/// (leaf first).
-#[derive(Debug)]
-struct Trace {
-    labels: Vec<(String, String)>,
-    count: u64,
-    frames: Vec<String>,
-}
-
-/// Parses `-traces` output: blocks between `-----------+---` lines; label
-/// lines `key:  value`, then `COUNT   leaf`, then one frame a line (with
-/// `-lines`, a frame is "name file:line").
-fn traces(text: &str) -> Vec<Trace> {
-    let mut out = Vec::new();
-    for block in text.split("-----------+").skip(1) {
-        let mut t = Trace {
-            labels: Vec::new(),
-            count: 0,
-            frames: Vec::new(),
-        };
-        for line in block.lines().skip(1) {
-            let words: Vec<&str> = line.split_whitespace().collect();
-            match words.as_slice() {
-                [] => {}
-                [key, value] if key.ends_with(':') && t.frames.is_empty() => t
-                    .labels
-                    .push((key.trim_end_matches(':').to_string(), value.to_string())),
-                [n, leaf @ ..] if t.frames.is_empty() && n.parse::<u64>().is_ok() => {
-                    t.count = n.parse().unwrap();
-                    t.frames.push(leaf.join(" "));
-                }
-                // A frame: one word, or a call inlined there, "name (inline)".
-                _ if !t.frames.is_empty() => t.frames.push(line.trim().to_string()),
-                w => panic!("unexpected -traces line {w:?} in\n{text}"),
-            }
-        }
-        if !t.frames.is_empty() {
-            out.push(t);
-        }
-    }
-    out
-}
 
 /// The GNU build ID of `bin`, as `readelf -n` prints it.
 fn build_id(bin: &Path) -> String {
@@ -135,7 +75,7 @@ fn pprof_profile_of_a_uprobe_reads_back_in_go_tool_pprof() {
     let printed = parse_stacks(&out.stdout);
     assert_eq!(printed.len(), 2, "{}", out.stdout);
 
-    let text = pprof(&["-traces"], &file);
+    let text = go_pprof(&["-traces"], &file);
     let mut stacks = traces(&text);
     stacks.sort_by_key(|t| t.count);
     assert_eq!(stacks.len(), 2, "{text}");
@@ -159,7 +99,7 @@ fn pprof_profile_of_a_uprobe_reads_back_in_go_tool_pprof() {
         );
     }
 
-    let top = pprof(&["-top"], &file);
+    let top = go_pprof(&["-top"], &file);
     assert_contains(&top, "Type: samples");
     assert_contains(&top, "Total samples = 1000");
     assert!(
@@ -170,7 +110,7 @@ fn pprof_profile_of_a_uprobe_reads_back_in_go_tool_pprof() {
 
     // The binary's mapping, with its build ID; every mapping says its
     // functions are named ([FN]).
-    let raw = pprof(&["-raw"], &file);
+    let raw = go_pprof(&["-raw"], &file);
     let mappings = raw.split("\nMappings\n").nth(1).expect("mappings");
     let id = build_id(&bin);
     let mine = mappings
@@ -184,7 +124,7 @@ fn pprof_profile_of_a_uprobe_reads_back_in_go_tool_pprof() {
 
     // Each frame at the line of the call it made (the leaf at its probe, the
     // entry's line): where the return address is, less one.
-    let text = pprof(&["-traces", "-lines"], &file);
+    let text = go_pprof(&["-traces", "-lines"], &file);
     let mut stacks = traces(&text);
     stacks.sort_by_key(|t| t.count);
     let at = |func: &str, text: &str, nth: usize| {
@@ -246,7 +186,7 @@ fn pprof_inlined_calls_are_lines_of_one_location() {
     // shows as "tk_inlined (inline)" above tk_path_b.
     let (_dir, _bin, file, _pid, out) = leaf_profile(&["--inline"]);
     assert_contains(&out.stdout, "  tk_inlined (inlined)\n  tk_path_b\n");
-    let text = pprof(&["-traces"], &file);
+    let text = go_pprof(&["-traces"], &file);
     let b = traces(&text)
         .into_iter()
         .find(|t| t.count == 700)
@@ -258,7 +198,7 @@ fn pprof_inlined_calls_are_lines_of_one_location() {
     );
     // Each line at its own place: tk_inlined's call of tk_leaf, and
     // tk_path_b's of tk_inlined.
-    let raw = pprof(&["-raw"], &file);
+    let raw = go_pprof(&["-raw"], &file);
     let inner = format!(
         " tk_inlined {}:{} s=0",
         twopaths(),
@@ -302,7 +242,7 @@ fn pprof_cpu_profile_counts_nanoseconds_of_each_sample() {
         |l| l.starts_with("Tracing"),
     );
     assert_eq!(out.code(), 0, "{}", out.stderr);
-    let raw = pprof(&["-raw"], &file);
+    let raw = go_pprof(&["-raw"], &file);
     assert_starts_with(&raw, "PeriodType: cpu nanoseconds\nPeriod: 10101010\n");
     let samples = raw
         .split("\nSamples:\nsamples/count cpu/nanoseconds\n")
@@ -329,7 +269,7 @@ fn pprof_cpu_profile_counts_nanoseconds_of_each_sample() {
     let printed: u64 = parse_stacks(&out.stdout).iter().map(|s| s.1).sum();
     assert_eq!(printed, count, "{}", out.stdout);
     // tk_burn is where the CPU went (at least 95% of it, as the text test).
-    let top = pprof(&["-top", "-sample_index=cpu"], &file);
+    let top = go_pprof(&["-top", "-sample_index=cpu"], &file);
     assert_contains(&top, "Type: cpu");
     let burn = top
         .lines()
@@ -373,7 +313,7 @@ fn pprof_writes_one_file_per_interval() {
     names.sort();
     assert_eq!(names, ["out.1.pb.gz", "out.2.pb.gz", "out.3.pb.gz"]);
     for n in &names {
-        let top = pprof(&["-top"], &dir.0.join(n));
+        let top = go_pprof(&["-top"], &dir.0.join(n));
         assert_contains(&top, "File: [kernel.kallsyms]");
         assert_contains(&top, "schedule");
         let ms = duration_ms(&top);
@@ -563,7 +503,7 @@ fn pprof_samples_of_a_run_of_several_probes_are_labelled_with_their_probe() {
         let (_dir, _bin, file, _pid, out) = leaf_profile(&["--attach-mode", mode, "BIN:tk_path_a"]);
         // Text output is as without --pprof: the same three stacks.
         assert_eq!(parse_stacks(&out.stdout).len(), 3, "{mode}: {}", out.stdout);
-        let text = pprof(&["-traces"], &file);
+        let text = go_pprof(&["-traces"], &file);
         let got = by_probe(&traces(&text));
         let want = [
             ("tk_leaf", 300, "tk_path_a"),
@@ -609,7 +549,7 @@ fn pprof_samples_of_tracepoints_are_labelled_with_their_tracepoint() {
         ];
         let out = trace_workload_via(&["env", env, tool.to_str().unwrap()], w, &args, T);
         assert_eq!(tracepoint_mechanisms(&out.stderr), mechanisms, "{env}");
-        let text = pprof(&["-tags"], &file);
+        let text = go_pprof(&["-tags"], &file);
         // " probe: Total 690.0", then "   345.0 (50.00%): NAME" per value.
         let probes: Vec<(f64, &str)> = text
             .lines()
