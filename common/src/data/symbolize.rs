@@ -1,6 +1,9 @@
 //! Stack symbolization with blazesym, for every tool that prints stacks.
 //!
-//! Kernel frames resolve through kallsyms (or vmlinux when installed). User frames
+//! Kernel frames in the kernel's text and its modules' are named from the cached
+//! copy of kallsyms (`kernel::symbols`); the rest (BPF programs, trampolines),
+//! and all of them with inlined calls asked for, through blazesym (the live
+//! kallsyms, or vmlinux when installed). User frames
 //! resolve through the process's ELF symbols and DWARF, with Rust and C++ names
 //! demangled, C functions named by their exported alias as BCC prints them, and
 //! (optionally) inlined calls expanded. A process's memory map is snapshotted as
@@ -22,6 +25,7 @@ use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
 use blazesym::symbolize::{Input, Sym, Symbolized, Symbolizer};
 use blazesym::Pid;
 
+use crate::kernel::symbols::KernelSymbols;
 use crate::user::elf::{self, Binary};
 
 /// One symbolized address; `inlined` lists calls inlined at that address,
@@ -150,6 +154,8 @@ pub struct Symbols {
     lines: std::cell::OnceCell<Symbolizer>,
     /// Source lines found so far, by file and file offset.
     lines_of: RefCell<HashMap<(PathBuf, u64), Found>>,
+    /// The kernel's text symbols, loaded at the first kernel frame.
+    kernel_symbols: std::cell::OnceCell<Option<KernelSymbols>>,
 }
 
 /// A lookup's result, kept: the lines, or None (no DWARF there).
@@ -308,6 +314,7 @@ impl Symbols {
             inlined,
             lines: std::cell::OnceCell::new(),
             lines_of: RefCell::new(HashMap::new()),
+            kernel_symbols: std::cell::OnceCell::new(),
         }
     }
 
@@ -557,7 +564,34 @@ impl Symbols {
 
     /// Symbolizes kernel addresses.
     pub fn kernel(&self, addrs: &[u64]) -> HashMap<u64, Frame> {
-        self.resolve(&Source::Kernel(Kernel::default()), addrs, false)
+        let table = match self.inlined {
+            // Inlined calls are in vmlinux's DWARF only: blazesym's.
+            true => None,
+            false => self
+                .kernel_symbols
+                .get_or_init(KernelSymbols::load)
+                .as_ref(),
+        };
+        let mut out = HashMap::with_capacity(addrs.len());
+        let mut rest = Vec::new();
+        for &a in addrs {
+            match table.and_then(|t| t.lookup(a)) {
+                Some((name, offset)) => {
+                    out.insert(
+                        a,
+                        Frame {
+                            addr: a,
+                            name: Some(name.to_string()),
+                            offset,
+                            inlined: Vec::new(),
+                        },
+                    );
+                }
+                None => rest.push(a),
+            }
+        }
+        out.extend(self.resolve(&Source::Kernel(Kernel::default()), &rest, false));
+        out
     }
 
     /// Symbolizes addresses in process `pid`. Functions are named as BCC names them:

@@ -32,6 +32,8 @@ const BLACKLIST: &str = "blacklist";
 /// Where the kernel keeps a task's TS_COMPAT flag.
 const TASK_STATUS_MAGIC: &str = "tracekit-task-status 1";
 const TASK_STATUS: &str = "task-status";
+/// The kernel's text symbols by address (kernel/symbols.rs).
+const SYMBOLS: &str = "ksyms";
 
 /// What a cache is valid for: this boot, with these modules loaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,6 +172,25 @@ pub fn store_blacklist<'a>(
     let _ = write(dir, BLACKLIST, &s);
 }
 
+/// The kernel's symbols cached in `dir` for `key` (kernel/symbols.rs checks
+/// and reads the rest): stale unless its second line is the key's.
+pub fn load_symbols(dir: &Path, key: &Key, magic: &str) -> Result<memmap2::Mmap, Miss> {
+    let m = read(&dir.join(SYMBOLS))?;
+    let mut lines = m.split(|&b| b == b'\n');
+    if lines.next() != Some(magic.as_bytes()) {
+        return Err(Miss::Corrupt);
+    }
+    if lines.next() != Some(header(key).as_bytes()) {
+        return Err(Miss::Stale);
+    }
+    Ok(m)
+}
+
+/// Writes the kernel's symbols (the whole file's text) atomically, as [`store`].
+pub fn store_symbols(dir: &Path, _key: &Key, text: &str) {
+    let _ = write(dir, SYMBOLS, text);
+}
+
 /// The byte offset of `thread_info.status` in the kernel's `task_struct`
 /// ([`crate::kernel::features::task_status_offset`]), cached in `dir` for this boot:
 /// the kernel's layout changes only with a new kernel, hence a new boot id.
@@ -218,7 +239,8 @@ fn read_lines<T>(
     body(lines)
 }
 
-fn header(key: &Key) -> String {
+/// The line naming what a cache is valid for.
+pub fn header(key: &Key) -> String {
     format!("boot {} modules {:016x}", key.boot_id, key.modules)
 }
 
