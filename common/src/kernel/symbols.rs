@@ -9,8 +9,9 @@
 //! same way (boot id and module list). A lookup there is a binary search over
 //! the mapped file.
 //!
-//! Only addresses in the core kernel's text (`_stext` to `_etext`) and in a
-//! loaded module's are named here. The rest of the module area holds what comes
+//! Only addresses in the core kernel's text (`_stext` to `_etext`, and its init
+//! text, `_sinittext` to `_einittext`, where the idle task's stack begins) and
+//! in a loaded module's are named here. The rest of the module area holds what comes
 //! and goes without a module (BPF programs, ftrace and kprobe trampolines):
 //! [`KernelSymbols::lookup`] leaves those to the caller, which asks the live
 //! /proc/kallsyms.
@@ -26,8 +27,8 @@ pub struct KernelSymbols {
     /// Where each symbol line of `text` starts (after the header), in address
     /// order.
     lines: Vec<u32>,
-    /// `_stext`..`_etext`.
-    core: (u64, u64),
+    /// `_stext`..`_etext` and `_sinittext`..`_einittext`.
+    core: Vec<(u64, u64)>,
     /// Loaded modules' [start, end), from /proc/modules.
     modules: Vec<(u64, u64)>,
 }
@@ -47,9 +48,10 @@ impl std::ops::Deref for Text {
     }
 }
 
-/// The cached file's format: "tracekit-ksyms 1", the key line, "text START
-/// END", then "ADDR NAME" lines (16 hex digits, sorted), then "end COUNT".
-const MAGIC: &str = "tracekit-ksyms 1";
+/// The cached file's format: "tracekit-ksyms 2", the key line, "text START
+/// END..." (the core text ranges), then "ADDR NAME" lines (16 hex digits,
+/// sorted), then "end COUNT".
+const MAGIC: &str = "tracekit-ksyms 2";
 
 impl KernelSymbols {
     /// This boot's symbols: cached, or read from /proc/kallsyms and cached.
@@ -94,11 +96,15 @@ impl KernelSymbols {
         let (_magic, _key) = (next_line(&text)?, next_line(&text)?);
         let (s, e) = next_line(&text)?;
         let core_line = std::str::from_utf8(&text[s..e]).ok()?;
-        let mut words = core_line.strip_prefix("text ")?.split(' ');
-        let core = (
-            u64::from_str_radix(words.next()?, 16).ok()?,
-            u64::from_str_radix(words.next()?, 16).ok()?,
-        );
+        let bounds: Vec<u64> = core_line
+            .strip_prefix("text ")?
+            .split(' ')
+            .map(|w| u64::from_str_radix(w, 16).ok())
+            .collect::<Option<_>>()?;
+        if bounds.is_empty() || bounds.len() % 2 != 0 {
+            return None;
+        }
+        let core = bounds.chunks(2).map(|b| (b[0], b[1])).collect();
         let mut lines = Vec::new();
         loop {
             let (s, e) = next_line(&text)?;
@@ -144,8 +150,11 @@ impl KernelSymbols {
     /// the core kernel's text or a loaded module's; None otherwise (a BPF
     /// program, a trampoline, an address of no text), for the live kallsyms.
     pub fn lookup(&self, addr: u64) -> Option<(&str, u64)> {
-        let inside = (addr >= self.core.0 && addr < self.core.1)
-            || self.modules.iter().any(|&(s, e)| addr >= s && addr < e);
+        let inside = self
+            .core
+            .iter()
+            .chain(&self.modules)
+            .any(|&(s, e)| addr >= s && addr < e);
         if !inside {
             return None;
         }
@@ -173,13 +182,14 @@ impl KernelSymbols {
     }
 }
 
-/// The cache body of /proc/kallsyms: "text _stext _etext", then its text
+/// The cache body of /proc/kallsyms: "text _stext _etext [_sinittext
+/// _einittext]", then its text
 /// symbols (types t, T, w, W) of the kernel and of real modules, sorted by
 /// address (stably: of aliases, the first listed comes first), then "end
 /// COUNT". None when the addresses
 /// are hidden (all zero) or `_stext`/`_etext` are missing.
 fn render(kallsyms: &str) -> Option<String> {
-    let (mut stext, mut etext) = (None, None);
+    let (mut stext, mut etext, mut sinit, mut einit) = (None, None, None, None);
     let mut syms: Vec<(u64, &str)> = Vec::with_capacity(128 * 1024);
     for line in kallsyms.lines() {
         let mut w = line.split_ascii_whitespace();
@@ -192,6 +202,8 @@ fn render(kallsyms: &str) -> Option<String> {
         match name {
             "_stext" => stext = Some(addr),
             "_etext" => etext = Some(addr),
+            "_sinittext" => sinit = Some(addr),
+            "_einittext" => einit = Some(addr),
             _ => {}
         }
         // Pseudo-modules ([bpf], [__builtin__ftrace], [__builtin__kprobes])
@@ -211,7 +223,11 @@ fn render(kallsyms: &str) -> Option<String> {
     }
     syms.sort_by_key(|s| s.0);
     let mut out = String::with_capacity(syms.len() * 40);
-    let _ = writeln!(out, "text {stext:x} {etext:x}");
+    let _ = write!(out, "text {stext:x} {etext:x}");
+    if let (Some(s), Some(e)) = (sinit, einit) {
+        let _ = write!(out, " {s:x} {e:x}");
+    }
+    out.push('\n');
     for (addr, name) in &syms {
         let _ = writeln!(out, "{addr:016x} {name}");
     }
@@ -244,6 +260,9 @@ ffffffff81002000 T vfs_read
 ffffffff81002000 T vfs_read_alias
 ffffffff81003000 D some_data
 ffffffff81004000 T _etext
+ffffffff82000000 T _sinittext
+ffffffff82000010 T start_kernel
+ffffffff82001000 T _einittext
 ffffffffc0001000 t mod_func\t[mymod]
 ffffffffc0100000 t bpf_prog_1234_x\t[bpf]
 ffffffffc0200000 t ftrace_trampoline\t[__builtin__ftrace]
@@ -264,6 +283,7 @@ ffffffffc0200000 t ftrace_trampoline\t[__builtin__ftrace]
         assert_eq!(s.lookup(0xffffffff81002010), Some(("vfs_read", 0x10)));
         assert_eq!(s.lookup(0xffffffff81001fff), Some(("early_helper", 0xfff)));
         assert_eq!(s.lookup(0xffffffffc0001004), Some(("mod_func", 4)));
+        assert_eq!(s.lookup(0xffffffff82000020), Some(("start_kernel", 0x10)));
         // A BPF program, a trampoline, data past _etext: not here.
         assert_eq!(s.lookup(0xffffffffc0100004), None);
         assert_eq!(s.lookup(0xffffffffc0200004), None);
