@@ -101,7 +101,7 @@ impl KernelSymbols {
             .split(' ')
             .map(|w| u64::from_str_radix(w, 16).ok())
             .collect::<Option<_>>()?;
-        if bounds.is_empty() || bounds.len() % 2 != 0 {
+        if bounds.is_empty() || !bounds.len().is_multiple_of(2) {
             return None;
         }
         let core = bounds.chunks(2).map(|b| (b[0], b[1])).collect();
