@@ -103,6 +103,48 @@ fn profile_samples_a_busy_function_at_its_rate() {
 }
 
 #[test]
+fn samples_in_the_vdso_do_not_make_the_process_reload_its_tables() {
+    // A second of CPU reading the clock in the vDSO, code of no file, sampled
+    // at 999 Hz with -p (tables loaded before tracing). A walk through code
+    // the process's table did not hold asked for the process again, and its
+    // next samples were cut short while it was reloaded: hundreds of times a
+    // second here. The vDSO is now a mapping known to have no table, walked
+    // by frame pointers, and no stack is cut for want of a table.
+    let dir = Scratch::new();
+    let bin = build_sampled(&dir);
+    let out = trace_cprog(
+        &tool("stackcount"),
+        &bin,
+        &["vdso", "1000"],
+        &["-U", "profile:hz:999"],
+        |l| l.starts_with("Tracing"),
+    );
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    assert!(
+        !out.stderr.contains("before its unwind tables were loaded"),
+        "{}",
+        out.stderr
+    );
+    let stacks = parse_stacks(&out.stdout);
+    let all: u64 = stacks.iter().map(|s| s.1).sum();
+    assert!(
+        (900..=1100).contains(&all),
+        "{all} samples:\n{}",
+        out.stdout
+    );
+    let in_vdso: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f.first().is_some_and(|f| f == "clock_gettime"))
+        .map(|s| s.1)
+        .sum();
+    assert!(
+        in_vdso * 2 >= all,
+        "{in_vdso} of {all} in the vDSO:\n{}",
+        out.stdout
+    );
+}
+
+#[test]
 fn profile_on_one_cpu_samples_that_cpu_only() {
     // -c 0 for 2 s at 99 Hz: one CPU's timer, busy or idle, 198 times.
     let out = run(

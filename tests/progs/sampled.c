@@ -6,6 +6,8 @@
  *               2 x MS ms of CPU time
  *   faults N    touches N fresh pages of an anonymous mapping (N page faults)
  *   sleeps K    sleeps 1 ms K times (K voluntary context switches)
+ *   vdso MS     reads CLOCK_MONOTONIC (in the vDSO, no syscall) in tk_vdso
+ *               until the process has used MS ms of CPU time
  * and exits. */
 #include <pthread.h>
 #include <stdio.h>
@@ -52,6 +54,16 @@ __attribute__((noinline)) void tk_sleeps(long k)
 		nanosleep(&ms, NULL);
 }
 
+__attribute__((noinline)) void tk_vdso(double ms)
+{
+	struct timespec t;
+	double end = cpu_ms() + ms;
+
+	while (cpu_ms() < end)
+		for (int i = 0; i < 20000; i++)
+			clock_gettime(CLOCK_MONOTONIC, &t);
+}
+
 static double burn_ms;
 
 static void *tk_thread(void *arg)
@@ -85,6 +97,8 @@ int main(int argc, char **argv)
 		tk_faults(n);
 	else if (!strcmp(argv[1], "sleeps"))
 		tk_sleeps(n);
+	else if (!strcmp(argv[1], "vdso"))
+		tk_vdso(n);
 	else
 		return 2;
 	return 0;

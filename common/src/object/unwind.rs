@@ -96,6 +96,9 @@ pub struct Tables {
     inodes: HashMap<(u64, u64), FileKey>,
     /// Per process, the LPM keys it holds, to replace them on a refresh.
     procs: HashMap<u32, HashSet<[u8; 16]>>,
+    /// Per process, a hash of its executable mappings at the last load: a
+    /// reload that finds the same is no refresh.
+    mapped: HashMap<u32, u64>,
     next_id: u32,
     prefixes: u32,
     /// Files whose table could not be built, with why (for --debug and -v).
@@ -117,8 +120,8 @@ enum FileKey {
     Inode(u64, u64),
 }
 
-/// One executable file mapping of a process.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One executable mapping of a process (of a file, or of none: ino 0).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Mapping {
     start: u64,
     end: u64,
@@ -135,6 +138,7 @@ impl Tables {
             files: HashMap::new(),
             inodes: HashMap::new(),
             procs: HashMap::new(),
+            mapped: HashMap::new(),
             next_id: 0,
             prefixes: 0,
             failed: Vec::new(),
@@ -147,18 +151,22 @@ impl Tables {
 
     /// Loads (or refreshes) process `pid`'s mappings, building the tables of
     /// files not seen before. A process gone already is no error. Whether it
-    /// was a refresh (the process mapped code since: its symbols need it too).
+    /// was a refresh that found other mappings (the process mapped code
+    /// since: its symbols need it too).
     pub fn load_process(&mut self, pid: u32) -> Result<bool> {
         let Some(maps) = exec_mappings(pid) else {
             return Ok(false);
         };
-        let refresh = self.procs.contains_key(&pid);
         let mut keys = HashSet::new();
         for m in &maps {
-            let (file, bias) = match self.file_of(pid, m) {
-                Some((id, bias)) => (id, bias),
-                None => (NO_FILE, 0),
+            // Code of no file (the vDSO, a JIT's) is known too, as a mapping
+            // without a table: else every walk through it would ask for the
+            // process again (the walk takes frame-pointer steps there).
+            let found = match m.ino {
+                0 => None,
+                _ => self.file_of(pid, m),
             };
+            let (file, bias) = found.unwrap_or((NO_FILE, 0));
             // bpf/unwind.h's struct uw_map.
             let mut value = [0u8; 24];
             value[..4].copy_from_slice(&file.to_ne_bytes());
@@ -193,6 +201,13 @@ impl Tables {
             }
         }
         self.procs.insert(pid, keys);
+        let hash = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            maps.hash(&mut h);
+            h.finish()
+        };
+        let refresh = self.mapped.insert(pid, hash).is_some_and(|old| old != hash);
         self.maps
             .procs
             .update(&pid.to_ne_bytes(), &PROC_READY.to_ne_bytes(), MapFlags::ANY)
@@ -487,12 +502,19 @@ fn fill_array(map: &MapHandle, rows: &[Row]) -> Result<()> {
 
 /// The executable file mappings of `pid`, from /proc/PID/maps; `None` once it
 /// is gone.
+/// A process's executable mappings in user space: of files, and of no file
+/// (ino 0: the vDSO, anonymous code); not the vsyscall page, in the kernel's
+/// half.
 fn exec_mappings(pid: u32) -> Option<Vec<Mapping>> {
     let lines = crate::user::maps::read(&pid.to_string())?;
     Some(
         lines
             .into_iter()
-            .filter(|l| l.perms.contains('x') && l.ino != 0 && l.path.starts_with('/'))
+            .filter(|l| {
+                l.perms.contains('x')
+                    && l.start >> 63 == 0
+                    && (l.ino == 0 || l.path.starts_with('/'))
+            })
             .map(|l| Mapping {
                 start: l.start,
                 end: l.end,
