@@ -509,3 +509,59 @@ fn names_come_from_the_file_the_process_runs() {
     });
     assert_the_two_stacks(&out.stdout, false);
 }
+
+#[test]
+fn callers_whose_call_never_returns_are_named_at_their_call() {
+    // main calls tk_last_call, which calls tk_end, which exits: neither call
+    // returns, so each is its function's last instruction, and its return
+    // address is past the function (tk_last_call's is tk_next's first byte).
+    // A caller is named at its call, as debuggers name it; its offset is
+    // still the return address's (tk_last_call+0xd: its size).
+    let dir = Scratch::new();
+    let bin = build_c(&dir, "noreturn");
+    let spec = format!("{}:tk_end", bin.display());
+    let out = trace_cprog(&stackcount(), &bin, &[], &["-U", &spec], |l| {
+        l.starts_with("Tracing")
+    });
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let stacks = parse_stacks(&out.stdout);
+    assert_eq!(stacks.len(), 1, "{}", out.stdout);
+    assert_eq!(
+        stacks[0].0[..3],
+        ["tk_end", "tk_last_call", "main"],
+        "{}",
+        out.stdout
+    );
+    // trace -U names build-ID frames the same way, with the return address's
+    // offset.
+    let out = trace_cprog(&tool("trace"), &bin, &[], &["-U", &spec], |l| {
+        l.starts_with("PID")
+    });
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let size = {
+        let nm = std::process::Command::new("nm")
+            .args(["-S"])
+            .arg(&bin)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&nm.stdout).into_owned();
+        let line = text
+            .lines()
+            .find(|l| l.ends_with(" tk_last_call"))
+            .unwrap_or_else(|| panic!("no tk_last_call in nm -S:\n{text}"))
+            .to_string();
+        u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+    };
+    let frames: Vec<&str> = out.stdout.lines().map(str::trim).collect();
+    let at = frames
+        .iter()
+        .position(|l| l.starts_with("tk_end+0x0 "))
+        .unwrap_or_else(|| panic!("no tk_end frame:\n{}", out.stdout));
+    assert_eq!(
+        frames[at + 1].split_whitespace().next(),
+        Some(format!("tk_last_call+0x{size:x}").as_str()),
+        "{}",
+        out.stdout
+    );
+    assert!(frames[at + 2].starts_with("main+0x"), "{}", out.stdout);
+}

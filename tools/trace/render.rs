@@ -288,9 +288,15 @@ impl Renderer {
             )
         });
         let kframes: Option<Vec<(u64, String)>> = kstack.map(|a| {
-            let mut named = self.symbols.kernel(&a);
-            let frames: Vec<Frame> = (a.iter())
-                .map(|&x| named.remove(&x).unwrap_or(Frame::unknown(x)))
+            let at: Vec<u64> = (a.iter().enumerate())
+                .map(|(i, &x)| common::symbolize::lookup_addr(i, x))
+                .collect();
+            let named = self.symbols.kernel(&at);
+            let frames: Vec<Frame> = (a.iter().zip(&at).enumerate())
+                .map(|(i, (&x, y))| {
+                    let f = named.get(y).cloned().unwrap_or(Frame::unknown(*y));
+                    common::symbolize::own_frame(i, x, f)
+                })
                 .collect();
             // A syscall event's stack, taken in the raw sys_enter/sys_exit
             // program, begins where the tracepoint fired.

@@ -12,7 +12,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
-use crate::data::symbolize::{Frame, Symbols, CUT};
+use crate::data::symbolize::{lookup_addr, own_frame, Frame, Symbols, CUT};
 
 /// The addresses of stack `hash`, leaf first; `None` when it is gone from the map.
 /// A zero address ends the stack: it is the end of the frame chain (the outermost
@@ -48,12 +48,16 @@ pub struct Batch {
 
 impl Batch {
     pub fn kernel(&mut self, addrs: &[u64]) {
-        self.kernel.extend(addrs);
+        let at = addrs.iter().enumerate().map(|(i, &a)| lookup_addr(i, a));
+        self.kernel.extend(at);
     }
 
     pub fn user(&mut self, pid: u32, addrs: &[u64]) {
-        let addrs = addrs.iter().filter(|&&a| a != CUT);
-        self.user.entry(pid).or_default().extend(addrs);
+        let at = addrs.iter().enumerate().map(|(i, &a)| lookup_addr(i, a));
+        self.user
+            .entry(pid)
+            .or_default()
+            .extend(at.filter(|&a| a != CUT));
     }
 
     /// One symbolizer call for all kernel addresses and one per process.
@@ -91,7 +95,11 @@ impl Resolved {
     pub fn kernel(&self, addrs: &[u64]) -> Vec<Frame> {
         let mut frames: Vec<Frame> = addrs
             .iter()
-            .map(|a| lookup(self.kernel.get(a), *a))
+            .enumerate()
+            .map(|(i, &a)| {
+                let at = lookup_addr(i, a);
+                own_frame(i, a, lookup(self.kernel.get(&at), at))
+            })
             .collect();
         frames.drain(..raw_tracepoint_frames(&frames));
         frames
@@ -101,9 +109,13 @@ impl Resolved {
         let m = self.user.get(&pid);
         addrs
             .iter()
-            .map(|&a| match a {
+            .enumerate()
+            .map(|(i, &a)| match a {
                 CUT => Frame::truncated(),
-                a => lookup(m.and_then(|m| m.get(&a)), a),
+                a => {
+                    let at = lookup_addr(i, a);
+                    own_frame(i, a, lookup(m.and_then(|m| m.get(&at)), at))
+                }
             })
             .collect()
     }

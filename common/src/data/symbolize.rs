@@ -91,6 +91,30 @@ impl Frame {
     }
 }
 
+/// Where frame `i` of a stack (leaf first) is looked up: a frame after the
+/// first is a return address, after its call; a call that never returns is
+/// its function's last instruction, so its return address is past the
+/// function (in the next one, or in none). Those are looked up at the address
+/// before, as debuggers take a caller's line.
+pub fn lookup_addr(i: usize, addr: u64) -> u64 {
+    match i {
+        0 => addr,
+        _ if addr == 0 || addr == CUT => addr,
+        _ => addr - 1,
+    }
+}
+
+/// Frame `i`, found at [`lookup_addr`], with its own address and offset again.
+pub fn own_frame(i: usize, addr: u64, mut f: Frame) -> Frame {
+    if lookup_addr(i, addr) != addr {
+        f.addr = addr;
+        if f.name.is_some() {
+            f.offset += 1;
+        }
+    }
+    f
+}
+
 /// A user stack frame as `bpf_get_stack(BPF_F_USER_STACK | BPF_F_USER_BUILD_ID)`
 /// gives it: a file, by its build ID, and an offset in that file; or the
 /// address, where the kernel could not read the file's build ID.
@@ -468,6 +492,19 @@ impl Symbols {
         comm: &str,
         frames: &[UserFrame],
     ) -> Vec<(Frame, Option<String>)> {
+        // Callers looked up at their call (see `lookup_addr`), given back
+        // their own addresses at the end.
+        let asked = frames;
+        let frames: Vec<UserFrame> = (frames.iter().enumerate())
+            .map(|(i, f)| match *f {
+                UserFrame::Addr(a) => UserFrame::Addr(lookup_addr(i, a)),
+                UserFrame::File { build_id, offset } => UserFrame::File {
+                    build_id,
+                    offset: lookup_addr(i, offset),
+                },
+            })
+            .collect();
+        let frames = frames.as_slice();
         let addrs: Vec<u64> = frames
             .iter()
             .filter_map(|f| match f {
@@ -558,6 +595,23 @@ impl Symbols {
                     f.addr = addr;
                     (f, Some(base_name(path)))
                 }
+            })
+            .zip(asked)
+            .enumerate()
+            .map(|(i, ((mut f, module), was))| {
+                let moved = match *was {
+                    UserFrame::Addr(a) => lookup_addr(i, a) != a,
+                    UserFrame::File { offset, .. } => lookup_addr(i, offset) != offset,
+                };
+                if moved {
+                    if f.addr != 0 {
+                        f.addr += 1;
+                    }
+                    if f.name.is_some() {
+                        f.offset += 1;
+                    }
+                }
+                (f, module)
             })
             .collect()
     }
