@@ -289,14 +289,11 @@ impl Renderer {
         });
         let kframes: Option<Vec<(u64, String)>> = kstack.map(|a| {
             let at: Vec<u64> = (a.iter().enumerate())
-                .map(|(i, &x)| common::symbolize::lookup_addr(i, x))
+                .flat_map(|(i, &x)| common::symbolize::lookup_addrs(i, x))
                 .collect();
             let named = self.symbols.kernel(&at);
-            let frames: Vec<Frame> = (a.iter().zip(&at).enumerate())
-                .map(|(i, (&x, y))| {
-                    let f = named.get(y).cloned().unwrap_or(Frame::unknown(*y));
-                    common::symbolize::own_frame(i, x, f)
-                })
+            let frames: Vec<Frame> = (a.iter().enumerate())
+                .map(|(i, &x)| common::symbolize::frame_at(i, x, |y| named.get(&y).cloned()))
                 .collect();
             // A syscall event's stack, taken in the raw sys_enter/sys_exit
             // program, begins where the tracepoint fired.

@@ -12,7 +12,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 
-use crate::data::symbolize::{lookup_addr, own_frame, Frame, Symbols, CUT};
+use crate::data::symbolize::{frame_at, lookup_addrs, Frame, Symbols, CUT};
 
 /// The addresses of stack `hash`, leaf first; `None` when it is gone from the map.
 /// A zero address ends the stack: it is the end of the frame chain (the outermost
@@ -48,12 +48,18 @@ pub struct Batch {
 
 impl Batch {
     pub fn kernel(&mut self, addrs: &[u64]) {
-        let at = addrs.iter().enumerate().map(|(i, &a)| lookup_addr(i, a));
+        let at = addrs
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &a)| lookup_addrs(i, a));
         self.kernel.extend(at);
     }
 
     pub fn user(&mut self, pid: u32, addrs: &[u64]) {
-        let at = addrs.iter().enumerate().map(|(i, &a)| lookup_addr(i, a));
+        let at = addrs
+            .iter()
+            .enumerate()
+            .flat_map(|(i, &a)| lookup_addrs(i, a));
         self.user
             .entry(pid)
             .or_default()
@@ -96,10 +102,7 @@ impl Resolved {
         let mut frames: Vec<Frame> = addrs
             .iter()
             .enumerate()
-            .map(|(i, &a)| {
-                let at = lookup_addr(i, a);
-                own_frame(i, a, lookup(self.kernel.get(&at), at))
-            })
+            .map(|(i, &a)| frame_at(i, a, |x| self.kernel.get(&x).cloned()))
             .collect();
         frames.drain(..raw_tracepoint_frames(&frames));
         frames
@@ -112,10 +115,7 @@ impl Resolved {
             .enumerate()
             .map(|(i, &a)| match a {
                 CUT => Frame::truncated(),
-                a => {
-                    let at = lookup_addr(i, a);
-                    own_frame(i, a, lookup(m.and_then(|m| m.get(&at)), at))
-                }
+                a => frame_at(i, a, |x| m.and_then(|m| m.get(&x)).cloned()),
             })
             .collect()
     }
@@ -144,15 +144,6 @@ pub fn raw_tracepoint_frames(frames: &[Frame]) -> usize {
             })
         })
         .count()
-}
-
-fn lookup(f: Option<&Frame>, addr: u64) -> Frame {
-    f.cloned().unwrap_or(Frame {
-        addr,
-        name: None,
-        offset: 0,
-        inlined: Vec::new(),
-    })
 }
 
 /// A folded stack line (flamegraph.pl / inferno input): `[prefix;]` user frames then

@@ -91,17 +91,40 @@ impl Frame {
     }
 }
 
-/// Where frame `i` of a stack (leaf first) is looked up: a frame after the
-/// first is a return address, after its call; a call that never returns is
-/// its function's last instruction, so its return address is past the
+/// Where frame `i` of a stack (leaf first) is looked up first: a frame after
+/// the first is a return address, after its call; a call that never returns
+/// is its function's last instruction, so its return address is past the
 /// function (in the next one, or in none). Those are looked up at the address
-/// before, as debuggers take a caller's line.
+/// before, as debuggers take a caller's line; where nothing is there, at the
+/// address itself (see [`frame_at`]).
 pub fn lookup_addr(i: usize, addr: u64) -> u64 {
     match i {
         0 => addr,
         _ if addr == 0 || addr == CUT => addr,
         _ => addr - 1,
     }
+}
+
+/// The addresses frame `i` at `addr` is looked up at: [`lookup_addr`], and for
+/// a caller the address itself too.
+pub fn lookup_addrs(i: usize, addr: u64) -> impl Iterator<Item = u64> {
+    let before = lookup_addr(i, addr);
+    std::iter::once(before).chain((before != addr).then_some(addr))
+}
+
+/// Frame `i` at `addr`, from the frames `found` at [`lookup_addrs`]: a caller
+/// by the address before its return address when that names a function, else
+/// by the return address itself (a signal handler "returns" to the first byte
+/// of the signal trampoline, `__restore_rt`, after no call: the byte before it
+/// is padding).
+pub fn frame_at(i: usize, addr: u64, found: impl Fn(u64) -> Option<Frame>) -> Frame {
+    let before = lookup_addr(i, addr);
+    if before != addr {
+        if let Some(f) = found(before).filter(|f| f.name.is_some()) {
+            return own_frame(i, addr, f);
+        }
+    }
+    found(addr).unwrap_or(Frame::unknown(addr))
 }
 
 /// Frame `i`, found at [`lookup_addr`], with its own address and offset again.
@@ -492,19 +515,41 @@ impl Symbols {
         comm: &str,
         frames: &[UserFrame],
     ) -> Vec<(Frame, Option<String>)> {
-        // Callers looked up at their call (see `lookup_addr`), given back
-        // their own addresses at the end.
-        let asked = frames;
-        let frames: Vec<UserFrame> = (frames.iter().enumerate())
-            .map(|(i, f)| match *f {
-                UserFrame::Addr(a) => UserFrame::Addr(lookup_addr(i, a)),
-                UserFrame::File { build_id, offset } => UserFrame::File {
-                    build_id,
-                    offset: lookup_addr(i, offset),
-                },
-            })
+        // Callers looked up at their call too (see `frame_at`): the frames as
+        // given, then each caller's address (or file offset) less one.
+        let moved = |i: usize, f: &UserFrame| match *f {
+            UserFrame::Addr(a) => UserFrame::Addr(lookup_addr(i, a)),
+            UserFrame::File { build_id, offset } => UserFrame::File {
+                build_id,
+                offset: lookup_addr(i, offset),
+            },
+        };
+        let callers: Vec<usize> = (1..frames.len())
+            .filter(|&i| moved(i, &frames[i]) != frames[i])
             .collect();
-        let frames = frames.as_slice();
+        let mut all = frames.to_vec();
+        all.extend(callers.iter().map(|&i| moved(i, &frames[i])));
+        let mut found = self.user_frames_as_given(pid, comm, &all);
+        let mut at_call = found.split_off(frames.len());
+        for (&i, (mut f, module)) in callers.iter().zip(at_call.drain(..)) {
+            if f.name.is_some() {
+                if f.addr != 0 {
+                    f.addr += 1;
+                }
+                f.offset += 1;
+                found[i] = (f, module);
+            }
+        }
+        found
+    }
+
+    /// [`Symbols::user_frames`], each frame looked up where it is.
+    fn user_frames_as_given(
+        &self,
+        pid: u32,
+        comm: &str,
+        frames: &[UserFrame],
+    ) -> Vec<(Frame, Option<String>)> {
         let addrs: Vec<u64> = frames
             .iter()
             .filter_map(|f| match f {
@@ -595,23 +640,6 @@ impl Symbols {
                     f.addr = addr;
                     (f, Some(base_name(path)))
                 }
-            })
-            .zip(asked)
-            .enumerate()
-            .map(|(i, ((mut f, module), was))| {
-                let moved = match *was {
-                    UserFrame::Addr(a) => lookup_addr(i, a) != a,
-                    UserFrame::File { offset, .. } => lookup_addr(i, offset) != offset,
-                };
-                if moved {
-                    if f.addr != 0 {
-                        f.addr += 1;
-                    }
-                    if f.name.is_some() {
-                        f.offset += 1;
-                    }
-                }
-                (f, module)
             })
             .collect()
     }
