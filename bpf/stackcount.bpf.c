@@ -77,7 +77,10 @@ static __always_inline int record(void *ctx, bool at_entry, __u32 probe)
 		key.user_stack = take_stack(ctx, STACK_USER, at_entry);
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
 
-	if (user_stacks && key.tgid && bpf_map_update_elem(&seen, &key.tgid, &yes, BPF_NOEXIST) == 0) {
+	/* Looked up first: an LRU update takes a free node (and its lock) before it
+	 * finds the key there, at every event. */
+	if (user_stacks && key.tgid && !bpf_map_lookup_elem(&seen, &key.tgid) &&
+	    bpf_map_update_elem(&seen, &key.tgid, &yes, BPF_NOEXIST) == 0) {
 		__u32 *t = bpf_ringbuf_reserve(&new_procs, sizeof(*t), 0);
 
 		if (t) {

@@ -193,15 +193,59 @@ static __always_inline void unwind_ask(__u32 tgid, __u32 state)
 	}
 }
 
-/* The row of `rel` in `file` (of `info`), or NULL. */
-static __always_inline struct uw_row *unwind_row_of(__u32 file, struct uw_file *info, __u64 rel)
+/* Rows found lately, per CPU, by file and address: the binary search below is a
+ * helper call per halving (an inner map's lookups are not inlined), about 17
+ * for libc, at each frame of each stack; the same return addresses come back in
+ * every sample of a stack. A file's rows never change (its index is never
+ * reused), so an entry is never stale; `check` covers the rest, so an entry
+ * torn by a program that interrupted its writing (an NMI's) is no hit. */
+struct uw_cached {
+	__u32 file;
+	__u32 rel;
+	struct uw_row row;
+	__u64 check;
+};
+
+#define UNWIND_ROW_CACHE 1024
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, UNWIND_ROW_CACHE);
+	__type(key, __u32);
+	__type(value, struct uw_cached);
+} unwind_row_cache SEC(".maps");
+
+static __always_inline __u64 unwind_check(__u32 file, __u32 rel, struct uw_row *r)
 {
-	__u32 lo = 0, hi;
+	__u64 h = ((__u64)file << 32 | rel) * 0x9e3779b97f4a7c15ULL;
+
+	h ^= ((__u64)r->pc << 32 | (__u64)r->cfa << 8 | r->rbp) * 0xc2b2ae3d27d4eb4fULL;
+	h ^= ((__u64)(__u32)r->cfa_off << 32 | (__u32)r->rbp_off) * 0x165667b19e3779f9ULL;
+	return h | 1;
+}
+
+/* The row of `rel` in `file` (of `info`), copied to `out`; false for none. */
+static __always_inline bool unwind_row_of(__u32 file, struct uw_file *info, __u64 rel,
+					  struct uw_row *out)
+{
+	__u32 lo = 0, hi, slot;
+	struct uw_cached *c;
 	void *rows;
 
+	if (rel > 0xffffffffULL)
+		return false;
+	slot = ((__u32)rel * 0x85ebca6bU ^ file * 0x9e3779b1U) & (UNWIND_ROW_CACHE - 1);
+	c = bpf_map_lookup_elem(&unwind_row_cache, &slot);
+	if (c && c->file == file && c->rel == (__u32)rel) {
+		__u64 check = c->check;
+
+		__builtin_memcpy(out, &c->row, sizeof(*out));
+		if (check == unwind_check(file, (__u32)rel, out))
+			return true;
+	}
 	rows = bpf_map_lookup_elem(&unwind_files, &file);
-	if (!info || !rows || !info->rows || rel > 0xffffffffULL)
-		return NULL;
+	if (!info || !rows || !info->rows)
+		return false;
 	hi = info->rows;
 	/* The last row whose pc <= rel; 24 halvings cover 16M rows. */
 	for (int k = 0; k < 24; k++) {
@@ -213,7 +257,7 @@ static __always_inline struct uw_row *unwind_row_of(__u32 file, struct uw_file *
 		mid = lo + (hi - lo) / 2;
 		r = bpf_map_lookup_elem(rows, &mid);
 		if (!r)
-			return NULL;
+			return false;
 		if (r->pc <= (__u32)rel)
 			lo = mid;
 		else
@@ -223,9 +267,19 @@ static __always_inline struct uw_row *unwind_row_of(__u32 file, struct uw_file *
 		struct uw_row *r = bpf_map_lookup_elem(rows, &lo);
 
 		if (!r || r->pc > (__u32)rel)
-			return NULL;
-		return r;
+			return false;
+		__builtin_memcpy(out, r, sizeof(*out));
 	}
+	if (c) {
+		/* The check last, and cleared first: a reader that interrupts this
+		 * sees no entry, or a whole one. */
+		c->check = 0;
+		c->file = file;
+		c->rel = (__u32)rel;
+		__builtin_memcpy(&c->row, out, sizeof(*out));
+		c->check = unwind_check(file, (__u32)rel, out);
+	}
+	return true;
 }
 
 static __always_inline bool unwind_read(__u64 *v, __u64 addr)
@@ -256,7 +310,7 @@ static __always_inline long unwind_step(struct uw_state *st, __u32 stride)
 	struct uw_map_key key;
 	struct uw_file *info = NULL;
 	struct uw_map *m;
-	struct uw_row *r;
+	struct uw_row row, *r;
 	__u64 look, cfa, ra = 0, bp;
 	__u32 n = st->n;
 
@@ -292,9 +346,9 @@ static __always_inline long unwind_step(struct uw_state *st, __u32 stride)
 	}
 	if (m->file == UNWIND_NO_FILE)
 		return unwind_fp_step(st);
-	r = unwind_row_of(m->file, info, look - m->bias);
-	if (!r)
+	if (!unwind_row_of(m->file, info, look - m->bias, &row))
 		return unwind_fp_step(st);
+	r = &row;
 
 	switch (r->cfa) {
 	case CFA_END:
