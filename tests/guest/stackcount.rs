@@ -172,24 +172,11 @@ fn a_pprof_profile_of_two_kernel_functions_labels_each_sample_with_its_probe() {
         let out = trace_workload(&tool("stackcount"), w, &args, T);
         assert_eq!(out.code(), 0, "{mode}: {}", out.stderr);
         let text = go_pprof(&["-traces"], &file);
-        let mut got: Vec<(String, u64, String)> = traces(&text)
-            .into_iter()
-            .map(|t| {
-                let probe = t.labels.iter().find(|(k, _)| k == "probe");
-                let probe = probe.map_or("(none)".to_string(), |(_, v)| v.clone());
-                (probe, t.count, t.frames[0].clone())
-            })
-            .collect();
-        got.sort();
-        let want = [
+        let want = probe_stacks(&[
             ("__x64_sys_pread64", 700, "__x64_sys_pread64"),
             ("vfs_read", 700, "vfs_read"),
-        ];
-        let want: Vec<(String, u64, String)> = want
-            .iter()
-            .map(|(p, n, f)| (p.to_string(), *n, f.to_string()))
-            .collect();
-        assert_eq!(got, want, "{mode}: {text}");
+        ]);
+        assert_eq!(by_probe(&text, 0), want, "{mode}: {text}");
         assert_nothing_left("stackcount");
     }
 }

@@ -479,20 +479,6 @@ fn tools_without_stacks_have_no_profile_endpoint() {
     assert!(w.wait().success());
 }
 
-/// Each stack's `probe` label and count, sorted.
-fn by_probe(stacks: &[Trace]) -> Vec<(String, u64, String)> {
-    let mut out: Vec<(String, u64, String)> = stacks
-        .iter()
-        .map(|t| {
-            let probe = t.labels.iter().find(|(k, _)| k == "probe");
-            let probe = probe.map_or("(none)", |(_, v)| v.as_str()).to_string();
-            (probe, t.count, t.frames.get(1).cloned().unwrap_or_default())
-        })
-        .collect();
-    out.sort();
-    out
-}
-
 #[test]
 fn pprof_samples_of_a_run_of_several_probes_are_labelled_with_their_probe() {
     // tk_leaf (300 through tk_path_a, 700 through tk_path_b) and tk_path_a
@@ -504,17 +490,12 @@ fn pprof_samples_of_a_run_of_several_probes_are_labelled_with_their_probe() {
         // Text output is as without --pprof: the same three stacks.
         assert_eq!(parse_stacks(&out.stdout).len(), 3, "{mode}: {}", out.stdout);
         let text = go_pprof(&["-traces"], &file);
-        let got = by_probe(&traces(&text));
-        let want = [
+        let want = probe_stacks(&[
             ("tk_leaf", 300, "tk_path_a"),
             ("tk_leaf", 700, "tk_path_b"),
             ("tk_path_a", 300, "main"),
-        ];
-        let want: Vec<(String, u64, String)> = want
-            .iter()
-            .map(|(p, n, f)| (p.to_string(), *n, f.to_string()))
-            .collect();
-        assert_eq!(got, want, "{mode}: {text}");
+        ]);
+        assert_eq!(by_probe(&text, 1), want, "{mode}: {text}");
     }
 }
 

@@ -68,3 +68,29 @@ pub fn traces(text: &str) -> Vec<Trace> {
     }
     out
 }
+
+/// Each stack of `-traces` text as (its `probe` label, its count, its frame
+/// `frame`, leaf first), sorted: "(none)" for a stack without the label.
+pub fn by_probe(text: &str, frame: usize) -> Vec<(String, u64, String)> {
+    let mut out: Vec<(String, u64, String)> = traces(text)
+        .iter()
+        .map(|t| {
+            let probe = t.labels.iter().find(|(k, _)| k == "probe");
+            let probe = probe.map_or("(none)", |(_, v)| v.as_str()).to_string();
+            (
+                probe,
+                t.count,
+                t.frames.get(frame).cloned().unwrap_or_default(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// `want` as [`by_probe`] gives it, for comparing.
+pub fn probe_stacks(want: &[(&str, u64, &str)]) -> Vec<(String, u64, String)> {
+    want.iter()
+        .map(|(p, n, f)| (p.to_string(), *n, f.to_string()))
+        .collect()
+}
