@@ -221,7 +221,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
     let mut profiles = args
         .pprof
         .as_ref()
-        .map(|p| pprof::Profiles::check(p, args.summary.interval.is_some(), plan, perpid))
+        .map(|p| pprof::Profiles::check(p, args.summary.interval.is_some(), profile_kind.clone()))
         .transpose()?;
     // User-space probes have no interesting kernel stack (it is the uprobe trap).
     let user_probe = plan

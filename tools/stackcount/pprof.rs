@@ -99,7 +99,7 @@ pub struct Profiles {
 impl Profiles {
     /// Checks now, before tracing, that the first file can be written: a
     /// mistyped directory fails in a second, not after the whole trace.
-    pub fn check(path: &Path, numbered: bool, plan: &Plan, per_process: bool) -> Result<Profiles> {
+    pub fn check(path: &Path, numbered: bool, kind: Kind) -> Result<Profiles> {
         let first = if numbered {
             pprof::numbered(path, 1)
         } else {
@@ -115,7 +115,7 @@ impl Profiles {
             path: path.to_path_buf(),
             numbered,
             written: 0,
-            kind: Kind::of(plan, per_process),
+            kind,
             since: SystemTime::now(),
         })
     }

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use crate::data::symbolize::{Frame, MappedFile, SourceLines, Symbols};
+use crate::data::symbolize::{lookup_addr, Frame, MappedFile, SourceLines, Symbols};
 use crate::output::pprof;
 
 /// The name perf and pprof give the kernel's mapping.
@@ -59,9 +59,8 @@ impl<'a> Frames<'a> {
                 let Some(m) = pid.and_then(|p| self.mapping(p, f.addr)) else {
                     return frame(f, None, None);
                 };
-                // A caller's frame is its return address: the line is that of
-                // the call, the instruction before it (as perf and addr2line take it).
-                let at = f.addr - m.start + m.offset - u64::from(i > 0);
+                // A caller's line is that of its call, as its name is.
+                let at = lookup_addr(i, f.addr) - m.start + m.offset;
                 let lines = match m.file.starts_with('/') {
                     true => self.symbols.source_lines(Path::new(&m.file), at),
                     false => None,

@@ -58,9 +58,13 @@ impl KernelSymbols {
     /// None when the kernel hides its addresses (kptr_restrict) or lists no
     /// `_stext`/`_etext`.
     pub fn load() -> Option<KernelSymbols> {
+        // One read of the module list: their ranges, and the cache's key.
         let modules_text = std::fs::read_to_string("/proc/modules").unwrap_or_default();
         let modules = module_ranges(&modules_text);
-        let key = Key::current();
+        let key = cache::boot_id().map(|boot_id| Key {
+            boot_id,
+            modules: cache::modules_hash(&modules_text),
+        });
         let dir = cache::dir();
         let use_cache = !cache::disabled() && key.is_some();
         if use_cache {
@@ -79,7 +83,7 @@ impl KernelSymbols {
         };
         let text = format!("{MAGIC}\n{header}\n{body}");
         if use_cache {
-            cache::store_symbols(&dir, key.as_ref().expect("checked"), &text);
+            cache::store_symbols(&dir, &text);
         }
         Self::parse(Text::Read(text.into_bytes()), &modules)
     }

@@ -187,7 +187,7 @@ pub fn load_symbols(dir: &Path, key: &Key, magic: &str) -> Result<memmap2::Mmap,
 }
 
 /// Writes the kernel's symbols (the whole file's text) atomically, as [`store`].
-pub fn store_symbols(dir: &Path, _key: &Key, text: &str) {
+pub fn store_symbols(dir: &Path, text: &str) {
     let _ = write(dir, SYMBOLS, text);
 }
 
