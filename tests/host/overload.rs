@@ -377,6 +377,36 @@ fn a_slowloris_cannot_hoard_the_slots() {
 }
 
 #[test]
+fn refused_clients_are_drained_side_by_side_and_read_their_503() {
+    // Refused connections were drained one after another, 200 ms each: ten
+    // refused clients that never closed held the rest past their time, and
+    // the next ones, writing their request a line at a time as bash does,
+    // got EPIPE instead of their 503 (CI's slowloris test, under load). Here
+    // nobody holds its four slots, ten refused clients stay silent, and five
+    // more send their request 300 ms after connecting, in two writes.
+    let s = Served::start("urandomread", &["--listen", ":0"]);
+    let script = "trap '' PIPE; \
+        for i in 1 2 3 4; do exec {fd}<>/dev/tcp/127.0.0.1/$PORT; printf G >&$fd; done; \
+        sleep 0.1; \
+        for i in $(seq 10); do exec {fd}<>/dev/tcp/127.0.0.1/$PORT; done; \
+        sleep 0.05; \
+        for i in 1 2 3 4 5; do (exec 3<>/dev/tcp/127.0.0.1/$PORT; sleep 0.3; \
+            printf 'GET /metrics HTTP/1.1\\r\\n' >&3; sleep 0.01; \
+            printf 'Host: localhost\\r\\n\\r\\n' >&3 && head -1 <&3) & \
+        done; wait";
+    let out = as_nobody(script, s.addr.port()).output().unwrap();
+    let got = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = got.lines().map(str::trim).collect();
+    assert_eq!(
+        lines,
+        vec!["HTTP/1.1 503 Service Unavailable"; 5],
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    s.stop(T);
+}
+
+#[test]
 fn a_stdout_nobody_reads_does_not_hold_a_stopped_run() {
     // `trace --json ... | sleep 100` under a flood: the write to the full
     // pipe blocked for ever, through SIGINT, SIGTERM and a second SIGINT (our
