@@ -19,40 +19,10 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use crate::user::maps::{self, Line};
+
 /// The helper's executable (build.rs).
 static HELPER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/ifunc-helper"));
-
-/// A file mapping of this process: the part of the file at `offset` is at `start..end`.
-struct Mapping {
-    start: u64,
-    end: u64,
-    offset: u64,
-    dev: u64,
-    ino: u64,
-    path: String,
-}
-
-fn parse_line(line: &str) -> Option<Mapping> {
-    let mut f = line.split_whitespace();
-    let (start, end) = f.next()?.split_once('-')?;
-    let _perms = f.next()?;
-    let offset = f.next()?;
-    let (maj, min) = f.next()?.split_once(':')?;
-    let ino: u64 = f.next()?.parse().ok()?;
-    let path = f.collect::<Vec<_>>().join(" ");
-    if ino == 0 || !path.starts_with('/') {
-        return None;
-    }
-    let hex = |s: &str| u64::from_str_radix(s, 16).ok();
-    Some(Mapping {
-        start: hex(start)?,
-        end: hex(end)?,
-        offset: hex(offset)?,
-        dev: libc::makedev(hex(maj)? as u32, hex(min)? as u32),
-        ino,
-        path,
-    })
-}
 
 /// How every reason an IFUNC cannot be traced begins.
 pub(crate) const WHY: &str = "an IFUNC whose implementation is chosen when the program loads";
@@ -91,8 +61,12 @@ pub fn implementations(
     if answers.first() == Some(&"not-loaded") {
         return vec![Err(not_loaded()); names.len()];
     }
-    let maps: Vec<Mapping> = lines.filter_map(parse_line).collect();
-    let ours = maps.iter().any(|m| m.dev == dev && m.ino == ino);
+    let rest: Vec<&str> = lines.collect();
+    let maps: Vec<Line> = maps::parse_lines(&rest.join("\n"))
+        .into_iter()
+        .filter(Line::of_file)
+        .collect();
+    let ours = maps.iter().any(|m| m.st_dev() == dev && m.ino == ino);
     let one = |answer: Option<&&str>| -> Result<u64, String> {
         let answer = answer.copied().unwrap_or("");
         if let Some(e) = answer.strip_prefix("not-resolved") {
@@ -109,7 +83,7 @@ pub fn implementations(
         };
         // The resolver may pick code of another file; the probe goes where the code is.
         match maps.iter().find(|m| addr >= m.start && addr < m.end) {
-            Some(m) if m.dev == dev && m.ino == ino => Ok(addr - m.start + m.offset),
+            Some(m) if m.st_dev() == dev && m.ino == ino => Ok(addr - m.start + m.pgoff),
             Some(m) if ours => Err(format!(
                 "{WHY}, and here it resolves to code in another file ({})",
                 m.path
@@ -170,24 +144,9 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
 
     /// This test process's file mappings.
-    fn own_mappings() -> Vec<Mapping> {
-        let maps = fs::read_to_string("/proc/self/maps").unwrap();
-        maps.lines().filter_map(parse_line).collect()
-    }
-
-    #[test]
-    fn maps_lines() {
-        let m = parse_line(
-            "7f2ed13f5000-7f2ed154b000 r-xp 00026000 fe:00 326279                     /usr/lib/x86_64-linux-gnu/libc.so.6",
-        )
-        .unwrap();
-        assert_eq!(
-            (m.start, m.end, m.offset, m.ino),
-            (0x7f2ed13f5000, 0x7f2ed154b000, 0x26000, 326279)
-        );
-        assert_eq!(m.dev, libc::makedev(0xfe, 0));
-        assert_eq!(m.path, "/usr/lib/x86_64-linux-gnu/libc.so.6");
-        assert!(parse_line("7ffd1000-7ffd2000 rw-p 00000000 00:00 0   [stack]").is_none());
+    fn own_mappings() -> Vec<Line> {
+        let maps = maps::read("self").unwrap();
+        maps.into_iter().filter(Line::of_file).collect()
     }
 
     #[test]
@@ -217,7 +176,7 @@ mod tests {
             .unwrap();
         // A function pointer to an imported function is its resolved address (GOT).
         assert_eq!(m.ino, meta.ino());
-        assert_eq!(off, ours - m.start + m.offset);
+        assert_eq!(off, ours - m.start + m.pgoff);
         let b = crate::user::elf::Binary::read(&libc_path).unwrap();
         if b.debug_file.is_some() {
             // The implementations are local symbols, named in libc6-dbg's symtab.

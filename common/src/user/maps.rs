@@ -1,5 +1,6 @@
-//! /proc/PID/maps, read into its fields, for the stages that need a process's
-//! mappings (symbolization, unwind tables).
+//! /proc/PID/maps, read into its fields, for every stage that needs a
+//! process's mappings (symbolization, unwind tables, the libraries a `-p`
+//! process maps, the IFUNC helper's answer).
 
 /// One line of /proc/PID/maps.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,8 +25,26 @@ pub struct Line {
 /// while it lived.
 pub fn read(pid: &str) -> Option<Vec<Line>> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    let lines: Vec<Line> = text.lines().filter_map(parse).collect();
+    let lines = parse_lines(&text);
     (!lines.is_empty()).then_some(lines)
+}
+
+/// The lines of a maps text (read here, or printed by another process: the
+/// IFUNC helper's), those that parse.
+pub fn parse_lines(text: &str) -> Vec<Line> {
+    text.lines().filter_map(parse).collect()
+}
+
+impl Line {
+    /// The device as stat(2)'s `st_dev` gives it.
+    pub fn st_dev(&self) -> u64 {
+        libc::makedev((self.dev >> 32) as u32, self.dev as u32)
+    }
+
+    /// A mapping of a file by its path (not of none, the vDSO or the stack).
+    pub fn of_file(&self) -> bool {
+        self.ino != 0 && self.path.starts_with('/')
+    }
 }
 
 fn parse(l: &str) -> Option<Line> {
@@ -50,6 +69,23 @@ fn parse(l: &str) -> Option<Line> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn devices_as_stat_gives_them_and_files_by_path() {
+        let m = parse(
+            "7f2ed13f5000-7f2ed154b000 r-xp 00026000 fe:00 326279                     /usr/lib/x86_64-linux-gnu/libc.so.6",
+        )
+        .unwrap();
+        assert_eq!(m.st_dev(), libc::makedev(0xfe, 0));
+        assert!(m.of_file());
+        for l in [
+            "7ffd1000-7ffd2000 rw-p 00000000 00:00 0   [stack]",
+            "7ffd1000-7ffd2000 r-xp 00000000 00:00 0   [vdso]",
+            "7ffd1000-7ffd2000 r-xp 00000000 00:00 0",
+        ] {
+            assert!(!parse(l).unwrap().of_file(), "{l}");
+        }
+    }
 
     #[test]
     fn a_line_in_fields() {

@@ -94,13 +94,14 @@ fn lib_name_matches(file_name: &str, target: &str) -> bool {
 }
 
 fn mapped_by(pid: u32, target: &str) -> Option<PathBuf> {
-    let maps = fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    maps.lines().find_map(|l| {
-        let path = l.split_whitespace().nth(5)?;
-        let name = Path::new(path).file_name()?.to_str()?;
-        (path.starts_with('/') && (name == target || lib_name_matches(name, target)))
-            .then(|| in_root_of(pid, Path::new(path)))
-    })
+    crate::user::maps::read(&pid.to_string())?
+        .iter()
+        .find_map(|l| {
+            let path = Path::new(&l.path);
+            let name = path.file_name()?.to_str()?;
+            (l.path.starts_with('/') && (name == target || lib_name_matches(name, target)))
+                .then(|| in_root_of(pid, path))
+        })
 }
 
 fn on_path(name: &str) -> Option<PathBuf> {
