@@ -92,6 +92,7 @@ struct uw_map {
 	__u32 pad;
 	__u64 bias; /* the file's address = the process' address - bias */
 	__u64 off_bias; /* the file offset = the process' address - off_bias */
+	__u64 start, end; /* the whole mapping, of which a prefix is a part */
 };
 
 struct {
@@ -150,6 +151,10 @@ struct uw_state {
 	__u64 *ip;	/* the frames' room: MAX_STACK_DEPTH frames (see unwind_put) */
 	__u32 n;	/* frames taken */
 	__u32 tgid;
+	/* The last frame's mapping: the next frame is most often in the same
+	 * file, and an LPM trie lookup walks a node per differing bit. */
+	struct uw_map map;
+	bool have_map;
 	bool exact;	/* pc is where the code is, not a return address */
 	bool ended;	/* reached the outermost frame */
 	bool cut;	/* stopped without reaching it */
@@ -325,10 +330,19 @@ static __always_inline long unwind_step(struct uw_state *st, __u32 stride)
 	/* A return address is after its call: look up the call itself. */
 	look = st->exact ? st->pc : st->pc - 1;
 
-	key.prefixlen = 96;
-	key.tgid = __builtin_bswap32(st->tgid);
-	key.addr = __builtin_bswap64(look);
-	m = bpf_map_lookup_elem(&unwind_mappings, &key);
+	if (st->have_map && look >= st->map.start && look < st->map.end) {
+		m = &st->map;
+	} else {
+		key.prefixlen = 96;
+		key.tgid = __builtin_bswap32(st->tgid);
+		key.addr = __builtin_bswap64(look);
+		m = bpf_map_lookup_elem(&unwind_mappings, &key);
+		if (m) {
+			__builtin_memcpy(&st->map, m, sizeof(st->map));
+			st->have_map = true;
+			m = &st->map;
+		}
+	}
 	if (m && m->file != UNWIND_NO_FILE)
 		info = bpf_map_lookup_elem(&unwind_file_info, &m->file);
 	unwind_put(st, n, st->pc, stride, m, info);

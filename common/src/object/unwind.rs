@@ -9,7 +9,8 @@
 //! known mapping holds, as after a dlopen). Files are named by device and inode
 //! as the process' maps give them, and opened through /proc/PID/map_files, so
 //! that a file in another mount namespace or deleted since is still the one
-//! mapped.
+//! mapped. The vDSO, code of no file, has a table too: every process maps
+//! the kernel's one image, copied once from this process's own.
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, AsRawFd};
@@ -118,6 +119,9 @@ pub struct Tables {
 enum FileKey {
     BuildId(Vec<u8>),
     Inode(u64, u64),
+    /// The vDSO: no build ID given to the BPF side, so its frames are
+    /// addresses, named by the process's maps (no file has that build ID).
+    Vdso,
 }
 
 /// One executable mapping of a process (of a file, or of none: ino 0).
@@ -159,19 +163,22 @@ impl Tables {
         };
         let mut keys = HashSet::new();
         for m in &maps {
-            // Code of no file (the vDSO, a JIT's) is known too, as a mapping
-            // without a table: else every walk through it would ask for the
-            // process again (the walk takes frame-pointer steps there).
+            // Code of no file (a JIT's) is known too, as a mapping without a
+            // table: else every walk through it would ask for the process
+            // again (the walk takes frame-pointer steps there).
             let found = match m.ino {
+                0 if m.path == "[vdso]" => self.vdso(m),
                 0 => None,
                 _ => self.file_of(pid, m),
             };
             let (file, bias) = found.unwrap_or((NO_FILE, 0));
             // bpf/unwind.h's struct uw_map.
-            let mut value = [0u8; 24];
+            let mut value = [0u8; 40];
             value[..4].copy_from_slice(&file.to_ne_bytes());
             value[8..16].copy_from_slice(&bias.to_ne_bytes());
-            value[16..].copy_from_slice(&m.start.wrapping_sub(m.pgoff).to_ne_bytes());
+            value[16..24].copy_from_slice(&m.start.wrapping_sub(m.pgoff).to_ne_bytes());
+            value[24..32].copy_from_slice(&m.start.to_ne_bytes());
+            value[32..].copy_from_slice(&m.end.to_ne_bytes());
             for key in prefixes(pid, m.start, m.end) {
                 if !keys.insert(key) {
                     continue;
@@ -312,11 +319,35 @@ impl Tables {
                 k
             }
         };
+        self.table_for(&path, m, key, bias)
+    }
+
+    /// The vDSO's table id, as [`Tables::file_of`]: built from this process's
+    /// vDSO, which is the one the kernel maps into every (64-bit) process.
+    fn vdso(&mut self, m: &Mapping) -> Option<(u32, u64)> {
+        let (file, len) = vdso_image()?;
+        if m.end - m.start != *len {
+            return None; // not the image this process maps (a 32-bit one's)
+        }
+        let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+        let bias = load_bias(&path, m)?;
+        self.table_for(&path, m, FileKey::Vdso, bias)
+    }
+
+    /// The table id of the file at `path` named `key`, loading it the first
+    /// time, with mapping `m`'s `bias`.
+    fn table_for(
+        &mut self,
+        path: &std::path::Path,
+        m: &Mapping,
+        key: FileKey,
+        bias: u64,
+    ) -> Option<(u32, u64)> {
         if let Some(l) = self.files.get(&key) {
             return (l.id != NO_FILE).then_some((l.id, bias));
         }
         let started = std::time::Instant::now();
-        let loaded = match self.load_file(&path, m, &key) {
+        let loaded = match self.load_file(path, m, &key) {
             Ok(l) => l,
             Err(e) => {
                 self.failed.push(format!("{}: {e:#}", m.path));
@@ -469,6 +500,38 @@ fn table_of(path: &std::path::Path, m: &Mapping) -> Result<std::sync::Arc<cfi::T
         .unwrap_or_else(|e| e.into_inner())
         .insert((m.dev, m.ino), t.clone());
     Ok(t)
+}
+
+/// This machine's vDSO as a file, and its size: a copy of this process's own
+/// in a memfd, which the ELF and CFI readers open by its /proc/self/fd path
+/// like any file. Made once.
+fn vdso_image() -> Option<&'static (std::fs::File, u64)> {
+    static VDSO: std::sync::OnceLock<Option<(std::fs::File, u64)>> = std::sync::OnceLock::new();
+    VDSO.get_or_init(|| {
+        use std::io::Write as _;
+        use std::os::fd::FromRawFd;
+        let m = crate::user::maps::read("self")?
+            .into_iter()
+            .find(|l| l.path == "[vdso]")?;
+        // SAFETY: getauxval(3) has no preconditions.
+        if unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) } != m.start {
+            return None;
+        }
+        let len = usize::try_from(m.end - m.start).ok()?;
+        // SAFETY: [start, end) is the vDSO, mapped readable in this process
+        // for all its life and never written.
+        let image = unsafe { std::slice::from_raw_parts(m.start as *const u8, len) };
+        // SAFETY: a valid NUL-terminated name; the fd is owned below.
+        let fd = unsafe { libc::memfd_create(c"tracekit-vdso".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+        file.write_all(image).ok()?;
+        Some((file, len as u64))
+    })
+    .as_ref()
 }
 
 /// Writes `rows` to array map `map` in one bpf(BPF_MAP_UPDATE_BATCH) call per
