@@ -2,7 +2,7 @@
 //! the kernel by the binaries' unwind tables, through a chain of functions that
 //! clobber rbp, libc's qsort, a signal handler, a thread, a dlopen()ed library,
 //! a stripped program and Debian's python3; frames a walk could not reach are
-//! said ([truncated]) and counted, never a wrong caller.
+//! said ([truncated]) and counted, never a wrong caller; PLT stubs are named.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -461,4 +461,47 @@ fn trace_loads_the_tables_of_a_new_process_that_floods() {
         "{cut} cut printed, {early} said:\n{}",
         out.stderr
     );
+}
+
+#[test]
+fn samples_in_a_plt_stub_are_named_as_perf_names_them() {
+    // No symbol covers a PLT stub: blazesym named a sample there by the
+    // symbol before the section (`_init`) and BCC leaves it unknown; perf and
+    // objdump say `tk_one@plt`. tests/progs/plt.c calls a two-instruction
+    // library function in a loop, so about a tenth of its samples fall in the
+    // stub (over 100 of ~1,000 here; 5 is the bound).
+    let dir = Scratch::new();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs/plt.c");
+    let lib = dir.0.join("libtkplt.so");
+    let bin = dir.0.join("plt");
+    let gcc = |args: &[&str]| {
+        let st = Command::new("gcc").args(args).status().expect("gcc");
+        assert!(st.success(), "gcc {args:?}");
+    };
+    let (src, lib_s, bin_s) = (
+        src.to_str().unwrap(),
+        lib.to_str().unwrap(),
+        bin.to_str().unwrap(),
+    );
+    let d = dir.0.to_str().unwrap();
+    gcc(&["-O2", "-shared", "-fPIC", "-DTK_LIB", "-o", lib_s, src]);
+    let rpath = format!("-Wl,-rpath,{d}");
+    gcc(&["-O2", "-o", bin_s, src, "-L", d, "-ltkplt", &rpath]);
+    let (stacks, stderr) = stacks_of(&bin, &["plt", "1000"], &["profile:hz:999"]);
+    let in_stub: u64 = stacks
+        .iter()
+        .filter(|(f, _)| f.first().is_some_and(|f| f == "tk_one@plt"))
+        .map(|(f, n)| {
+            assert_eq!(f[1..3], strings(&["tk_calls", "main"]), "{f:?}");
+            assert_reaches_start(f);
+            n
+        })
+        .sum();
+    assert!(
+        in_stub >= 5,
+        "{in_stub} samples in tk_one@plt:\n{stacks:?}\n{stderr}"
+    );
+    for (f, _) in &stacks {
+        assert!(!f.iter().any(|f| f == "_init"), "{f:?}");
+    }
 }

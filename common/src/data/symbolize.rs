@@ -27,6 +27,7 @@ use blazesym::Pid;
 
 use crate::kernel::symbols::KernelSymbols;
 use crate::user::elf::{self, Binary};
+use crate::user::plt::Plt;
 
 /// One symbolized address; `inlined` lists calls inlined at that address,
 /// innermost first (what a stack printout shows above the function itself).
@@ -189,6 +190,8 @@ pub struct Symbols {
     exec_maps: HashMap<u32, Vec<ExecMapping>>,
     /// Symbol tables of the files user frames fall in (None: unreadable).
     binaries: RefCell<HashMap<PathBuf, Option<Rc<Binary>>>>,
+    /// Their PLT stubs, which no symbol covers.
+    plts: RefCell<HashMap<PathBuf, Rc<Plt>>>,
     /// Files by build ID, for build-ID frames.
     files: RefCell<FileIndex>,
     /// Whether DWARF is read: for inlined calls only. Names come from symbol
@@ -357,6 +360,7 @@ impl Symbols {
             remembered: HashSet::new(),
             exec_maps: HashMap::new(),
             binaries: RefCell::new(HashMap::new()),
+            plts: RefCell::new(HashMap::new()),
             files: RefCell::new(FileIndex::default()),
             inlined,
             lines: std::cell::OnceCell::new(),
@@ -588,7 +592,7 @@ impl Symbols {
             for (off, mut f) in self.resolve_with(&src, Input::FileOffset(&offsets), &offsets, true)
             {
                 if f.name.is_none() {
-                    self.name_by_symtabs(&mut f, path, off);
+                    self.name_unnamed(&mut f, path, off);
                 }
                 by_offset.insert((path, off), f);
             }
@@ -710,11 +714,31 @@ impl Symbols {
         for (a, f) in out.iter_mut().filter(|(_, f)| f.name.is_none()) {
             let m = maps.and_then(|m| m.iter().find(|m| *a >= m.start && *a < m.end));
             if let Some((m, path)) = m.and_then(|m| m.path.as_deref().map(|p| (m, p))) {
-                self.name_by_symtabs(f, path, *a - m.start + m.pgoff);
+                self.name_unnamed(f, path, *a - m.start + m.pgoff);
             }
         }
         out.extend(outside.into_iter().map(|a| (a, Frame::unknown(a))));
         out
+    }
+
+    /// Names `f`, at file offset `offset` of `path`, that the symbolizer did
+    /// not: a PLT stub, or a function its tables do not have.
+    fn name_unnamed(&self, f: &mut Frame, path: &Path, offset: u64) {
+        if let Some((name, off)) = self.plt_at(path).stub_at_offset(offset) {
+            f.name = Some(name.to_string());
+            f.offset = off;
+            return;
+        }
+        self.name_by_symtabs(f, path, offset);
+    }
+
+    /// The PLT stubs of the file at `path`, read once.
+    fn plt_at(&self, path: &Path) -> Rc<Plt> {
+        self.plts
+            .borrow_mut()
+            .entry(path.to_path_buf())
+            .or_insert_with(|| Rc::new(Plt::read(path)))
+            .clone()
     }
 
     /// Names `f`, at file offset `offset` of `path`, by the function holding
@@ -774,8 +798,18 @@ impl Symbols {
             .iter()
             .zip(syms)
             .map(|(&a, s)| {
-                let f = match s {
-                    Symbolized::Sym(s) => {
+                let stub = match &s {
+                    Symbolized::Sym(s) if user => self.plt_stub(s),
+                    _ => None,
+                };
+                let f = match (s, stub) {
+                    (_, Some((name, offset))) => Frame {
+                        addr: a,
+                        name: Some(name),
+                        offset,
+                        inlined: Vec::new(),
+                    },
+                    (Symbolized::Sym(s), None) => {
                         // A function whose DWARF entry has only ranges (a hot and a
                         // .cold part: glibc's _IO_puts) comes with address 0 and the
                         // whole address as its offset; its ELF symbol has its entry.
@@ -796,11 +830,19 @@ impl Symbols {
                             inlined: s.inlined.iter().rev().map(|i| i.name.to_string()).collect(),
                         }
                     }
-                    Symbolized::Unknown(_) => Frame::unknown(a),
+                    (Symbolized::Unknown(_), None) => Frame::unknown(a),
                 };
                 (a, f)
             })
             .collect()
+    }
+
+    /// The PLT stub `sym`'s address is in, and its offset there: a symbolizer
+    /// names it by the symbol before the section (`_init`).
+    fn plt_stub(&self, sym: &Sym<'_>) -> Option<(String, u64)> {
+        let plt = self.plt_at(Path::new(sym.module.as_deref()?));
+        let (name, off) = plt.stub_at(sym.addr + sym.offset as u64)?;
+        Some((name.to_string(), off))
     }
 
     /// The name BCC would print for `sym`: the preferred exported alias at its start
