@@ -110,18 +110,24 @@ fn closed_standard_descriptors_are_opened_on_dev_null() {
     let mut child = Command::new("sh")
         .arg("-c")
         .arg(format!(
-            "exec {} -d 1 t:task:task_rename <&- 2>&-",
+            "exec {} -d 60 t:task:task_rename <&- 2>&-",
             funccount().display()
         ))
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     read_banner(&mut child);
-    for fd in [0, 2] {
-        let target = std::fs::read_link(format!("/proc/{}/fd/{fd}", child.id())).unwrap();
-        assert_eq!(target, Path::new("/dev/null"), "fd {fd}");
-    }
+    // Looked at while it runs (a `-d 1` run had ended before, once, under
+    // CI's load), then stopped.
+    let fds: Vec<_> = [0, 2]
+        .map(|fd| std::fs::read_link(format!("/proc/{}/fd/{fd}", child.id())))
+        .into_iter()
+        .collect();
+    crate::util::kill(child.id(), libc::SIGINT);
     assert_eq!(child.wait().unwrap().code(), Some(0));
+    for (fd, target) in [0, 2].iter().zip(fds) {
+        assert_eq!(target.unwrap(), Path::new("/dev/null"), "fd {fd}");
+    }
 }
 
 #[test]
