@@ -126,9 +126,11 @@ impl Spin {
         Ok(Spin { child, lines })
     }
 
-    /// Lets the threads go; chunks per second once they stopped (reaped).
+    /// Lets the threads go; chunks per second of the time the hypervisor let
+    /// the CPUs run, once they stopped (reaped).
     fn run(mut self) -> Result<f64> {
         let mut stdin = self.child.stdin.take().context("spin's stdin")?;
+        let stolen0 = stolen_secs();
         stdin.write_all(b"go\n")?;
         drop(stdin);
         let field = |name: &str| -> Result<f64> {
@@ -136,12 +138,30 @@ impl Spin {
             Ok(l[name.len()..].trim().parse()?)
         };
         let (iters, secs) = (field("iterations ")?, field("seconds ")?);
+        let stolen = stolen_secs() - stolen0;
         let st = self.child.wait()?;
         if !st.success() {
             bail!("spin: {st}");
         }
-        Ok(iters / secs)
+        // Time stolen from the CPUs (other guests on the host) is no tracer's:
+        // left in, it spread the untraced runs over more than the losses.
+        Ok(iters / (secs - stolen / num_cpus() as f64))
     }
+}
+
+/// CPU time the hypervisor has taken from this machine's CPUs since boot, s
+/// (/proc/stat's steal column; 0 on bare metal).
+fn stolen_secs() -> f64 {
+    let stat = fs::read_to_string("/proc/stat").unwrap_or_default();
+    let steal = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("cpu "))
+        .and_then(|l| l.split_whitespace().nth(7))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    // SAFETY: sysconf(3) has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    steal / hz
 }
 
 impl Drop for Spin {
@@ -631,8 +651,9 @@ pub fn run(root: &Path, args: &[String]) -> Result<()> {
          reaping minus /proc/PID/stat at ready), its start-up left out; \"with start-up\" \
          has it. BPF run time: kernel.bpf_stats_enabled's run_time_ns of the tool's \
          programs during the workload (perf runs none; every tool's in-kernel sampling \
-         cost shows in the throughput). Throughput loss: chunks/s against the untraced \
-         median. Frames: the workload's most counted stack (stackcount: user + kernel \
+         cost shows in the throughput). Throughput loss: chunks/s (per second of \
+         the time the hypervisor left the CPUs: /proc/stat's steal taken out) against \
+         the untraced median. Frames: the workload's most counted stack (stackcount: user + kernel \
          frames of its folded line; bpftrace: its most counted entry).",
         SETTLE.as_secs_f64()
     );
