@@ -505,3 +505,58 @@ fn samples_in_a_plt_stub_are_named_as_perf_names_them() {
         assert!(!f.iter().any(|f| f == "_init"), "{f:?}");
     }
 }
+
+#[test]
+fn auto_walks_by_frame_pointers_only_where_every_file_keeps_them_and_no_sample_comes() {
+    // tests/progs/fponly.c keeps frame pointers in all its code, as a Go
+    // program does; gcc sets up none in its leaf tk_inner. At a uprobe there,
+    // auto walks by frame pointers (they cost less; the entry's caller comes
+    // from the stack): the vDSO it maps, code of no file, had made every
+    // process look frameless. A sample may come inside that leaf, whose
+    // caller a frame-pointer walk skips: runs that sample walk by tables.
+    let dir = Scratch::new();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs/fponly.c");
+    let bin = dir.0.join("fponly");
+    let st = Command::new("gcc")
+        .args([
+            "-O2",
+            "-fno-omit-frame-pointer",
+            "-static",
+            "-nostdlib",
+            "-o",
+        ])
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("gcc");
+    assert!(st.success(), "gcc failed");
+    let whole = strings(&["tk_inner", "tk_outer", "tk_main", "_start"]);
+    let by_tables = "walked by unwind tables";
+    // -v puts each frame's address before its name.
+    let stacks_of = |args: &[&str]| {
+        let (stacks, stderr) = stacks_of(&bin, &[], args);
+        let named = |f: &Vec<String>| -> Vec<String> {
+            f.iter()
+                .map(|f| f.split_whitespace().last().unwrap_or("").to_string())
+                .collect()
+        };
+        let stacks: Vec<(Vec<String>, u64)> = stacks.iter().map(|(f, n)| (named(f), *n)).collect();
+        (stacks, stderr)
+    };
+
+    let probe = format!("{}:tk_inner", bin.display());
+    let (stacks, stderr) = stacks_of(&["-v", &probe]);
+    assert_eq!(stacks, vec![(whole.clone(), 100)], "{stderr}");
+    assert!(!stderr.contains(by_tables), "{stderr}");
+
+    let (stacks, stderr) = stacks_of(&["-v", "profile:hz:999"]);
+    assert!(stderr.contains(by_tables), "{stderr}");
+    let mut in_leaf = 0;
+    for (frames, n) in &stacks {
+        if frames.first().is_some_and(|f| f == "tk_inner") {
+            assert_eq!(frames, &whole, "{stacks:?}");
+            in_leaf += n;
+        }
+    }
+    assert!(in_leaf >= 100, "{in_leaf} samples in tk_inner: {stacks:?}");
+}

@@ -239,7 +239,8 @@ fn run(mut args: Args, ahead: OpenAhead<skel::StackcountSkelBuilder>) -> Result<
         probe: profiled && plan.probes.len() > 1,
     };
 
-    let walk_tables = want_user && unwind::choose(args.user_stacks, args.common.pid)?;
+    let walk_tables =
+        want_user && unwind::choose(args.user_stacks, args.common.pid, plan.samples())?;
     let mut symbols = Symbols::with_inlined(args.inline);
     if let Some(pid) = args.common.pid {
         // Snapshot its memory map now: it may exit before the summary.

@@ -248,6 +248,7 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     // (placement.rs).
     let kernel_reads = common::features::kernel_reads();
     let mut formats: HashMap<String, Vec<TpField>> = HashMap::new();
+    let samples = session.plan.samples();
     let probes = std::mem::take(&mut session.plan.probes);
     let mut compiled = compile::compile_all(
         &probes,
@@ -269,7 +270,8 @@ fn run(mut args: Args, ahead: OpenAhead<skel::TraceSkelBuilder>) -> Result<()> {
     }
 
     let ring = load::ring_bytes(&args)?;
-    let walk_tables = args.user_stack && common::unwind::choose(args.user_stacks, args.common.pid)?;
+    let walk_tables =
+        args.user_stack && common::unwind::choose(args.user_stacks, args.common.pid, samples)?;
     let skel = load::load(
         ahead,
         &session,

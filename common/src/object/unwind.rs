@@ -447,8 +447,15 @@ impl Tables {
 /// Whether a run walks user stacks by unwind tables, for `--user-stacks
 /// mode` and the process `-p` names: `dwarf` where the kernel cannot is an
 /// error; `auto` says once why it walks by frame pointers there, and walks by
-/// them without a word when every file the process maps keeps them.
-pub fn choose(mode: crate::probe::mode::UserStacks, pid: Option<u32>) -> Result<bool> {
+/// them without a word when every file the process maps keeps them, unless
+/// the run `samples`: a sample may come in a leaf function that set up no
+/// frame (gcc's -fno-omit-frame-pointer leaves some without), whose caller a
+/// frame-pointer walk skips.
+pub fn choose(
+    mode: crate::probe::mode::UserStacks,
+    pid: Option<u32>,
+    samples: bool,
+) -> Result<bool> {
     use crate::probe::mode::UserStacks;
     let kernel = crate::kernel::features::unwind_tables();
     match (mode, kernel) {
@@ -461,18 +468,20 @@ pub fn choose(mode: crate::probe::mode::UserStacks, pid: Option<u32>) -> Result<
             crate::diag::warn(&format!("user stacks are walked by frame pointers: {why}"));
             Ok(false)
         }
-        (UserStacks::Auto, Ok(())) => Ok(!pid.is_some_and(keeps_frame_pointers)),
+        (UserStacks::Auto, Ok(())) => Ok(samples || !pid.is_some_and(keeps_frame_pointers)),
     }
 }
 
 /// Whether every executable file process `pid` maps keeps frame pointers.
+/// Code of no file is not looked at: the vDSO keeps them, and a JIT's has no
+/// table to say (it was counted against, so every process went to tables).
 fn keeps_frame_pointers(pid: u32) -> bool {
     let Some(maps) = exec_mappings(pid) else {
         return false;
     };
     let mut seen = HashSet::new();
     maps.iter()
-        .filter(|m| seen.insert((m.dev, m.ino)))
+        .filter(|m| m.ino != 0 && seen.insert((m.dev, m.ino)))
         .all(|m| {
             let path = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
             table_of(&path, m).is_ok_and(|t| cfi::keeps_frame_pointers(&t))

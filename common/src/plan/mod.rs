@@ -139,6 +139,12 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Whether a probe is a sampling or counter source (profile:, software:,
+    /// hardware:): its events come anywhere in the code.
+    pub fn samples(&self) -> bool {
+        self.probes.iter().any(|p| matches!(p.site, Site::Perf(_)))
+    }
+
     /// The files of the plan's user-function and USDT probes, each once.
     pub fn user_binaries(&self) -> Vec<PathBuf> {
         let mut out: Vec<PathBuf> = Vec::new();
