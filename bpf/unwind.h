@@ -398,8 +398,27 @@ static __always_inline long unwind_step(struct uw_state *st, __u32 stride)
 	default:
 		return unwind_fp_step(st);
 	}
-	if (cfa <= st->sp || !unwind_read(&ra, cfa - 8)) {
+	if (cfa <= st->sp) {
 		st->cut = true; /* a CFA below the stack pointer is no caller's */
+		return 1;
+	}
+	if (r->rbp == RBP_AT_CFA && r->rbp_off == -16) {
+		/* A frame of `push %rbp` at entry: rbp and the return address
+		 * side by side, in one read of user memory instead of two. */
+		__u64 pair[2];
+
+		if (bpf_probe_read_user(pair, sizeof(pair), (void *)(cfa - 16))) {
+			st->cut = true;
+			return 1;
+		}
+		st->bp = pair[0];
+		st->sp = cfa;
+		st->pc = pair[1];
+		st->exact = false;
+		return 0;
+	}
+	if (!unwind_read(&ra, cfa - 8)) {
+		st->cut = true;
 		return 1;
 	}
 	if (r->rbp == RBP_AT_CFA) {
