@@ -76,8 +76,11 @@ impl Frame {
             .map(|n| format!("{n} (inlined)"))
             .collect();
         out.push(match (&self.name, offsets) {
-            (Some(n), true) => format!("{n}+0x{:x}", self.offset),
-            (Some(n), false) => n.clone(),
+            // The cut marker is no code: no offset.
+            (Some(n), true) if !(self.addr == 0 && n == "[truncated]") => {
+                format!("{n}+0x{:x}", self.offset)
+            }
+            (Some(n), _) => n.clone(),
             (None, _) => Self::UNKNOWN.to_string(),
         });
         out
@@ -925,6 +928,18 @@ mod tests {
             on[&pc].inlined,
             ["tracekit_common::data::symbolize::tests::tk_inlined_helper"]
         );
+    }
+
+    #[test]
+    fn the_cut_marker_has_no_offset() {
+        assert_eq!(Frame::truncated().lines(true), ["[truncated]"]);
+        let f = Frame {
+            addr: 0x1000,
+            name: Some("main".into()),
+            offset: 0x1f,
+            inlined: Vec::new(),
+        };
+        assert_eq!(f.lines(true), ["main+0x1f"]);
     }
 
     #[test]
