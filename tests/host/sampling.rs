@@ -165,6 +165,58 @@ fn samples_in_the_vdso_are_walked_whole_without_reloading_tables() {
 }
 
 #[test]
+fn trace_names_the_vdso_as_perf_does() {
+    // trace -U printed a vDSO frame with no module (code of no file); perf
+    // says [vdso]. Its caller is libc's clock_gettime, then tk_vdso.
+    let dir = Scratch::new();
+    let bin = build_sampled(&dir);
+    let out = trace_cprog(
+        &tool("trace"),
+        &bin,
+        &["vdso", "500"],
+        &["-U", "profile:hz:99"],
+        |l| l.starts_with("PID"),
+    );
+    assert_eq!(out.code(), 0, "{}", out.stderr);
+    let frames = |rec: &str| -> Vec<String> {
+        rec.lines()
+            .skip(1)
+            .map(|l| {
+                let l = l.trim();
+                // name+0xOFF [module]: the offset varies.
+                match (l.split_once('+'), l.rsplit_once(' ')) {
+                    (Some((name, _)), Some((_, module))) => format!("{name} {module}"),
+                    _ => l.to_string(),
+                }
+            })
+            .collect()
+    };
+    let in_vdso: Vec<Vec<String>> = out
+        .stdout
+        .split("\n\n")
+        .map(frames)
+        .filter(|f| f.first().is_some_and(|f| f.ends_with("[vdso]")))
+        .collect();
+    assert!(
+        in_vdso.len() >= 10,
+        "{} in the vDSO:\n{}",
+        in_vdso.len(),
+        out.stdout
+    );
+    for f in &in_vdso {
+        assert_eq!(
+            f[..3],
+            [
+                "clock_gettime [vdso]",
+                "clock_gettime [libc.so.6]",
+                "tk_vdso [sampled]"
+            ],
+            "{f:?}"
+        );
+    }
+}
+
+#[test]
 fn profile_on_one_cpu_samples_that_cpu_only() {
     // -c 0 for 2 s at 99 Hz: one CPU's timer, busy or idle, 198 times.
     let out = run(

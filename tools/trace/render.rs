@@ -186,6 +186,7 @@ impl Renderer {
             .into_iter()
             .map(|(f, module)| {
                 let name = match (&f.name, module) {
+                    _ if f.is_truncated() => f.name.clone().unwrap_or_default(),
                     (Some(n), Some(m)) => format!("{n}+0x{:x} [{m}]", f.offset),
                     (Some(n), None) => format!("{n}+0x{:x}", f.offset),
                     (None, Some(m)) => format!("{} [{m}]", Frame::UNKNOWN),

@@ -67,6 +67,12 @@ impl Frame {
         }
     }
 
+    /// Whether this is the cut marker ([`Frame::truncated`]), which stands for
+    /// no code: printed without an offset.
+    pub fn is_truncated(&self) -> bool {
+        self.addr == 0 && self.name.as_deref() == Some("[truncated]")
+    }
+
     /// The lines a stack printout shows for this address, leaf first: inlined
     /// calls (innermost first) then the function, with `+0x..` when `offsets`.
     pub fn lines(&self, offsets: bool) -> Vec<String> {
@@ -76,10 +82,7 @@ impl Frame {
             .map(|n| format!("{n} (inlined)"))
             .collect();
         out.push(match (&self.name, offsets) {
-            // The cut marker is no code: no offset.
-            (Some(n), true) if !(self.addr == 0 && n == "[truncated]") => {
-                format!("{n}+0x{:x}", self.offset)
-            }
+            (Some(n), true) if !self.is_truncated() => format!("{n}+0x{:x}", self.offset),
             (Some(n), _) => n.clone(),
             (None, _) => Self::UNKNOWN.to_string(),
         });
@@ -609,7 +612,8 @@ impl Symbols {
                     let module = maps.and_then(|m| {
                         m.iter()
                             .find(|m| *a >= m.start && *a < m.end)
-                            .and_then(|m| m.path.as_deref().map(base_name))
+                            // The vDSO as perf names it.
+                            .map(|m| m.path.as_deref().map_or("vdso".into(), base_name))
                     });
                     (
                         by_addr.get(a).cloned().unwrap_or(Frame::unknown(*a)),
