@@ -278,8 +278,14 @@ fn trace_prints_one_line_per_sample_with_its_stack() {
         .filter(|l| l.ends_with("software:context-switches:1 "))
         .count();
     assert!((50..=55).contains(&events), "{}", out.stdout);
+    // Each sleep is a switch in tk_sleeps; a preemption there (CI's load:
+    // once, on the way back from a sleep) is one more, a real switch too.
     let sleeping = out.stdout.matches("        tk_sleeps+").count();
-    assert_eq!(sleeping, 50, "{}", out.stdout);
+    assert!(
+        (50..=events).contains(&sleeping),
+        "{sleeping} of {events}: {}",
+        out.stdout
+    );
     // A sampling source has no arguments.
     let out = run(
         &tool("trace"),
