@@ -61,10 +61,7 @@ impl KernelSymbols {
         // One read of the module list: their ranges, and the cache's key.
         let modules_text = std::fs::read_to_string("/proc/modules").unwrap_or_default();
         let modules = module_ranges(&modules_text);
-        let key = cache::boot_id().map(|boot_id| Key {
-            boot_id,
-            modules: cache::modules_hash(&modules_text),
-        });
+        let key = Key::of_modules(&modules_text);
         let dir = cache::dir();
         let use_cache = !cache::disabled() && key.is_some();
         if use_cache {

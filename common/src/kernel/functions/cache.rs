@@ -45,11 +45,14 @@ pub struct Key {
 impl Key {
     /// The running system's key; `None` when it cannot be read (no cache then).
     pub fn current() -> Option<Key> {
-        let boot_id = boot_id()?;
-        let modules = read_proc("/proc/modules").unwrap_or_default();
+        Key::of_modules(&read_proc("/proc/modules").unwrap_or_default())
+    }
+
+    /// The key of this boot with `modules`, /proc/modules as read already.
+    pub fn of_modules(modules: &str) -> Option<Key> {
         Some(Key {
-            boot_id,
-            modules: modules_hash(&modules),
+            boot_id: boot_id()?,
+            modules: modules_hash(modules),
         })
     }
 }
