@@ -69,7 +69,7 @@ impl Frame {
 
     /// Whether this is the cut marker ([`Frame::truncated`]), which stands for
     /// no code: printed without an offset.
-    pub fn is_truncated(&self) -> bool {
+    fn is_truncated(&self) -> bool {
         self.addr == 0 && self.name.as_deref() == Some("[truncated]")
     }
 
@@ -739,13 +739,15 @@ impl Symbols {
         self.name_by_symtabs(f, path, offset);
     }
 
-    /// The PLT stubs of the file at `path`, read once.
+    /// The PLT stubs of the file at `path`, read once (asked at every user
+    /// frame: no path is copied for a file known already).
     fn plt_at(&self, path: &Path) -> Rc<Plt> {
-        self.plts
-            .borrow_mut()
-            .entry(path.to_path_buf())
-            .or_insert_with(|| Rc::new(Plt::read(path)))
-            .clone()
+        if let Some(p) = self.plts.borrow().get(path) {
+            return p.clone();
+        }
+        let p = Rc::new(Plt::read(path));
+        self.plts.borrow_mut().insert(path.to_path_buf(), p.clone());
+        p
     }
 
     /// Names `f`, at file offset `offset` of `path`, by the function holding

@@ -51,12 +51,16 @@ impl Plt {
         let Ok(file) = ElfFile64::<Endianness, _>::parse(&cache) else {
             return Plt::default();
         };
+        let sections: Vec<_> = SECTIONS
+            .iter()
+            .filter_map(|&(name, size)| Some((file.section_by_name(name)?, size)))
+            .collect();
+        if sections.is_empty() {
+            return Plt::default(); // its relocations and symbols are not read
+        }
         let slots = slot_names(&file);
         let mut stubs = Vec::new();
-        for (name, default_size) in SECTIONS {
-            let Some(s) = file.section_by_name(name) else {
-                continue;
-            };
+        for (s, default_size) in sections {
             let Ok(code) = s.data() else {
                 continue;
             };
@@ -86,20 +90,23 @@ impl Plt {
 
     /// The stub holding file address `addr`: its name and `addr`'s offset in it.
     pub fn stub_at(&self, addr: u64) -> Option<(&str, u64)> {
-        let s = &self.stubs[self
-            .stubs
-            .partition_point(|s| s.addr <= addr)
-            .checked_sub(1)?];
-        (addr < s.addr + s.size).then(|| (s.name.as_str(), addr - s.addr))
+        self.stub_by(addr, |s| s.addr)
     }
 
     /// The stub holding file offset `offset`, as [`Plt::stub_at`].
     pub fn stub_at_offset(&self, offset: u64) -> Option<(&str, u64)> {
-        let s = &self.stubs[self
+        self.stub_by(offset, |s| s.offset)
+    }
+
+    /// The stub whose `start` (its address, or its offset: both sorted) is
+    /// at or below `at` and holds it.
+    fn stub_by(&self, at: u64, start: impl Fn(&Stub) -> u64) -> Option<(&str, u64)> {
+        let i = self
             .stubs
-            .partition_point(|s| s.offset <= offset)
-            .checked_sub(1)?];
-        (offset < s.offset + s.size).then(|| (s.name.as_str(), offset - s.offset))
+            .partition_point(|s| start(s) <= at)
+            .checked_sub(1)?;
+        let s = &self.stubs[i];
+        (at < start(s) + s.size).then(|| (s.name.as_str(), at - start(s)))
     }
 }
 
