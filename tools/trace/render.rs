@@ -185,12 +185,12 @@ impl Renderer {
             .user_frames(pid, comm, frames)
             .into_iter()
             .map(|(f, module)| {
-                let name = match (&f.name, module) {
-                    _ if f.is_truncated() => f.name.clone().unwrap_or_default(),
-                    (Some(n), Some(m)) => format!("{n}+0x{:x} [{m}]", f.offset),
-                    (Some(n), None) => format!("{n}+0x{:x}", f.offset),
-                    (None, Some(m)) => format!("{} [{m}]", Frame::UNKNOWN),
-                    (None, None) => Frame::UNKNOWN.to_string(),
+                // The function's line as stacks print it (name+0x.., [unknown]
+                // or [truncated]), and its file.
+                let line = f.lines(true).pop().unwrap_or_default();
+                let name = match module {
+                    Some(m) => format!("{line} [{m}]"),
+                    None => line,
                 };
                 (f.addr, name)
             })
