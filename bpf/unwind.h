@@ -412,16 +412,11 @@ static __always_inline long unwind_step(struct uw_state *st, __u32 stride)
 			return 1;
 		}
 		st->bp = pair[0];
-		st->sp = cfa;
-		st->pc = pair[1];
-		st->exact = false;
-		return 0;
-	}
-	if (!unwind_read(&ra, cfa - 8)) {
+		ra = pair[1];
+	} else if (!unwind_read(&ra, cfa - 8)) {
 		st->cut = true;
 		return 1;
-	}
-	if (r->rbp == RBP_AT_CFA) {
+	} else if (r->rbp == RBP_AT_CFA) {
 		if (!unwind_read(&bp, cfa + r->rbp_off)) {
 			st->cut = true;
 			return 1;
