@@ -223,16 +223,7 @@ fn pprof_cpu_profile_counts_nanoseconds_of_each_sample() {
     // 2 s of CPU at 99 Hz: the cpu sample type is the count times the period,
     // 10101010 ns, sample by sample.
     let dir = Scratch::new();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs/sampled.c");
-    let bin = dir.0.join("sampled");
-    let st = Command::new("gcc")
-        .args(["-O2", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .arg("-lpthread")
-        .status()
-        .expect("gcc");
-    assert!(st.success(), "gcc failed");
+    let bin = crate::sampling::build_sampled(&dir);
     let file = dir.0.join("cpu.pb.gz");
     let out = trace_cprog(
         &tool("stackcount"),

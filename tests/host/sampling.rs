@@ -5,23 +5,12 @@
 //! counters (this one).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use crate::util::*;
 
 /// tests/progs/sampled.c, built `-O2`.
-fn build_sampled(dir: &Scratch) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs/sampled.c");
-    let out = dir.0.join("sampled");
-    let st = Command::new("gcc")
-        .args(["-O2", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .arg("-lpthread")
-        .status()
-        .expect("gcc");
-    assert!(st.success(), "gcc failed");
-    out
+pub fn build_sampled(dir: &Scratch) -> PathBuf {
+    gcc(dir, "sampled", "sampled", &["-O2", "-lpthread"])
 }
 
 /// `funccount -p PID ARGS` over `sampled MODE N`: its table.

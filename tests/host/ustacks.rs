@@ -473,22 +473,15 @@ fn samples_in_a_plt_stub_are_named_as_perf_names_them() {
     // library function in a loop, so about a tenth of its samples fall in the
     // stub (over 100 of ~1,000 here; 5 is the bound).
     let dir = Scratch::new();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs/plt.c");
-    let lib = dir.0.join("libtkplt.so");
-    let bin = dir.0.join("plt");
-    let gcc = |args: &[&str]| {
-        let st = Command::new("gcc").args(args).status().expect("gcc");
-        assert!(st.success(), "gcc {args:?}");
-    };
-    let (src, lib_s, bin_s) = (
-        src.to_str().unwrap(),
-        lib.to_str().unwrap(),
-        bin.to_str().unwrap(),
+    gcc(
+        &dir,
+        "plt",
+        "libtkplt.so",
+        &["-O2", "-shared", "-fPIC", "-DTK_LIB"],
     );
     let d = dir.0.to_str().unwrap();
-    gcc(&["-O2", "-shared", "-fPIC", "-DTK_LIB", "-o", lib_s, src]);
     let rpath = format!("-Wl,-rpath,{d}");
-    gcc(&["-O2", "-o", bin_s, src, "-L", d, "-ltkplt", &rpath]);
+    let bin = gcc(&dir, "plt", "plt", &["-O2", "-L", d, "-ltkplt", &rpath]);
     let (stacks, stderr) = stacks_of(&bin, &["plt", "1000"], &["profile:hz:999"]);
     let in_stub: u64 = stacks
         .iter()
@@ -517,21 +510,12 @@ fn auto_walks_by_frame_pointers_only_where_every_file_keeps_them_and_no_sample_c
     // process look frameless. A sample may come inside that leaf, whose
     // caller a frame-pointer walk skips: runs that sample walk by tables.
     let dir = Scratch::new();
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs/fponly.c");
-    let bin = dir.0.join("fponly");
-    let st = Command::new("gcc")
-        .args([
-            "-O2",
-            "-fno-omit-frame-pointer",
-            "-static",
-            "-nostdlib",
-            "-o",
-        ])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .expect("gcc");
-    assert!(st.success(), "gcc failed");
+    let bin = gcc(
+        &dir,
+        "fponly",
+        "fponly",
+        &["-O2", "-fno-omit-frame-pointer", "-static", "-nostdlib"],
+    );
     let whole = strings(&["tk_inner", "tk_outer", "tk_main", "_start"]);
     let by_tables = "walked by unwind tables";
     // -v puts each frame's address before its name.

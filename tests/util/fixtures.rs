@@ -136,6 +136,24 @@ pub fn build_userfuncs(dir: &Scratch, name: &str, flags: &[&str]) -> PathBuf {
     out
 }
 
+/// `gcc -o DIR/OUT tests/progs/PROG.c ARGS`, asserted: a test program built
+/// with the flags a case needs (-O2, -shared, -static, libraries).
+pub fn gcc(dir: &Scratch, prog: &str, out: &str, args: &[&str]) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/progs")
+        .join(format!("{prog}.c"));
+    let out = dir.0.join(out);
+    let st = Command::new("gcc")
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .args(args)
+        .status()
+        .expect("gcc");
+    assert!(st.success(), "gcc {} {args:?} failed", src.display());
+    out
+}
+
 /// A copy of `bin` without .symtab or debug sections (`objcopy --strip-all`), as
 /// distributions ship binaries: only .dynsym is left.
 pub fn stripped_copy(dir: &Scratch, bin: &Path, name: &str) -> PathBuf {
