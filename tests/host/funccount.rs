@@ -273,8 +273,8 @@ fn a_caller_and_its_callees_are_counted_over_one_window() {
     // glibc's usleep calls nanosleep, which calls clock_nanosleep: once each per
     // call. Probes on all of libc attach and detach one link at a time; counting
     // armed once every probe is attached and disarmed before the final read
-    // gives the three one count (each had a window of its own: 2735 / 2740 /
-    // 2744). 10 ms sleeps make a call caught half way by the switch unlikely.
+    // gives the three one window (each had a window of its own: 2735 / 2740 /
+    // 2744).
     let dir = Scratch::new();
     let bin = build_c(&dir, "pairing");
     for mode in ["auto", "multi", "single"] {
@@ -295,9 +295,20 @@ fn a_caller_and_its_callees_are_counted_over_one_window() {
                 .unwrap_or_else(|| panic!("{mode}: no {f} in {}", out.stdout))
                 .1
         };
-        let usleep = count("usleep");
-        assert!(usleep >= 100, "{mode}: {}", out.stdout);
-        assert_eq!(count("nanosleep"), usleep, "{mode}: {}", out.stdout);
-        assert_eq!(count("clock_nanosleep"), usleep, "{mode}: {}", out.stdout);
+        let calls = [
+            count("usleep"),
+            count("nanosleep"),
+            count("clock_nanosleep"),
+        ];
+        assert!(calls[0] >= 100, "{mode}: {}", out.stdout);
+        // One window over one thread counts one stretch of its calls in their
+        // order (usleep, nanosleep, clock_nanosleep, usleep, ...). The window
+        // can open or close between two of one chain's probes (a preemption
+        // at a probe's trap, under load: 195 / 196 / 196 in CI), so each end
+        // can give a chain's later or earlier calls alone: the three are equal
+        // or one apart, and any such three is such a stretch. A window per
+        // link puts them apart by the calls made during the attach.
+        let (lo, hi) = (calls.iter().min().unwrap(), calls.iter().max().unwrap());
+        assert!(hi - lo <= 1, "{mode}: {}", out.stdout);
     }
 }
