@@ -430,52 +430,85 @@ struct Heads {
 
 struct OpenHead {
     id: u64,
-    trusted: bool,
+    caller: Caller,
     /// A handle on the connection, to shut it down.
     stream: TcpStream,
 }
 
-/// A connection's place among [`Heads::open`] while its head is read.
+/// A connection's place among [`Heads::open`] while its head is read (None:
+/// not listed, as its stream could not be cloned; it cannot be pushed out).
 struct Reading<'a> {
     ctx: &'a Shared,
-    id: u64,
+    id: Option<u64>,
 }
 
 impl<'a> Reading<'a> {
-    fn new(ctx: &'a Shared, s: &TcpStream, trusted: bool) -> Reading<'a> {
+    fn new(ctx: &'a Shared, s: &TcpStream, caller: Caller) -> Reading<'a> {
         let mut h = ctx.heads.lock().expect("heads lock");
         let id = h.next;
         h.next += 1;
-        if let Ok(stream) = s.try_clone() {
-            h.open.push(OpenHead {
-                id,
-                trusted,
-                stream,
-            });
-        }
+        let id = s.try_clone().ok().map(|stream| {
+            h.open.push(OpenHead { id, caller, stream });
+            id
+        });
         Reading { ctx, id }
+    }
+
+    /// Leaves [`Heads::open`]; whether the connection was pushed out first
+    /// (its slot is then a waiting client's: [`push_out`]).
+    fn pushed_out(mut self) -> bool {
+        self.leave().is_none()
+    }
+
+    /// Found and removed under one lock: once out of the list, no push can
+    /// take the slot. Some(()): it was there, or was never listed.
+    fn leave(&mut self) -> Option<()> {
+        let Some(id) = self.id.take() else {
+            return Some(());
+        };
+        let mut h = self.ctx.heads.lock().expect("heads lock");
+        let i = h.open.iter().position(|o| o.id == id)?;
+        // In order: the oldest is pushed out first.
+        h.open.remove(i);
+        Some(())
     }
 }
 
 impl Drop for Reading<'_> {
     fn drop(&mut self) {
-        let mut h = self.ctx.heads.lock().expect("heads lock");
-        h.open.retain(|o| o.id != self.id);
+        self.leave();
     }
 }
 
 /// Ends the oldest connection still sending its head that `caller` may take
-/// the slot of (an untrusted client only an untrusted one's); whether there
-/// was one.
-fn push_out(ctx: &Shared, caller: &Caller) -> bool {
+/// the slot of (an untrusted client only an untrusted one's), and gives its
+/// slot to `caller` there and then: had it been freed, a client reconnecting
+/// in a loop would take it first. None: no such connection, or `caller`
+/// holds its [`PER_PEER`] already.
+fn push_out(ctx: &Arc<Shared>, caller: Caller) -> Option<Slot> {
     let mut h = ctx.heads.lock().expect("heads lock");
-    let Some(i) = h.open.iter().position(|o| caller.trusted || !o.trusted) else {
-        return false;
-    };
+    let i = h
+        .open
+        .iter()
+        .position(|o| caller.trusted || !o.caller.trusted)?;
+    let mut s = ctx.slots.lock().expect("slots lock");
+    let mine = s.per_peer.get(&caller.peer).copied().unwrap_or(0);
+    if !caller.trusted && mine >= PER_PEER {
+        return None;
+    }
     let victim = h.open.remove(i);
-    // Its read ends at once; its thread answers nobody and frees the slot.
+    // The victim's thread finds itself pushed out (Reading::pushed_out) and
+    // gives back nothing: its slot is counted as the caller's from now.
+    s.release(victim.caller);
+    s.hold(caller);
+    drop(s);
+    // Its read ends at once; its thread answers nobody.
     let _ = victim.stream.shutdown(Shutdown::Both);
-    true
+    Some(Slot {
+        ctx: ctx.clone(),
+        caller,
+        given: false,
+    })
 }
 
 /// Who a client is, as far as the server can tell.
@@ -521,14 +554,39 @@ struct Slots {
     per_peer: HashMap<Peer, usize>,
 }
 
+impl Slots {
+    fn hold(&mut self, caller: Caller) {
+        self.total += 1;
+        if !caller.trusted {
+            self.untrusted += 1;
+        }
+        *self.per_peer.entry(caller.peer).or_default() += 1;
+    }
+
+    fn release(&mut self, caller: Caller) {
+        self.total -= 1;
+        if !caller.trusted {
+            self.untrusted -= 1;
+        }
+        if let Some(n) = self.per_peer.get_mut(&caller.peer) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_peer.remove(&caller.peer);
+            }
+        }
+    }
+}
+
 /// The refusal of a peer holding its [`PER_PEER`] slots: no waiting room
 /// for it (what it would push out is not its own).
 const TOO_MANY_FROM_YOU: &str = "too many connections from you\n";
 
-/// One connection's slot, given back when dropped.
+/// One connection's slot, given back when dropped (unless it was given to
+/// a waiting client: [`push_out`]).
 struct Slot {
     ctx: Arc<Shared>,
     caller: Caller,
+    given: bool,
 }
 
 impl Slot {
@@ -546,29 +604,24 @@ impl Slot {
             if mine >= PER_PEER {
                 return Err(TOO_MANY_FROM_YOU);
             }
-            s.untrusted += 1;
         }
-        s.total += 1;
-        *s.per_peer.entry(caller.peer).or_default() += 1;
+        s.hold(caller);
         Ok(Slot {
             ctx: ctx.clone(),
             caller,
+            given: false,
         })
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut s = self.ctx.slots.lock().expect("slots lock");
-        s.total -= 1;
-        if !self.caller.trusted {
-            s.untrusted -= 1;
-        }
-        if let Some(n) = s.per_peer.get_mut(&self.caller.peer) {
-            *n -= 1;
-            if *n == 0 {
-                s.per_peer.remove(&self.caller.peer);
-            }
+        if !self.given {
+            self.ctx
+                .slots
+                .lock()
+                .expect("slots lock")
+                .release(self.caller);
         }
     }
 }
@@ -654,21 +707,19 @@ fn waiting(
         Err(None) => return,
         Err(Some(_)) => return refuse(&mut s, why),
     };
-    // One connection pushed out at a time, and few: the freed slot may go to
-    // a newcomer first.
+    // A slot that is free, or one pushed out for us; else wait for one while
+    // the slots are held by requests being answered.
     let until = Instant::now() + WAITING;
-    let mut pushed = 0;
     let slot = loop {
-        if let Ok(slot) = Slot::take(ctx, caller) {
+        if let Some(slot) = Slot::take(ctx, caller)
+            .ok()
+            .or_else(|| push_out(ctx, caller))
+        {
             break slot;
-        }
-        if pushed < 4 && push_out(ctx, &caller) {
-            pushed += 1;
         }
         if Instant::now() >= until {
             return refuse(&mut s, why);
         }
-        // The pushed-out connection's thread gives its slot back at once.
         thread::sleep(Duration::from_millis(2));
     };
     drop(seat);
@@ -820,11 +871,15 @@ enum Verdict {
     Answer(u16, String, Vec<(&'static str, &'static str)>),
 }
 
-fn connection(mut s: TcpStream, tx: &SyncSender<Request>, slot: Slot) {
-    let head = {
-        let _reading = Reading::new(&slot.ctx, &s, slot.caller.trusted);
-        read_head_within(&mut s, FIRST_BYTE, HEAD_TIMEOUT)
-    };
+fn connection(mut s: TcpStream, tx: &SyncSender<Request>, mut slot: Slot) {
+    let reading = Reading::new(&slot.ctx, &s, slot.caller);
+    let head = read_head_within(&mut s, FIRST_BYTE, HEAD_TIMEOUT);
+    if reading.pushed_out() {
+        // Its slot is the waiting client's now; even a head that came whole
+        // as it was pushed out is not answered.
+        slot.given = true;
+        return;
+    }
     answer_head(s, tx, slot, head);
 }
 
@@ -1534,6 +1589,70 @@ mod tests {
         assert!(Slot::take(&ctx, user(0)).is_err());
         // Slots come back when connections end.
         held.clear();
+        let s = ctx.slots.lock().unwrap();
+        assert_eq!((s.total, s.untrusted, s.per_peer.len()), (0, 0, 0));
+    }
+
+    #[test]
+    fn a_pushed_out_slot_goes_to_the_waiting_client_not_to_a_newcomer() {
+        let ctx = Arc::new(Shared {
+            token: None,
+            bound: "127.0.0.1:1".parse().unwrap(),
+            slots: Mutex::new(Slots::default()),
+            pending: Arc::new(Pending::default()),
+            euid: 0,
+            heads: Mutex::new(Heads::default()),
+        });
+        let user = |uid| Caller {
+            peer: Peer::Local(Some(uid)),
+            trusted: false,
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        // Three users hold every untrusted slot, each still sending its head.
+        let mut conns = Vec::new();
+        for uid in [
+            1001, 1001, 1001, 1001, 1002, 1002, 1002, 1002, 1003, 1003, 1003, 1003,
+        ] {
+            let client = TcpStream::connect(addr).unwrap();
+            let server = listener.accept().unwrap().0;
+            let slot = Slot::take(&ctx, user(uid)).unwrap();
+            conns.push((client, server, slot));
+        }
+        let mut reading: Vec<Reading> = conns
+            .iter()
+            .map(|(_, server, slot)| Reading::new(&ctx, server, slot.caller))
+            .collect();
+        let newcomer = user(1004);
+        assert!(Slot::take(&ctx, newcomer).is_err());
+        // The waiting client gets the oldest one's slot at once.
+        let mine = push_out(&ctx, newcomer).expect("a slot pushed out");
+        let counts = |ctx: &Shared| {
+            let s = ctx.slots.lock().unwrap();
+            let of = |uid| {
+                s.per_peer
+                    .get(&Peer::Local(Some(uid)))
+                    .copied()
+                    .unwrap_or(0)
+            };
+            (s.total, s.untrusted, of(1001), of(1004))
+        };
+        assert_eq!(counts(&ctx), (12, 12, 3, 1));
+        // Its user reconnecting at once finds no slot: it was not freed.
+        assert!(Slot::take(&ctx, user(1001)).is_err());
+        // The pushed-out connection was shut down, and finds itself pushed out.
+        let mut byte = [0u8; 1];
+        assert_eq!(conns[0].0.read(&mut byte).unwrap(), 0);
+        assert!(reading.remove(0).pushed_out());
+        assert!(!reading.remove(0).pushed_out());
+        let (_, _, mut gone) = conns.remove(0);
+        gone.given = true;
+        drop(gone);
+        assert_eq!(counts(&ctx), (12, 12, 3, 1));
+        // Everything comes back once.
+        drop(reading);
+        drop(mine);
+        conns.clear();
         let s = ctx.slots.lock().unwrap();
         assert_eq!((s.total, s.untrusted, s.per_peer.len()), (0, 0, 0));
     }
