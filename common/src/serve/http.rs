@@ -1553,20 +1553,29 @@ mod tests {
         }
     }
 
-    #[test]
-    fn slots_are_kept_for_root_and_shared_between_peers() {
-        let ctx = Arc::new(Shared {
+    /// What a server run by root shares between its connections.
+    fn server_run_by_root() -> Arc<Shared> {
+        Arc::new(Shared {
             token: None,
             bound: "127.0.0.1:1".parse().unwrap(),
             slots: Mutex::new(Slots::default()),
             pending: Arc::new(Pending::default()),
             euid: 0,
             heads: Mutex::new(Heads::default()),
-        });
-        let user = |uid| Caller {
+        })
+    }
+
+    /// A client on this machine, as user `uid`.
+    fn user(uid: u32) -> Caller {
+        Caller {
             peer: Peer::Local(Some(uid)),
             trusted: uid == 0,
-        };
+        }
+    }
+
+    #[test]
+    fn slots_are_kept_for_root_and_shared_between_peers() {
+        let ctx = server_run_by_root();
         let mut held = Vec::new();
         // One user: PER_PEER slots, then refused.
         for _ in 0..PER_PEER {
@@ -1595,18 +1604,7 @@ mod tests {
 
     #[test]
     fn a_pushed_out_slot_goes_to_the_waiting_client_not_to_a_newcomer() {
-        let ctx = Arc::new(Shared {
-            token: None,
-            bound: "127.0.0.1:1".parse().unwrap(),
-            slots: Mutex::new(Slots::default()),
-            pending: Arc::new(Pending::default()),
-            euid: 0,
-            heads: Mutex::new(Heads::default()),
-        });
-        let user = |uid| Caller {
-            peer: Peer::Local(Some(uid)),
-            trusted: false,
-        };
+        let ctx = server_run_by_root();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         // Three users hold every untrusted slot, each still sending its head.
