@@ -884,11 +884,15 @@ impl Symbols {
 
     /// The symbol tables of the file at `path` and its debug file, read once.
     fn binary_at(&self, path: &Path) -> Option<Rc<Binary>> {
+        // Looked up by reference first: this runs at every frame not named.
+        if let Some(b) = self.binaries.borrow().get(path) {
+            return b.clone();
+        }
+        let b = Binary::read(path).ok().map(|b| Rc::new(b.without_code()));
         self.binaries
             .borrow_mut()
-            .entry(path.to_path_buf())
-            .or_insert_with(|| Binary::read(path).ok().map(|b| Rc::new(b.without_code())))
-            .clone()
+            .insert(path.to_path_buf(), b.clone());
+        b
     }
 }
 
