@@ -320,16 +320,12 @@ fn kernel_and_user_only_exclude_each_other() {
 
 /// Compiles tests/progs/leaf.c with the system gcc into `dir`.
 pub(crate) fn build_leaf(dir: &Scratch) -> PathBuf {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/progs/leaf.c");
-    let bin = dir.0.join("leaf");
-    let st = std::process::Command::new("gcc")
-        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .status()
-        .expect("running gcc");
-    assert!(st.success(), "gcc failed");
-    bin
+    gcc(
+        dir,
+        "leaf",
+        "leaf",
+        &["-O1", "-g", "-fno-omit-frame-pointer"],
+    )
 }
 
 #[test]

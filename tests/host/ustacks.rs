@@ -15,18 +15,26 @@ const T: Duration = Duration::from_secs(60);
 /// tests/progs/nofp.c built as distributions build: `-O2 -fomit-frame-pointer`,
 /// no -g; with `lib`, as the shared library its dlopen mode loads.
 fn build_nofp(dir: &Scratch, lib: bool) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs/nofp.c");
-    let out = dir.0.join(if lib { "libnofp.so" } else { "nofp" });
-    let mut cmd = Command::new("gcc");
-    cmd.args(["-O2", "-fomit-frame-pointer", "-o"])
-        .arg(&out)
-        .arg(&src);
     match lib {
-        true => cmd.args(["-shared", "-fPIC", "-DTK_LIB"]),
-        false => cmd.args(["-lpthread", "-ldl"]),
-    };
-    assert!(cmd.status().expect("gcc").success(), "gcc failed");
-    out
+        true => gcc(
+            dir,
+            "nofp",
+            "libnofp.so",
+            &[
+                "-O2",
+                "-fomit-frame-pointer",
+                "-shared",
+                "-fPIC",
+                "-DTK_LIB",
+            ],
+        ),
+        false => gcc(
+            dir,
+            "nofp",
+            "nofp",
+            &["-O2", "-fomit-frame-pointer", "-lpthread", "-ldl"],
+        ),
+    }
 }
 
 /// The chain's frames, leaf first, as nofp's `chain` mode makes them.

@@ -123,17 +123,10 @@ fn with_empty_dir(dir: &str, tool: &Path) -> Vec<String> {
 /// Compiles tests/progs/userfuncs.c with gcc and `flags` (no -g unless given) into
 /// `dir` as `name`: a C binary built at test time, as distributions build them.
 pub fn build_userfuncs(dir: &Scratch, name: &str, flags: &[&str]) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs/userfuncs.c");
-    let out = dir.0.join(name);
-    let st = Command::new("gcc")
-        .args(["-O1", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .args(flags)
-        .status()
-        .expect("gcc");
-    assert!(st.success(), "gcc failed");
-    out
+    let args: Vec<&str> = std::iter::once("-O1")
+        .chain(flags.iter().copied())
+        .collect();
+    gcc(dir, "userfuncs", name, &args)
 }
 
 /// `gcc -o DIR/OUT tests/progs/PROG.c ARGS`, asserted: a test program built
