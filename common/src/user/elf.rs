@@ -210,10 +210,15 @@ pub struct Name {
 impl Name {
     /// Lower is preferred: exported names, then the plainest (fewest leading
     /// underscores, shortest), then alphabetical.
-    fn rank(&self) -> (bool, usize, usize, &str) {
-        let underscores = self.name.len() - self.name.trim_start_matches('_').len();
-        (!self.exported, underscores, self.name.len(), &self.name)
+    fn rank(&self) -> (bool, (usize, usize), &str) {
+        (!self.exported, plainness(&self.name), &self.name)
     }
+}
+
+/// Lower is plainer: fewer leading underscores, then shorter (`memcpy` before
+/// `__memcpy`, `rawmemchr` before `__rawmemchr`).
+pub fn plainness(name: &str) -> (usize, usize) {
+    (name.len() - name.trim_start_matches('_').len(), name.len())
 }
 
 /// The name a function is shown by, among `names`: see [`Name`]'s order.

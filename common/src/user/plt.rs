@@ -18,7 +18,7 @@ use object::{
     Endianness, Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, ReadCache, RelocationTarget,
 };
 
-use crate::user::elf::open_binary;
+use crate::user::elf::{open_binary, plainness};
 
 /// The sections stubs are in, and the size of each entry where the section
 /// does not say (`sh_entsize` 0).
@@ -133,7 +133,6 @@ fn slot_names<'a, R: object::ReadRef<'a>>(
     // IFUNCs by their resolver's address, for IRELATIVE slots; of the
     // aliases there the plainest (rawmemchr, not __rawmemchr).
     let mut ifuncs: HashMap<u64, &str> = HashMap::new();
-    let plainness = |n: &str| (n.len() - n.trim_start_matches('_').len(), n.len());
     for sym in file.dynamic_symbols().chain(file.symbols()) {
         if sym.elf_symbol().st_type() != object::elf::STT_GNU_IFUNC {
             continue;
