@@ -42,6 +42,7 @@ pub struct Frame {
 
 impl Frame {
     pub const UNKNOWN: &'static str = "[unknown]";
+    pub const TRUNCATED: &'static str = "[truncated]";
 
     pub fn name(&self) -> &str {
         self.name.as_deref().unwrap_or(Self::UNKNOWN)
@@ -61,7 +62,7 @@ impl Frame {
     pub fn truncated() -> Frame {
         Frame {
             addr: 0,
-            name: Some("[truncated]".into()),
+            name: Some(Self::TRUNCATED.into()),
             offset: 0,
             inlined: Vec::new(),
         }
@@ -70,7 +71,7 @@ impl Frame {
     /// Whether this is the cut marker ([`Frame::truncated`]), which stands for
     /// no code: printed without an offset.
     fn is_truncated(&self) -> bool {
-        self.addr == 0 && self.name.as_deref() == Some("[truncated]")
+        self.addr == 0 && self.name.as_deref() == Some(Self::TRUNCATED)
     }
 
     /// The lines a stack printout shows for this address, leaf first: inlined
