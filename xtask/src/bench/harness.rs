@@ -875,9 +875,13 @@ pub fn cpu_ns(pid: u32) -> u64 {
         .take(2)
         .filter_map(|v| v.parse().ok())
         .collect();
+    f.iter().sum::<u64>() * 1_000_000_000 / clock_ticks_per_sec()
+}
+
+/// The unit of /proc's CPU times (USER_HZ).
+pub fn clock_ticks_per_sec() -> u64 {
     // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    f.iter().sum::<u64>() * 1_000_000_000 / hz
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64
 }
 
 /// Lost records as the tools report them: tracekit's "lost N events: ...",

@@ -43,7 +43,8 @@ use tabled::builder::Builder;
 use tabled::settings::Style;
 
 use super::harness::{
-    bpftrace_version, cpu_ns, lines_of, median, num_cpus, wait_for, BpfStats, Peer, STOP_LIMIT,
+    bpftrace_version, clock_ticks_per_sec, cpu_ns, lines_of, median, num_cpus, wait_for, BpfStats,
+    Peer, STOP_LIMIT,
 };
 use super::unwind::{children_cpu_ns, fmt_err, run_bounded, wait_perf_open, Progs};
 
@@ -159,9 +160,7 @@ fn stolen_secs() -> f64 {
         .and_then(|l| l.split_whitespace().nth(7))
         .and_then(|v| v.parse::<f64>().ok())
         .unwrap_or(0.0);
-    // SAFETY: sysconf(3) has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    steal / hz
+    steal / clock_ticks_per_sec() as f64
 }
 
 impl Drop for Spin {
