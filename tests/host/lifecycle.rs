@@ -79,12 +79,14 @@ fn sigterm_prints_the_summary_and_exits_zero() {
 
 /// Reads a one-probe run's first line, its banner (tracing has begun), and
 /// closes the pipe it came through.
-fn read_banner(child: &mut std::process::Child) {
+/// Reads the child's banner line; the rest of its stdout is the returned
+/// reader's. Dropping it closes the pipe, which ends the run.
+fn read_banner(child: &mut std::process::Child) -> BufReader<std::process::ChildStdout> {
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
+    stdout.read_line(&mut first).unwrap();
     assert!(first.starts_with("Tracing 1 functions for"), "{first}");
+    stdout
 }
 
 #[test]
@@ -96,7 +98,7 @@ fn closed_stdout_ends_quietly() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    read_banner(&mut child);
+    drop(read_banner(&mut child));
     let out = child.wait_with_output().unwrap(); // stdout is closed by now
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&out.stderr), "");
@@ -116,9 +118,10 @@ fn closed_standard_descriptors_are_opened_on_dev_null() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    read_banner(&mut child);
-    // Looked at while it runs (a `-d 1` run had ended before, once, under
-    // CI's load), then stopped.
+    // Its stdout is kept open while the descriptors are looked at: a closed
+    // pipe ends the run at once (a dropped reader here had the run gone
+    // before the look, once, under CI's load), then it is stopped.
+    let _stdout = read_banner(&mut child);
     let fds: Vec<_> = [0, 2]
         .map(|fd| std::fs::read_link(format!("/proc/{}/fd/{fd}", child.id())))
         .into_iter()
